@@ -1,0 +1,56 @@
+# Helpers shared by every kdm module.
+
+# Warnings are errors on our own code only (generated code gets the defaults).
+function(kdm_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror)
+endfunction()
+
+# kdm_add_library(<module>
+#   SOURCES <files...>          # .cc files, relative to the module folder
+#   PUBLIC_HEADERS <files...>   # installed as <prefix>/include/kdm/<module>/...
+#   PUBLIC_DEPS <targets...>
+#   PRIVATE_DEPS <targets...>)
+# Creates target kdm_<module> (alias kdm::<module>, exported as kdm::<module>).
+set_property(GLOBAL PROPERTY KDM_EXPORTED_TARGETS "")
+function(kdm_add_library module)
+  cmake_parse_arguments(ARG "HEADER_ONLY" "" "SOURCES;PUBLIC_HEADERS;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  set(target kdm_${module})
+  if(ARG_HEADER_ONLY)
+    add_library(${target} INTERFACE)
+    set(scope INTERFACE)
+  else()
+    add_library(${target} ${ARG_SOURCES})
+    set(scope PUBLIC)
+    kdm_warnings(${target})
+    target_link_libraries(${target} PRIVATE ${ARG_PRIVATE_DEPS})
+  endif()
+  add_library(kdm::${module} ALIAS ${target})
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${module})
+  target_compile_features(${target} ${scope} cxx_std_20)
+  target_include_directories(${target} ${scope}
+    $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_link_libraries(${target} ${scope} ${ARG_PUBLIC_DEPS})
+  set_property(GLOBAL APPEND PROPERTY KDM_EXPORTED_TARGETS ${target})
+  set_property(GLOBAL APPEND PROPERTY KDM_PUBLIC_HEADERS_${module} ${ARG_PUBLIC_HEADERS})
+  set_property(GLOBAL APPEND PROPERTY KDM_MODULES ${module})
+  set_property(GLOBAL PROPERTY KDM_MODULE_DIR_${module} ${CMAKE_CURRENT_SOURCE_DIR})
+endfunction()
+
+# kdm_add_test(<name> SOURCES <files...> LIBS <targets...> [LABELS <labels...>])
+# One gtest binary under build/bin/tests; each TEST() becomes its own ctest
+# entry (discovered when ctest runs, so the build never executes tests).
+function(kdm_add_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  kdm_warnings(${name})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin/tests)
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gmock GTest::gtest_main)
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  gtest_discover_tests(${name}
+    DISCOVERY_MODE PRE_TEST
+    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
+    ENVIRONMENT "KDM_BINARY_DIR=${PROJECT_BINARY_DIR};KDM_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()

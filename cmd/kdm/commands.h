@@ -1,0 +1,17 @@
+// The subcommands of the kdm binary. Each Add…Command attaches one CLI11
+// subcommand (with its flags and callback) to the root app; the callback
+// returns the process exit code through `exit_code`.
+//
+// cmd/kdm only parses flags and calls into the libraries.
+#ifndef KDM_CMD_KDM_COMMANDS_H_
+#define KDM_CMD_KDM_COMMANDS_H_
+
+#include <CLI/CLI.hpp>
+
+namespace kdm::cli {
+
+void AddVersionCommand(CLI::App& app, int& exit_code);
+
+}  // namespace kdm::cli
+
+#endif  // KDM_CMD_KDM_COMMANDS_H_

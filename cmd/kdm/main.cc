@@ -1,0 +1,17 @@
+// kdm: one binary, one subcommand per job (see docs and `kdm --help`).
+#include <iostream>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kdm: a Kubernetes device manager (device plugin API v1beta1)"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  kdm::cli::AddVersionCommand(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return exit_code;
+}

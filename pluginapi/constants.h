@@ -1,0 +1,40 @@
+// Constants of the device plugin API v1beta1 (SPEC.md §1) shared by the
+// kubelet side (devicemanager) and the plugin side (sdk).
+//
+// Thread-safety: constants only.
+#ifndef KDM_PLUGINAPI_CONSTANTS_H_
+#define KDM_PLUGINAPI_CONSTANTS_H_
+
+#include <chrono>
+#include <string_view>
+
+namespace kdm::pluginapi {
+
+// The only API version a kubelet (and kdm) accepts in RegisterRequest.version.
+inline constexpr std::string_view kVersion = "v1beta1";
+
+// Directory where plugins put their sockets and the kubelet serves Registration.
+inline constexpr std::string_view kDevicePluginPath = "/var/lib/kubelet/device-plugins/";
+// File name of the registration socket inside the device-plugin directory.
+inline constexpr std::string_view kKubeletSocketName = "kubelet.sock";
+// kDevicePluginPath + kKubeletSocketName.
+inline constexpr std::string_view kKubeletSocket = "/var/lib/kubelet/device-plugins/kubelet.sock";
+
+// Device.health values. Anything but kHealthy counts as unhealthy.
+inline constexpr std::string_view kHealthy = "Healthy";
+inline constexpr std::string_view kUnhealthy = "Unhealthy";
+
+// Deadline the kubelet gives PreStartContainer.
+inline constexpr std::chrono::seconds kPreStartContainerTimeout{30};
+// Deadline the kubelet gives dialing a plugin after Register.
+inline constexpr std::chrono::seconds kDialTimeout{10};
+
+// Documented maximum length of a device id.
+inline constexpr std::size_t kMaxDeviceIdLength = 63;
+
+// Usable bytes of sockaddr_un.sun_path for a path (one byte is the NUL).
+inline constexpr std::size_t kMaxUnixSocketPathLength = 107;
+
+}  // namespace kdm::pluginapi
+
+#endif  // KDM_PLUGINAPI_CONSTANTS_H_
