@@ -1,0 +1,147 @@
+// kdm::plugin::PluginServer: the C++ device plugin SDK.
+//
+// A plugin author supplies a resource name, options, the devices and an
+// Allocate handler (and, optionally, GetPreferredAllocation and
+// PreStartContainer handlers). The server then:
+//   - serves the v1beta1 DevicePlugin service on <dir>/<socket_name> (a stale
+//     socket there is removed first; the socket is made mode 0600);
+//   - registers with <dir>/kubelet.sock, retrying with back-off until it is
+//     registered or stopped; a refusal's text is kept (LastRegistrationError);
+//   - sends a full ListAndWatch snapshot to every open stream whenever the
+//     devices or their health change (SetDevices, SetHealth); a slow stream
+//     only ever gets the newest snapshot (coalescing, no queue);
+//   - notices a kubelet restart (its own socket deleted, or kubelet.sock
+//     removed and created again), then serves and registers again;
+//   - stops cleanly: streams finished, socket removed, threads joined.
+//
+// Thread-safety: every method may be called from any thread. Handlers run on
+// gRPC threads, possibly concurrently; they must be thread-safe.
+//
+// Example:
+//   kdm::plugin::PluginServer::Options o;
+//   o.resource_name = "example.com/fpga";
+//   o.devices = {{"fpga0", true, {0}}, {"fpga1", true, {1}}};
+//   o.allocate = [](const v1beta1::ContainerAllocateRequest& req)
+//       -> kdm::StatusOr<v1beta1::ContainerAllocateResponse> {
+//     v1beta1::ContainerAllocateResponse r;
+//     (*r.mutable_envs())["FPGAS"] = Join(req.devices_ids());
+//     return r;
+//   };
+//   auto server = kdm::plugin::PluginServer::Create(std::move(o));
+//   if (!server.ok()) return Fail(server.status());
+//   if (auto s = (*server)->Start(); !s.ok()) return Fail(s);
+//   ...
+//   (*server)->Stop();
+#ifndef KDM_PLUGINAPI_SDK_PLUGIN_SERVER_H_
+#define KDM_PLUGINAPI_SDK_PLUGIN_SERVER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deviceplugin/v1beta1/api.pb.h"
+#include "kdm/base/status.h"
+#include "kdm/pluginapi/constants.h"
+
+namespace kdm::plugin {
+
+// One device as the plugin advertises it.
+struct Device {
+  std::string id;
+  bool healthy = true;
+  // NUMA nodes the device is attached to; empty for no topology.
+  std::vector<int64_t> numa_nodes;
+
+  friend bool operator==(const Device&, const Device&) = default;
+};
+
+// Builds the wire form of `devices` (one ListAndWatchResponse snapshot).
+v1beta1::ListAndWatchResponse ToListAndWatchResponse(const std::vector<Device>& devices);
+
+class PluginServer {
+ public:
+  // Answers one ContainerAllocateRequest. An error is returned to the kubelet
+  // as the RPC's status (its code and message).
+  using AllocateHandler = std::function<StatusOr<v1beta1::ContainerAllocateResponse>(
+      const v1beta1::ContainerAllocateRequest&)>;
+  // Answers one ContainerPreferredAllocationRequest.
+  using PreferredAllocationHandler =
+      std::function<StatusOr<v1beta1::ContainerPreferredAllocationResponse>(
+          const v1beta1::ContainerPreferredAllocationRequest&)>;
+  // Called with the device ids of a container before it starts.
+  using PreStartHandler = std::function<Status(const std::vector<std::string>& device_ids)>;
+
+  struct Options {
+    // Extended resource name, e.g. "vendor.com/gpu". Required.
+    std::string resource_name;
+    // Directory holding kubelet.sock and the plugin's own socket.
+    std::string plugin_dir = std::string(pluginapi::kDevicePluginPath);
+    // File name of the plugin's socket inside plugin_dir. Default: the
+    // resource name with every character outside [A-Za-z0-9._-] replaced by
+    // '_', plus ".sock".
+    std::string socket_name;
+    // Devices advertised at start.
+    std::vector<Device> devices;
+    // Required.
+    AllocateHandler allocate;
+    // Optional: when set, options advertise get_preferred_allocation_available.
+    PreferredAllocationHandler get_preferred_allocation;
+    // Optional: when set, options advertise pre_start_required.
+    PreStartHandler pre_start_container;
+    // Register with the kubelet after serving (off: serve only, e.g. tests
+    // that dial the plugin directly).
+    bool register_with_kubelet = true;
+    // Deadline of one Register call.
+    std::chrono::milliseconds register_timeout{10'000};
+    // Back-off between registration attempts: starts at initial, doubles up to max.
+    std::chrono::milliseconds register_backoff_initial{100};
+    std::chrono::milliseconds register_backoff_max{5'000};
+    // How often the socket files are checked for a kubelet restart.
+    std::chrono::milliseconds watch_interval{200};
+  };
+
+  // Validates `options` (non-empty resource name, an allocate handler, a
+  // socket path that fits a unix socket). Does not touch the filesystem.
+  static StatusOr<std::unique_ptr<PluginServer>> Create(Options options);
+
+  virtual ~PluginServer() = default;
+
+  // Serves on the socket and starts registering in the background. Errors:
+  // the directory is missing or unwritable, the socket cannot be bound, or
+  // Start was already called.
+  virtual Status Start() = 0;
+
+  // Finishes every stream, stops serving, removes the socket and joins every
+  // thread. Safe to call twice, and without Start.
+  virtual void Stop() = 0;
+
+  // Replaces the whole device list and pushes a snapshot to every stream.
+  virtual void SetDevices(std::vector<Device> devices) = 0;
+  // Sets the health of one device and pushes a snapshot. NOT_FOUND for an
+  // unknown id.
+  virtual Status SetHealth(const std::string& device_id, bool healthy) = 0;
+  virtual std::vector<Device> Devices() const = 0;
+
+  // Absolute path of the plugin's socket.
+  virtual std::string SocketPath() const = 0;
+  // True once the current serving generation has registered successfully.
+  virtual bool Registered() const = 0;
+  // Number of successful registrations so far (grows on re-registration).
+  virtual int RegistrationCount() const = 0;
+  // The last Register failure (OK if none since the last success).
+  virtual Status LastRegistrationError() const = 0;
+  // Waits until RegistrationCount() >= count or `timeout` passes.
+  virtual bool WaitForRegistrationCount(int count, std::chrono::milliseconds timeout) const = 0;
+  // Number of ListAndWatch streams open now.
+  virtual int OpenStreams() const = 0;
+};
+
+// Socket file name derived from a resource name (see Options::socket_name).
+std::string DefaultSocketName(const std::string& resource_name);
+
+}  // namespace kdm::plugin
+
+#endif  // KDM_PLUGINAPI_SDK_PLUGIN_SERVER_H_
