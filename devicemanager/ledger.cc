@@ -1,0 +1,979 @@
+#include "kdm/devicemanager/ledger.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace kdm::devicemanager {
+namespace {
+
+using checkpoint::Change;
+using checkpoint::ContainerKey;
+using checkpoint::PodDevicesEntry;
+
+// Topology hints enumerate every subset of the NUMA nodes holding devices of
+// a resource; beyond this many nodes that is too many subsets.
+constexpr size_t kMaxHintNumaNodes = 16;
+
+std::string Quote(const std::string& s) { return "\"" + s + "\""; }
+
+std::string KeyText(const ContainerKey& key) {
+  return "pod " + Quote(key.pod_uid) + " container " + Quote(key.container_name) +
+         " resource " + Quote(key.resource_name);
+}
+
+void SortNatural(std::vector<std::string>* ids) {
+  std::sort(ids->begin(), ids->end(), NaturalLess);
+}
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+bool AnyNodeIn(const std::vector<int64_t>& device_nodes, const std::vector<int64_t>& nodes) {
+  for (int64_t n : device_nodes) {
+    if (std::binary_search(nodes.begin(), nodes.end(), n)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> FlattenDeviceIds(const checkpoint::DevicesPerNuma& ids) {
+  std::set<std::string> all;
+  for (const auto& [node, list] : ids) all.insert(list.begin(), list.end());
+  std::vector<std::string> out(all.begin(), all.end());
+  SortNatural(&out);
+  return out;
+}
+
+bool NaturalLess(const std::string& a, const std::string& b) {
+  size_t i = 0;
+  size_t j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (IsDigit(a[i]) && IsDigit(b[j])) {
+      size_t ie = i;
+      size_t je = j;
+      while (ie < a.size() && IsDigit(a[ie])) ++ie;
+      while (je < b.size() && IsDigit(b[je])) ++je;
+      size_t is = i;
+      size_t js = j;
+      while (is + 1 < ie && a[is] == '0') ++is;  // skip leading zeros
+      while (js + 1 < je && b[js] == '0') ++js;
+      size_t ilen = ie - is;
+      size_t jlen = je - js;
+      if (ilen != jlen) return ilen < jlen;
+      int c = a.compare(is, ilen, b, js, jlen);
+      if (c != 0) return c < 0;
+      i = ie;
+      j = je;
+      continue;
+    }
+    if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+    ++i;
+    ++j;
+  }
+  if ((i < a.size()) != (j < b.size())) return i >= a.size();  // prefix first
+  return a < b;  // equal naturally ("01" vs "1"): plain order decides
+}
+
+// ---------------------------------------------------------------- devices
+
+StatusOr<SnapshotReport> Ledger::SetDevices(const std::string& resource,
+                                            const std::vector<LedgerDevice>& snapshot) {
+  if (resource.empty()) return InvalidArgumentError("device snapshot for an empty resource name");
+  SnapshotReport report;
+  std::map<std::string, DeviceInfo> devices;
+  std::set<std::string> duplicates;
+  for (const LedgerDevice& d : snapshot) {
+    if (d.id.empty()) {
+      ++report.empty_ids;
+      continue;
+    }
+    auto [it, inserted] = devices.try_emplace(d.id);
+    if (!inserted) {
+      duplicates.insert(d.id);
+      it->second.healthy = it->second.healthy && d.healthy;
+      continue;
+    }
+    it->second.healthy = d.healthy;
+    for (int64_t n : d.numa_nodes) {
+      if (n >= 0) it->second.numa_nodes.push_back(n);
+    }
+    std::sort(it->second.numa_nodes.begin(), it->second.numa_nodes.end());
+    it->second.numa_nodes.erase(
+        std::unique(it->second.numa_nodes.begin(), it->second.numa_nodes.end()),
+        it->second.numa_nodes.end());
+  }
+  resources_[resource].devices = std::move(devices);
+  deleted_.erase(resource);
+  report.duplicate_ids.assign(duplicates.begin(), duplicates.end());
+  SortNatural(&report.duplicate_ids);
+  report.change = RegisteredChange(resource);
+  return report;
+}
+
+Change Ledger::MarkAllUnhealthy(const std::string& resource) {
+  auto it = resources_.find(resource);
+  if (it == resources_.end()) return {};
+  for (auto& [id, info] : it->second.devices) info.healthy = false;
+  return RegisteredChange(resource);
+}
+
+Change Ledger::RemoveResource(const std::string& resource) {
+  auto it = resources_.find(resource);
+  if (it == resources_.end()) return {};
+  resources_.erase(it);
+  deleted_.insert(resource);
+  Change change;
+  change.removed_resources.push_back(resource);
+  return change;
+}
+
+bool Ledger::HasResource(const std::string& resource) const {
+  return resources_.count(resource) > 0;
+}
+
+bool Ledger::IsDeviceResource(const std::string& resource) const {
+  if (resource.empty()) return false;
+  if (HasResource(resource)) return true;
+  for (const auto& [key, record] : records_) {
+    if (key.resource_name == resource) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> Ledger::Resources() const {
+  std::vector<std::string> out;
+  for (const auto& [name, state] : resources_) out.push_back(name);
+  return out;
+}
+
+Capacity Ledger::GetCapacity() const {
+  Capacity cap;
+  for (const auto& [name, state] : resources_) {
+    ResourceCapacity& rc = cap.resources[name];
+    rc.capacity = static_cast<int64_t>(state.devices.size());
+    for (const auto& [id, info] : state.devices) rc.allocatable += info.healthy ? 1 : 0;
+  }
+  cap.deleted.assign(deleted_.begin(), deleted_.end());
+  return cap;
+}
+
+std::vector<std::string> Ledger::HealthyDevices(const std::string& resource) const {
+  std::vector<std::string> out;
+  auto it = resources_.find(resource);
+  if (it == resources_.end()) return out;
+  for (const auto& [id, info] : it->second.devices) {
+    if (info.healthy) out.push_back(id);
+  }
+  SortNatural(&out);
+  return out;
+}
+
+std::vector<LedgerDevice> Ledger::Devices(const std::string& resource) const {
+  std::vector<LedgerDevice> out;
+  auto it = resources_.find(resource);
+  if (it == resources_.end()) return out;
+  for (const auto& [id, info] : it->second.devices) out.push_back({id, info.healthy, info.numa_nodes});
+  std::sort(out.begin(), out.end(),
+            [](const LedgerDevice& a, const LedgerDevice& b) { return NaturalLess(a.id, b.id); });
+  return out;
+}
+
+Change Ledger::RegisteredChange(const std::string& resource) const {
+  Change change;
+  change.registered_devices[resource] = HealthyDevices(resource);
+  return change;
+}
+
+// ---------------------------------------------------------------- helpers
+
+std::set<std::string> Ledger::AllocatedIds(const std::string& resource) const {
+  std::set<std::string> out;
+  for (const auto& [key, record] : records_) {
+    if (key.resource_name == resource) out.insert(record.ids.begin(), record.ids.end());
+  }
+  return out;
+}
+
+std::set<std::string> Ledger::ReservedIds(const std::string& resource) const {
+  std::set<std::string> out;
+  for (const auto& [key, reservation] : reservations_) {
+    if (key.resource_name == resource) out.insert(reservation.ids.begin(), reservation.ids.end());
+  }
+  return out;
+}
+
+std::vector<std::string> Ledger::FreeIds(const std::string& resource) const {
+  std::vector<std::string> out;
+  auto it = resources_.find(resource);
+  if (it == resources_.end()) return out;
+  std::set<std::string> allocated = AllocatedIds(resource);
+  std::set<std::string> reserved = ReservedIds(resource);
+  for (const auto& [id, info] : it->second.devices) {
+    if (info.healthy && !allocated.count(id) && !reserved.count(id)) out.push_back(id);
+  }
+  SortNatural(&out);
+  return out;
+}
+
+std::vector<std::string> Ledger::HandOverPool(const Pod& pod, const std::string& container,
+                                              const std::string& resource) const {
+  std::vector<std::string> out;
+  auto res = resources_.find(resource);
+  if (res == resources_.end()) return out;
+  std::optional<ContainerKind> kind = pod.KindOf(container);
+  if (!kind) return out;
+  // Finished init containers that start before `container`.
+  std::set<std::string> givers;
+  for (const Container& c : pod.init_containers) {
+    if (c.name == container) break;
+    if (!c.restartable) givers.insert(c.name);
+  }
+  std::set<std::string> pool;
+  std::set<std::string> taken;  // held by running containers of the pod (or unknown ones)
+  for (const auto& [key, record] : records_) {
+    if (key.pod_uid != pod.uid || key.resource_name != resource || key.container_name == container) {
+      continue;
+    }
+    if (givers.count(key.container_name)) {
+      pool.insert(record.ids.begin(), record.ids.end());
+      continue;
+    }
+    std::optional<ContainerKind> holder = pod.KindOf(key.container_name);
+    if (!holder || *holder != ContainerKind::kInit) taken.insert(record.ids.begin(), record.ids.end());
+  }
+  for (const auto& [key, reservation] : reservations_) {
+    if (key.resource_name == resource && !(key.pod_uid == pod.uid && key.container_name == container)) {
+      taken.insert(reservation.ids.begin(), reservation.ids.end());
+    }
+  }
+  for (const std::string& id : pool) {
+    if (taken.count(id)) continue;
+    auto dev = res->second.devices.find(id);
+    if (dev == res->second.devices.end() || !dev->second.healthy) continue;
+    out.push_back(id);
+  }
+  SortNatural(&out);
+  return out;
+}
+
+// ---------------------------------------------------------------- admission
+
+StatusOr<std::map<std::string, int64_t>> Ledger::ContainerRequests(const Container& container) const {
+  std::map<std::string, int64_t> out;
+  for (const auto& [resource, request] : container.requests) {
+    if (IsDeviceResource(resource) && !container.limits.count(resource)) {
+      return InvalidArgumentError("container " + Quote(container.name) + " requests " +
+                                  request.ToString() + " of resource " + Quote(resource) +
+                                  " without a limit; devices need request == limit");
+    }
+  }
+  for (const auto& [resource, limit] : container.limits) {
+    if (!IsDeviceResource(resource)) continue;
+    auto req = container.requests.find(resource);
+    if (req != container.requests.end() && !(req->second == limit)) {
+      return InvalidArgumentError("container " + Quote(container.name) + " requests " +
+                                  req->second.ToString() + " of resource " + Quote(resource) +
+                                  " but its limit is " + limit.ToString() +
+                                  "; devices need request == limit");
+    }
+    StatusOr<int64_t> count = limit.DeviceCount();
+    if (!count.ok()) {
+      return count.status().WithPrefix("container " + Quote(container.name) + " resource " +
+                                       Quote(resource));
+    }
+    if (*count > 0) out[resource] = *count;
+  }
+  return out;
+}
+
+StatusOr<std::map<std::string, int64_t>> Ledger::PodRequests(const Pod& pod) const {
+  std::map<std::string, int64_t> apps;      // app containers + sidecars
+  std::map<std::string, int64_t> sidecars;  // sidecars started so far
+  std::map<std::string, int64_t> init_max;
+  for (const Container& c : pod.init_containers) {
+    KDM_ASSIGN_OR_RETURN(auto reqs, ContainerRequests(c));
+    if (c.restartable) {
+      for (const auto& [r, n] : reqs) {
+        apps[r] += n;
+        sidecars[r] += n;
+      }
+      for (const auto& [r, n] : sidecars) init_max[r] = std::max(init_max[r], n);
+    } else {
+      std::map<std::string, int64_t> during = sidecars;
+      for (const auto& [r, n] : reqs) during[r] += n;
+      for (const auto& [r, n] : during) init_max[r] = std::max(init_max[r], n);
+    }
+  }
+  for (const Container& c : pod.containers) {
+    KDM_ASSIGN_OR_RETURN(auto reqs, ContainerRequests(c));
+    for (const auto& [r, n] : reqs) apps[r] += n;
+  }
+  std::map<std::string, int64_t> out = apps;
+  for (const auto& [r, n] : init_max) out[r] = std::max(out[r], n);
+  for (auto it = out.begin(); it != out.end();) {
+    it = it->second > 0 ? std::next(it) : out.erase(it);
+  }
+  return out;
+}
+
+StatusOr<AllocationPlan> Ledger::Plan(const Pod& pod, const std::string& container,
+                                      const std::string& resource, int64_t count,
+                                      const std::optional<NumaHint>& hint) const {
+  if (pod.uid.empty()) return InvalidArgumentError("pod has an empty uid");
+  if (resource.empty()) return InvalidArgumentError("empty resource name");
+  if (count < 1 || count > Quantity::kMaxDeviceCount) {
+    return InvalidArgumentError("invalid device count " + std::to_string(count) + " for resource " +
+                                Quote(resource) + " (must be 1.." +
+                                std::to_string(Quantity::kMaxDeviceCount) + ")");
+  }
+  std::optional<ContainerKind> kind = pod.KindOf(container);
+  if (!kind) {
+    return NotFoundError("pod " + Quote(pod.uid) + " has no container " + Quote(container));
+  }
+  AllocationPlan plan;
+  plan.key = {pod.uid, container, resource};
+  plan.kind = *kind;
+  plan.size = count;
+
+  // 1. Already recorded (a restart): same count or fail loudly.
+  auto rec = records_.find(plan.key);
+  if (rec != records_.end() && static_cast<int64_t>(rec->second.ids.size()) != count) {
+    return FailedPreconditionError("pod " + Quote(pod.uid) + " container " + Quote(container) +
+                                   " changed request for resource " + Quote(resource) + " from " +
+                                   std::to_string(rec->second.ids.size()) + " to " +
+                                   std::to_string(count));
+  }
+  // 2. Registration and health, checked before counting (kubelet #109595).
+  auto res = resources_.find(resource);
+  if (res == resources_.end()) {
+    return FailedPreconditionError("cannot allocate unregistered device " + resource);
+  }
+  const auto& devices = res->second.devices;
+  bool any_healthy = std::any_of(devices.begin(), devices.end(),
+                                 [](const auto& d) { return d.second.healthy; });
+  if (!any_healthy) {
+    return UnavailableError("no healthy devices present; cannot allocate unhealthy devices " +
+                            resource);
+  }
+  if (rec != records_.end()) {
+    for (const std::string& id : rec->second.ids) {
+      auto d = devices.find(id);
+      if (d == devices.end() || !d->second.healthy) {
+        return UnavailableError(
+            "previously allocated devices are no longer healthy; cannot allocate unhealthy "
+            "devices " +
+            resource);
+      }
+    }
+    plan.reuse = true;
+    plan.reuse_ids = rec->second.ids;
+    return plan;
+  }
+  if (reservations_.count(plan.key)) {
+    return AbortedError("an allocation for " + KeyText(plan.key) + " is already in progress");
+  }
+
+  const bool use_hint = hint.has_value() && !hint->nodes.empty();
+  std::vector<int64_t> hint_nodes;
+  if (use_hint) {
+    hint_nodes = hint->nodes;
+    std::sort(hint_nodes.begin(), hint_nodes.end());
+  }
+  auto aligned = [&](const std::string& id) {
+    auto d = devices.find(id);
+    return d != devices.end() && AnyNodeIn(d->second.numa_nodes, hint_nodes);
+  };
+
+  // 3. Hand-over from finished init containers of the pod, aligned first.
+  std::vector<std::string> pool = HandOverPool(pod, container, resource);
+  if (use_hint) std::stable_partition(pool.begin(), pool.end(), aligned);
+  for (const std::string& id : pool) {
+    if (static_cast<int64_t>(plan.must_include.size()) == count) break;
+    plan.must_include.push_back(id);
+  }
+  const int64_t needed = count - static_cast<int64_t>(plan.must_include.size());
+  if (needed == 0) return plan;
+
+  // 4. Free devices.
+  std::vector<std::string> free = FreeIds(resource);
+  if (static_cast<int64_t>(free.size()) < needed) {
+    return ResourceExhaustedError("requested number of devices unavailable for " + resource +
+                                  ". Requested: " + std::to_string(needed) +
+                                  ", Available: " + std::to_string(free.size()));
+  }
+
+  // 5. NUMA alignment.
+  if (!use_hint) {
+    plan.candidates = std::move(free);
+  } else {
+    std::vector<std::string> in_hint;
+    std::vector<std::string> outside;
+    std::vector<std::string> no_topology;
+    for (const std::string& id : free) {
+      const DeviceInfo& info = devices.at(id);
+      if (info.numa_nodes.empty()) {
+        no_topology.push_back(id);
+      } else if (AnyNodeIn(info.numa_nodes, hint_nodes)) {
+        in_hint.push_back(id);
+      } else {
+        outside.push_back(id);
+      }
+    }
+    if (needed <= static_cast<int64_t>(in_hint.size())) {
+      plan.candidates = std::move(in_hint);
+    } else {
+      // The hinted nodes cannot hold it all: take every aligned device, then
+      // choose the rest from the others (devices with topology first).
+      plan.must_include.insert(plan.must_include.end(), in_hint.begin(), in_hint.end());
+      plan.candidates = std::move(outside);
+      plan.candidates.insert(plan.candidates.end(), no_topology.begin(), no_topology.end());
+    }
+  }
+  const int64_t to_choose = count - static_cast<int64_t>(plan.must_include.size());
+  plan.real_choice = static_cast<int64_t>(plan.candidates.size()) > to_choose;
+  return plan;
+}
+
+Status Ledger::ValidatePreferred(const AllocationPlan& plan,
+                                 const std::vector<std::string>& answer) const {
+  if (plan.reuse) {
+    return InvalidArgumentError("no preferred allocation applies: " + KeyText(plan.key) +
+                                " reuses its recorded devices");
+  }
+  if (static_cast<int64_t>(answer.size()) != plan.size) {
+    return InvalidArgumentError("preferred allocation for " + KeyText(plan.key) + " has " +
+                                std::to_string(answer.size()) + " devices, want " +
+                                std::to_string(plan.size));
+  }
+  std::set<std::string> offered(plan.candidates.begin(), plan.candidates.end());
+  offered.insert(plan.must_include.begin(), plan.must_include.end());
+  std::set<std::string> seen;
+  for (const std::string& id : answer) {
+    if (!seen.insert(id).second) {
+      return InvalidArgumentError("preferred allocation for " + KeyText(plan.key) +
+                                  " lists device " + Quote(id) + " more than once");
+    }
+    if (!offered.count(id)) {
+      return InvalidArgumentError("preferred allocation for " + KeyText(plan.key) +
+                                  " names device " + Quote(id) + ", which was not offered");
+    }
+  }
+  for (const std::string& id : plan.must_include) {
+    if (!seen.count(id)) {
+      return InvalidArgumentError("preferred allocation for " + KeyText(plan.key) +
+                                  " leaves out must-include device " + Quote(id));
+    }
+  }
+  return OkStatus();
+}
+
+std::vector<std::string> Ledger::DefaultChoice(const AllocationPlan& plan) const {
+  if (plan.reuse) return plan.reuse_ids;
+  std::vector<std::string> out;
+  for (const std::string& id : plan.must_include) {
+    if (static_cast<int64_t>(out.size()) == plan.size) return out;
+    out.push_back(id);
+  }
+  for (const std::string& id : plan.candidates) {
+    if (static_cast<int64_t>(out.size()) == plan.size) break;
+    out.push_back(id);
+  }
+  return out;
+}
+
+Status Ledger::Reserve(const AllocationPlan& plan, const std::vector<std::string>& ids) {
+  const ContainerKey& key = plan.key;
+  const std::string& resource = key.resource_name;
+  if (plan.reuse) {
+    return InvalidArgumentError("nothing to reserve: " + KeyText(key) +
+                                " reuses its recorded devices");
+  }
+  if (static_cast<int64_t>(ids.size()) != plan.size || ids.empty()) {
+    return InvalidArgumentError("reservation for " + KeyText(key) + " has " +
+                                std::to_string(ids.size()) + " devices, want " +
+                                std::to_string(plan.size));
+  }
+  std::set<std::string> unique(ids.begin(), ids.end());
+  if (unique.size() != ids.size()) {
+    return InvalidArgumentError("reservation for " + KeyText(key) + " lists a device twice");
+  }
+  if (records_.count(key)) {
+    return FailedPreconditionError(KeyText(key) + " already has devices recorded");
+  }
+  auto res = resources_.find(resource);
+  if (res == resources_.end()) {
+    return FailedPreconditionError("cannot allocate unregistered device " + resource);
+  }
+  std::set<std::string> reserved_by_others;
+  for (const auto& [other, reservation] : reservations_) {
+    if (other != key && other.resource_name == resource) {
+      reserved_by_others.insert(reservation.ids.begin(), reservation.ids.end());
+    }
+  }
+  std::set<std::string> must(plan.must_include.begin(), plan.must_include.end());
+  std::set<std::string> handed_over;
+  for (const std::string& id : ids) {
+    auto d = res->second.devices.find(id);
+    if (d == res->second.devices.end()) {
+      return FailedPreconditionError("device " + Quote(id) + " of resource " + Quote(resource) +
+                                     " is not registered");
+    }
+    if (!d->second.healthy) {
+      return FailedPreconditionError("device " + Quote(id) + " of resource " + Quote(resource) +
+                                     " is unhealthy");
+    }
+    if (reserved_by_others.count(id)) {
+      return FailedPreconditionError("device " + Quote(id) + " of resource " + Quote(resource) +
+                                     " is reserved by another allocation");
+    }
+    bool held = false;
+    for (const auto& [holder, record] : records_) {
+      if (holder.resource_name != resource ||
+          std::find(record.ids.begin(), record.ids.end(), id) == record.ids.end()) {
+        continue;
+      }
+      held = true;
+      const bool may_hand_over = must.count(id) && holder.pod_uid == key.pod_uid &&
+                                 (!record.kind || *record.kind == ContainerKind::kInit);
+      if (!may_hand_over) {
+        return FailedPreconditionError("device " + Quote(id) + " of resource " + Quote(resource) +
+                                       " is allocated to pod " + Quote(holder.pod_uid) +
+                                       " container " + Quote(holder.container_name));
+      }
+    }
+    if (held) handed_over.insert(id);
+  }
+  ReservationState state;
+  state.kind = plan.kind;
+  state.ids = ids;
+  state.handed_over = std::move(handed_over);
+  reservations_[key] = std::move(state);
+  return OkStatus();
+}
+
+void Ledger::ReleaseReservation(const ContainerKey& key) { reservations_.erase(key); }
+
+std::optional<std::vector<std::string>> Ledger::Reservation(const ContainerKey& key) const {
+  auto it = reservations_.find(key);
+  if (it == reservations_.end()) return std::nullopt;
+  return it->second.ids;
+}
+
+StatusOr<Change> Ledger::Commit(const ContainerKey& key, const std::string& alloc_response) {
+  auto it = reservations_.find(key);
+  if (it == reservations_.end()) {
+    return FailedPreconditionError("no reservation to commit for " + KeyText(key));
+  }
+  if (records_.count(key)) {
+    return FailedPreconditionError(KeyText(key) + " already has devices recorded");
+  }
+  Record record;
+  record.ids = it->second.ids;
+  SortNatural(&record.ids);
+  record.alloc_response = alloc_response;
+  record.kind = it->second.kind;
+  record.handed_over = it->second.handed_over;
+  const ResourceState* res = nullptr;
+  if (auto r = resources_.find(key.resource_name); r != resources_.end()) res = &r->second;
+  for (const std::string& id : record.ids) {
+    const DeviceInfo* info = nullptr;
+    if (res != nullptr) {
+      if (auto d = res->devices.find(id); d != res->devices.end()) info = &d->second;
+    }
+    if (info == nullptr || info->numa_nodes.empty()) {
+      record.by_numa[checkpoint::kNoNumaNode].push_back(id);
+    } else {
+      for (int64_t n : info->numa_nodes) record.by_numa[n].push_back(id);
+    }
+  }
+  reservations_.erase(it);
+  Change change;
+  change.upserts.push_back(
+      {key.pod_uid, key.container_name, key.resource_name, record.by_numa, record.alloc_response});
+  records_[key] = std::move(record);
+  last_commit_ = key;
+  return change;
+}
+
+Status Ledger::UndoCommit(const ContainerKey& key) {
+  auto it = records_.find(key);
+  if (!last_commit_ || *last_commit_ != key || it == records_.end() || reservations_.count(key)) {
+    return FailedPreconditionError("no commit to revert for " + KeyText(key));
+  }
+  ReservationState state;
+  state.kind = it->second.kind.value_or(ContainerKind::kApp);
+  state.ids = it->second.ids;
+  state.handed_over = it->second.handed_over;
+  reservations_[key] = std::move(state);
+  records_.erase(it);
+  last_commit_.reset();
+  return OkStatus();
+}
+
+Change Ledger::RemovePod(const std::string& pod_uid) {
+  Change change;
+  bool had_records = false;
+  for (auto it = records_.begin(); it != records_.end();) {
+    if (it->first.pod_uid == pod_uid) {
+      had_records = true;
+      it = records_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = reservations_.begin(); it != reservations_.end();) {
+    it = it->first.pod_uid == pod_uid ? reservations_.erase(it) : std::next(it);
+  }
+  if (last_commit_ && last_commit_->pod_uid == pod_uid) last_commit_.reset();
+  if (had_records) change.removed_pods.push_back(pod_uid);
+  return change;
+}
+
+Change Ledger::RetainOnlyPods(const std::set<std::string>& active_pod_uids) {
+  std::set<std::string> gone;
+  for (auto it = records_.begin(); it != records_.end();) {
+    if (!active_pod_uids.count(it->first.pod_uid)) {
+      gone.insert(it->first.pod_uid);
+      it = records_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (last_commit_ && gone.count(last_commit_->pod_uid)) last_commit_.reset();
+  Change change;
+  change.removed_pods.assign(gone.begin(), gone.end());
+  return change;
+}
+
+// ---------------------------------------------------------------- queries
+
+std::optional<PodDevicesEntry> Ledger::Entry(const ContainerKey& key) const {
+  auto it = records_.find(key);
+  if (it == records_.end()) return std::nullopt;
+  return PodDevicesEntry{key.pod_uid, key.container_name, key.resource_name, it->second.by_numa,
+                         it->second.alloc_response};
+}
+
+std::vector<PodDevicesEntry> Ledger::ContainerEntries(const std::string& pod_uid,
+                                                      const std::string& container) const {
+  std::vector<PodDevicesEntry> out;
+  for (const auto& [key, record] : records_) {
+    if (key.pod_uid == pod_uid && key.container_name == container) {
+      out.push_back({key.pod_uid, key.container_name, key.resource_name, record.by_numa,
+                     record.alloc_response});
+    }
+  }
+  return out;
+}
+
+std::vector<PodDevicesEntry> Ledger::PodEntries(const std::string& pod_uid) const {
+  std::vector<PodDevicesEntry> out;
+  for (const auto& [key, record] : records_) {
+    if (key.pod_uid == pod_uid) {
+      out.push_back({key.pod_uid, key.container_name, key.resource_name, record.by_numa,
+                     record.alloc_response});
+    }
+  }
+  return out;
+}
+
+std::vector<PodDevicesEntry> Ledger::AllEntries() const {
+  std::vector<PodDevicesEntry> out;
+  out.reserve(records_.size());
+  for (const auto& [key, record] : records_) {
+    out.push_back({key.pod_uid, key.container_name, key.resource_name, record.by_numa,
+                   record.alloc_response});
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- topology hints
+
+ResourceHints Ledger::GenerateHints(const std::string& resource,
+                                    const std::vector<std::string>& available,
+                                    const std::vector<std::string>& reusable,
+                                    int64_t count) const {
+  auto res = resources_.find(resource);
+  if (res == resources_.end()) return std::nullopt;
+  const auto& devices = res->second.devices;
+  std::vector<int64_t> nodes;
+  for (const auto& [id, info] : devices) {
+    nodes.insert(nodes.end(), info.numa_nodes.begin(), info.numa_nodes.end());
+  }
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  if (nodes.empty() || nodes.size() > kMaxHintNumaNodes) return std::nullopt;
+
+  // Each device as a bit mask over `nodes` (0 = no topology).
+  auto mask_of = [&](const DeviceInfo& info) {
+    uint32_t m = 0;
+    for (int64_t n : info.numa_nodes) {
+      m |= 1u << (std::lower_bound(nodes.begin(), nodes.end(), n) - nodes.begin());
+    }
+    return m;
+  };
+  std::vector<uint32_t> all_masks;
+  for (const auto& [id, info] : devices) all_masks.push_back(mask_of(info));
+  auto masks_for = [&](const std::vector<std::string>& ids) {
+    std::vector<uint32_t> out;
+    for (const std::string& id : ids) {
+      auto d = devices.find(id);
+      out.push_back(d == devices.end() ? 0u : mask_of(d->second));
+    }
+    return out;
+  };
+  const std::vector<uint32_t> available_masks = masks_for(available);
+  const std::vector<uint32_t> reusable_masks = masks_for(reusable);
+
+  const size_t n = nodes.size();
+  // Subsets ordered by size, then lexicographically by node list.
+  std::vector<uint32_t> subsets;
+  for (uint32_t m = 1; m < (1u << n); ++m) subsets.push_back(m);
+  auto node_list = [&](uint32_t m) {
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < n; ++i) {
+      if (m & (1u << i)) out.push_back(nodes[i]);
+    }
+    return out;
+  };
+  std::stable_sort(subsets.begin(), subsets.end(), [&](uint32_t a, uint32_t b) {
+    int ca = __builtin_popcount(a);
+    int cb = __builtin_popcount(b);
+    if (ca != cb) return ca < cb;
+    return node_list(a) < node_list(b);
+  });
+
+  int min_size = static_cast<int>(n);
+  std::vector<NumaHint> hints;
+  for (uint32_t subset : subsets) {
+    const int size = __builtin_popcount(subset);
+    int64_t in_subset = 0;
+    for (uint32_t m : all_masks) in_subset += (m & subset) ? 1 : 0;
+    if (in_subset >= count && size < min_size) min_size = size;
+
+    int64_t matching = 0;
+    bool reusable_outside = false;
+    for (uint32_t m : reusable_masks) {
+      if (m == 0) continue;  // no topology: does not constrain the subset
+      if (!(m & subset)) {
+        reusable_outside = true;
+        break;
+      }
+      ++matching;
+    }
+    if (reusable_outside) continue;
+    for (uint32_t m : available_masks) matching += (m & subset) ? 1 : 0;
+    if (matching < count) continue;
+    hints.push_back({node_list(subset), false});
+  }
+  for (NumaHint& h : hints) h.preferred = static_cast<int>(h.nodes.size()) == min_size;
+  return hints;
+}
+
+ResourceHints Ledger::TopologyHints(const Pod& pod, const std::string& container,
+                                    const std::string& resource, int64_t count) const {
+  if (count < 1) return std::nullopt;
+  auto res = resources_.find(resource);
+  if (res == resources_.end()) return std::nullopt;
+  bool has_topology = std::any_of(res->second.devices.begin(), res->second.devices.end(),
+                                  [](const auto& d) { return !d.second.numa_nodes.empty(); });
+  if (!has_topology) return std::nullopt;
+  auto rec = records_.find({pod.uid, container, resource});
+  if (rec != records_.end()) {
+    if (static_cast<int64_t>(rec->second.ids.size()) != count) return std::vector<NumaHint>{};
+    return GenerateHints(resource, rec->second.ids, {}, count);
+  }
+  std::vector<std::string> available = FreeIds(resource);
+  std::vector<std::string> reusable = HandOverPool(pod, container, resource);
+  if (static_cast<int64_t>(available.size() + reusable.size()) < count) {
+    return std::vector<NumaHint>{};
+  }
+  return GenerateHints(resource, available, reusable, count);
+}
+
+StatusOr<std::map<std::string, ResourceHints>> Ledger::ContainerTopologyHints(
+    const Pod& pod, const std::string& container) const {
+  const Container* c = pod.FindContainer(container);
+  if (c == nullptr) {
+    return NotFoundError("pod " + Quote(pod.uid) + " has no container " + Quote(container));
+  }
+  KDM_ASSIGN_OR_RETURN(auto requests, ContainerRequests(*c));
+  std::map<std::string, ResourceHints> out;
+  for (const auto& [resource, count] : requests) {
+    out[resource] = TopologyHints(pod, container, resource, count);
+  }
+  return out;
+}
+
+StatusOr<std::map<std::string, ResourceHints>> Ledger::PodTopologyHints(const Pod& pod) const {
+  KDM_ASSIGN_OR_RETURN(auto requests, PodRequests(pod));
+  std::map<std::string, ResourceHints> out;
+  for (const auto& [resource, count] : requests) {
+    auto res = resources_.find(resource);
+    bool has_topology =
+        res != resources_.end() &&
+        std::any_of(res->second.devices.begin(), res->second.devices.end(),
+                    [](const auto& d) { return !d.second.numa_nodes.empty(); });
+    if (!has_topology) {
+      out[resource] = std::nullopt;
+      continue;
+    }
+    std::set<std::string> held;
+    for (const auto& [key, record] : records_) {
+      if (key.pod_uid == pod.uid && key.resource_name == resource) {
+        held.insert(record.ids.begin(), record.ids.end());
+      }
+    }
+    if (!held.empty()) {
+      if (static_cast<int64_t>(held.size()) != count) {
+        out[resource] = std::vector<NumaHint>{};
+      } else {
+        out[resource] = GenerateHints(resource, {held.begin(), held.end()}, {}, count);
+      }
+      continue;
+    }
+    std::vector<std::string> available = FreeIds(resource);
+    if (static_cast<int64_t>(available.size()) < count) {
+      out[resource] = std::vector<NumaHint>{};
+      continue;
+    }
+    out[resource] = GenerateHints(resource, available, {}, count);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- restart
+
+int64_t Ledger::Restore(const checkpoint::CheckpointData& data) {
+  resources_.clear();
+  deleted_.clear();
+  records_.clear();
+  reservations_.clear();
+  last_commit_.reset();
+  int64_t skipped = 0;
+  for (const PodDevicesEntry& e : data.entries) {
+    if (e.pod_uid.empty() || e.container_name.empty() || e.resource_name.empty()) {
+      ++skipped;
+      continue;
+    }
+    Record record;
+    record.ids = FlattenDeviceIds(e.device_ids);
+    record.by_numa = e.device_ids;
+    record.alloc_response = e.alloc_response;
+    records_[e.key()] = std::move(record);
+  }
+  for (const auto& [resource, ids] : data.registered_devices) {
+    if (!resource.empty()) resources_[resource];
+  }
+  return skipped;
+}
+
+checkpoint::CheckpointData Ledger::ToCheckpointData() const {
+  checkpoint::CheckpointData data;
+  data.entries = AllEntries();
+  for (const auto& [resource, state] : resources_) {
+    data.registered_devices[resource] = HealthyDevices(resource);
+  }
+  return data;
+}
+
+// ---------------------------------------------------------------- invariants
+
+Status Ledger::CheckInvariants() const {
+  auto fail = [](const std::string& what) { return InternalError("ledger invariant: " + what); };
+  for (const std::string& r : deleted_) {
+    if (resources_.count(r)) return fail("resource " + Quote(r) + " is both registered and deleted");
+  }
+  // resource -> device id -> records holding it
+  std::map<std::string, std::map<std::string, std::vector<const ContainerKey*>>> holders;
+  for (const auto& [key, record] : records_) {
+    std::set<std::string> unique(record.ids.begin(), record.ids.end());
+    if (unique.size() != record.ids.size()) return fail(KeyText(key) + " lists a device twice");
+    std::vector<std::string> flat = FlattenDeviceIds(record.by_numa);
+    if (std::set<std::string>(flat.begin(), flat.end()) != unique) {
+      return fail(KeyText(key) + " has NUMA groups that differ from its device list");
+    }
+    if (reservations_.count(key)) return fail(KeyText(key) + " is both recorded and reserved");
+    for (const std::string& id : record.ids) holders[key.resource_name][id].push_back(&key);
+  }
+  auto kind_of = [&](const ContainerKey& key) { return records_.at(key).kind; };
+  for (const auto& [resource, by_id] : holders) {
+    for (const auto& [id, keys] : by_id) {
+      int running = 0;
+      for (const ContainerKey* k : keys) {
+        if (k->pod_uid != keys.front()->pod_uid) {
+          return fail("device " + Quote(id) + " of " + Quote(resource) + " is held by pods " +
+                      Quote(keys.front()->pod_uid) + " and " + Quote(k->pod_uid));
+        }
+        std::optional<ContainerKind> kind = kind_of(*k);
+        if (kind && *kind != ContainerKind::kInit) ++running;
+      }
+      if (running > 1) {
+        return fail("device " + Quote(id) + " of " + Quote(resource) +
+                    " is held by two running containers of pod " + Quote(keys.front()->pod_uid));
+      }
+    }
+  }
+  std::map<std::string, std::map<std::string, const ContainerKey*>> reserved;
+  for (const auto& [key, reservation] : reservations_) {
+    for (const std::string& id : reservation.handed_over) {
+      if (std::find(reservation.ids.begin(), reservation.ids.end(), id) == reservation.ids.end()) {
+        return fail(KeyText(key) + " hands over device " + Quote(id) + " it does not reserve");
+      }
+    }
+    for (const std::string& id : reservation.ids) {
+      auto [it, inserted] = reserved[key.resource_name].try_emplace(id, &key);
+      if (!inserted) {
+        return fail("device " + Quote(id) + " is reserved by " + KeyText(*it->second) + " and " +
+                    KeyText(key));
+      }
+      auto h = holders[key.resource_name].find(id);
+      if (h == holders[key.resource_name].end()) continue;
+      if (!reservation.handed_over.count(id)) {
+        return fail("device " + Quote(id) + " reserved by " + KeyText(key) + " is also allocated");
+      }
+      for (const ContainerKey* k : h->second) {
+        std::optional<ContainerKind> kind = kind_of(*k);
+        if (k->pod_uid != key.pod_uid || (kind && *kind != ContainerKind::kInit)) {
+          return fail("device " + Quote(id) + " handed to " + KeyText(key) +
+                      " is held by running container " + KeyText(*k));
+        }
+      }
+    }
+  }
+  for (const auto& [resource, state] : resources_) {
+    std::vector<std::string> free = FreeIds(resource);
+    std::set<std::string> free_set(free.begin(), free.end());
+    int64_t healthy = 0;
+    int64_t allocated = 0;
+    int64_t reserved_only = 0;
+    for (const auto& [id, info] : state.devices) {
+      if (!info.healthy) {
+        if (free_set.count(id)) return fail("unhealthy device " + Quote(id) + " counted as free");
+        continue;
+      }
+      ++healthy;
+      const bool is_allocated = holders[resource].count(id) > 0;
+      const bool is_reserved = reserved[resource].count(id) > 0;
+      if ((is_allocated || is_reserved) && free_set.count(id)) {
+        return fail("device " + Quote(id) + " of " + Quote(resource) + " is free and taken");
+      }
+      if (is_allocated) {
+        ++allocated;
+      } else if (is_reserved) {
+        ++reserved_only;
+      }
+    }
+    if (allocated + reserved_only + static_cast<int64_t>(free.size()) != healthy) {
+      return fail("resource " + Quote(resource) + ": allocated " + std::to_string(allocated) +
+                  " + reserved " + std::to_string(reserved_only) + " + free " +
+                  std::to_string(free.size()) + " != healthy " + std::to_string(healthy));
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace kdm::devicemanager
