@@ -1,0 +1,225 @@
+#include "kdm/devicemanager/endpoint.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <utility>
+
+#include "spdlog/spdlog.h"
+
+namespace kdm::devicemanager {
+
+namespace {
+
+std::chrono::system_clock::time_point DeadlineIn(std::chrono::milliseconds d) {
+  return std::chrono::system_clock::now() + d;
+}
+
+}  // namespace
+
+Status FromGrpc(const grpc::Status& s, const std::string& what) {
+  if (s.ok()) return OkStatus();
+  return Status(static_cast<StatusCode>(s.error_code()), what + ": " + s.error_message());
+}
+
+StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> DialPlugin(
+    const std::string& socket_path, std::chrono::milliseconds timeout) {
+  grpc::ChannelArguments args;
+  // A private connection per endpoint: closing the endpoint closes it.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel = grpc::CreateCustomChannel("unix://" + socket_path,
+                                           grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(DeadlineIn(timeout))) {
+    return UnavailableError("cannot dial plugin socket " + socket_path + " within " +
+                            std::to_string(timeout.count()) + " ms");
+  }
+  return std::shared_ptr<v1beta1::DevicePlugin::StubInterface>(
+      v1beta1::DevicePlugin::NewStub(channel));
+}
+
+Endpoint::Endpoint(std::string resource, std::string socket_path,
+                   std::shared_ptr<v1beta1::DevicePlugin::StubInterface> stub,
+                   Deadlines deadlines, Callbacks callbacks)
+    : resource_(std::move(resource)),
+      socket_path_(std::move(socket_path)),
+      stub_(std::move(stub)),
+      deadlines_(deadlines),
+      callbacks_(std::move(callbacks)) {}
+
+Endpoint::~Endpoint() { Stop(); }
+
+StatusOr<std::shared_ptr<Endpoint>> Endpoint::Connect(
+    std::string resource, std::string socket_path,
+    std::shared_ptr<v1beta1::DevicePlugin::StubInterface> stub, Deadlines deadlines,
+    Callbacks callbacks) {
+  std::shared_ptr<Endpoint> ep(new Endpoint(std::move(resource), std::move(socket_path),
+                                            std::move(stub), deadlines, std::move(callbacks)));
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(deadlines.options));
+    v1beta1::Empty empty;
+    grpc::Status s = ep->stub_->GetDevicePluginOptions(&ctx, empty, &ep->options_);
+    if (!s.ok()) {
+      ep->CountError(kGetDevicePluginOptions);
+      return FromGrpc(s, "GetDevicePluginOptions of " + ep->resource_ + " at " +
+                             ep->socket_path_);
+    }
+  }
+  ep->reader_ = std::thread([raw = ep.get()] { raw->ReadLoop(); });
+  bool got_first = false;
+  std::string why;
+  {
+    absl::MutexLock lock(&ep->mu_);
+    auto ready = [e = ep.get()]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
+      return e->latest_.seq > 0 || e->stream_ended_;
+    };
+    ep->mu_.AwaitWithTimeout(absl::Condition(&ready), absl::FromChrono(deadlines.first_snapshot));
+    got_first = ep->latest_.seq > 0;
+    if (!got_first && ep->stream_ended_) {
+      why = FromGrpc(ep->stream_status_.ok()
+                         ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed")
+                         : ep->stream_status_,
+                     "ListAndWatch of " + ep->resource_ + " ended before its first device list")
+                .message();
+    }
+  }
+  if (!got_first) {
+    ep->Stop();
+    if (!why.empty()) return UnavailableError(why);
+    ep->CountError(kListAndWatch);
+    return DeadlineExceededError("ListAndWatch of " + ep->resource_ + " at " + ep->socket_path_ +
+                                 " sent no device list within " +
+                                 std::to_string(deadlines.first_snapshot.count()) + " ms");
+  }
+  return ep;
+}
+
+void Endpoint::ReadLoop() {
+  v1beta1::Empty empty;
+  std::unique_ptr<grpc::ClientReaderInterface<v1beta1::ListAndWatchResponse>> reader =
+      stub_->ListAndWatch(&stream_context_, empty);
+  v1beta1::ListAndWatchResponse response;
+  while (reader->Read(&response)) {
+    {
+      absl::MutexLock lock(&mu_);
+      latest_.seq++;
+      latest_.devices = std::move(response);
+    }
+    response.Clear();
+    if (callbacks_.on_update) callbacks_.on_update(this);
+  }
+  grpc::Status status = reader->Finish();
+  bool notify;
+  {
+    absl::MutexLock lock(&mu_);
+    stream_ended_ = true;
+    stream_status_ = status;
+    notify = !stop_requested_;
+  }
+  if (notify) {
+    spdlog::info("event=listandwatch_ended resource={} socket={} code={} message=\"{}\"",
+                 resource_, socket_path_, static_cast<int>(status.error_code()),
+                 status.error_message());
+    if (!status.ok()) CountError(kListAndWatch);
+    if (callbacks_.on_stream_end) callbacks_.on_stream_end(this);
+  }
+}
+
+void Endpoint::Stop() {
+  absl::MutexLock stop_lock(&stop_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    stop_requested_ = true;
+  }
+  stream_context_.TryCancel();
+  if (reader_.joinable()) {
+    if (reader_.get_id() == std::this_thread::get_id()) {
+      // Only reachable if the last owner is dropped inside a callback; the
+      // thread is about to return, so it is left to finish by itself.
+      reader_.detach();
+    } else {
+      reader_.join();
+    }
+  }
+}
+
+Endpoint::Snapshot Endpoint::Latest() const {
+  absl::MutexLock lock(&mu_);
+  return latest_;
+}
+
+bool Endpoint::stopped() const {
+  absl::MutexLock lock(&mu_);
+  return stream_ended_ || stop_requested_;
+}
+
+Status Endpoint::StoppedError() const {
+  return UnavailableError("endpoint " + resource_ + " has been stopped");
+}
+
+void Endpoint::CountError(const char* method) const {
+  if (callbacks_.on_rpc_error) callbacks_.on_rpc_error(method);
+}
+
+StatusOr<std::vector<std::string>> Endpoint::GetPreferredAllocation(
+    const std::vector<std::string>& available, const std::vector<std::string>& must_include,
+    int size) {
+  if (stopped()) return StoppedError();
+  v1beta1::PreferredAllocationRequest request;
+  auto* c = request.add_container_requests();
+  for (const auto& id : available) c->add_available_deviceids(id);
+  for (const auto& id : must_include) c->add_must_include_deviceids(id);
+  c->set_allocation_size(size);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(deadlines_.rpc));
+  v1beta1::PreferredAllocationResponse response;
+  grpc::Status s = stub_->GetPreferredAllocation(&ctx, request, &response);
+  if (!s.ok()) {
+    CountError(kGetPreferredAllocation);
+    return FromGrpc(s, "GetPreferredAllocation of " + resource_);
+  }
+  if (response.container_responses_size() == 0) {
+    return InvalidArgumentError("GetPreferredAllocation of " + resource_ +
+                                " returned no container response");
+  }
+  const auto& ids = response.container_responses(0).deviceids();
+  return std::vector<std::string>(ids.begin(), ids.end());
+}
+
+StatusOr<v1beta1::ContainerAllocateResponse> Endpoint::Allocate(
+    const std::vector<std::string>& ids) {
+  if (stopped()) return StoppedError();
+  v1beta1::AllocateRequest request;
+  auto* c = request.add_container_requests();
+  for (const auto& id : ids) c->add_devices_ids(id);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(deadlines_.rpc));
+  v1beta1::AllocateResponse response;
+  grpc::Status s = stub_->Allocate(&ctx, request, &response);
+  if (!s.ok()) {
+    CountError(kAllocate);
+    return FromGrpc(s, "Allocate of " + resource_);
+  }
+  if (response.container_responses_size() == 0) {
+    CountError(kAllocate);
+    return Status(StatusCode::kUnknown,
+                  "Allocate of " + resource_ + " returned no container response");
+  }
+  return response.container_responses(0);
+}
+
+Status Endpoint::PreStartContainer(const std::vector<std::string>& ids) {
+  if (stopped()) return StoppedError();
+  v1beta1::PreStartContainerRequest request;
+  for (const auto& id : ids) request.add_devices_ids(id);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(deadlines_.pre_start));
+  v1beta1::PreStartContainerResponse response;
+  grpc::Status s = stub_->PreStartContainer(&ctx, request, &response);
+  if (!s.ok()) {
+    CountError(kPreStartContainer);
+    return FromGrpc(s, "PreStartContainer of " + resource_);
+  }
+  return OkStatus();
+}
+
+}  // namespace kdm::devicemanager

@@ -1,0 +1,148 @@
+// kdm::devicemanager::Endpoint: the device manager's client of one plugin
+// socket (one registration of one resource). Private header (not installed).
+//
+// Connect() reads the plugin's options (GetDevicePluginOptions, ignoring what
+// the RegisterRequest claimed), opens the ListAndWatch stream on a reader
+// thread owned by the Endpoint, and waits, bounded, for the first device
+// list. Every later ListAndWatch message is a full snapshot; the Endpoint
+// keeps only the newest one (Latest()) and tells its owner through
+// on_update. When the stream ends for any reason the Endpoint is stopped:
+// on_stream_end runs once, and every RPC then fails with
+// "endpoint <r> has been stopped". Every RPC has a deadline.
+//
+// Thread-safety: every method may be called from any thread. The callbacks
+// run on the reader thread, without any Endpoint lock held. Stop() (and the
+// destructor) joins the reader thread, so it must not be called while holding
+// a lock that a callback takes, nor from inside a callback.
+//
+// Example:
+//   KDM_ASSIGN_OR_RETURN(auto stub, DialPlugin(path, std::chrono::seconds(10)));
+//   KDM_ASSIGN_OR_RETURN(auto ep, Endpoint::Connect("vendor.com/gpu", path, stub,
+//                                                   Endpoint::Deadlines{}, callbacks));
+//   auto response = ep->Allocate({"gpu0"});
+//   ep->Stop();
+#ifndef KDM_DEVICEMANAGER_ENDPOINT_H_
+#define KDM_DEVICEMANAGER_ENDPOINT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kdm/base/status.h"
+
+namespace kdm::devicemanager {
+
+// Converts a gRPC status, prefixing the message with `what`.
+Status FromGrpc(const grpc::Status& s, const std::string& what);
+
+// Opens a channel to the unix socket `socket_path` (a private connection, not
+// shared with other channels) and waits up to `timeout` for it to connect.
+// UNAVAILABLE naming the path when it does not.
+StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> DialPlugin(
+    const std::string& socket_path, std::chrono::milliseconds timeout);
+
+class Endpoint {
+ public:
+  // Names of the plugin RPCs, as used in counters and logs.
+  static constexpr const char* kGetDevicePluginOptions = "GetDevicePluginOptions";
+  static constexpr const char* kListAndWatch = "ListAndWatch";
+  static constexpr const char* kGetPreferredAllocation = "GetPreferredAllocation";
+  static constexpr const char* kAllocate = "Allocate";
+  static constexpr const char* kPreStartContainer = "PreStartContainer";
+
+  struct Deadlines {
+    std::chrono::milliseconds options{10'000};
+    // How long Connect waits for the first ListAndWatch message.
+    std::chrono::milliseconds first_snapshot{10'000};
+    std::chrono::milliseconds rpc{10'000};  // GetPreferredAllocation, Allocate
+    std::chrono::milliseconds pre_start{30'000};
+  };
+
+  struct Callbacks {
+    // A newer snapshot is available through Latest().
+    std::function<void(Endpoint*)> on_update;
+    // The stream ended by itself (not after Stop()). Runs at most once.
+    std::function<void(Endpoint*)> on_stream_end;
+    // An RPC failed (method is one of the k… names above).
+    std::function<void(const char* method)> on_rpc_error;
+  };
+
+  // The newest ListAndWatch message and its sequence number (1 for the first).
+  struct Snapshot {
+    std::uint64_t seq = 0;
+    v1beta1::ListAndWatchResponse devices;
+  };
+
+  // See the file comment. Errors: GetDevicePluginOptions failed or timed out;
+  // the stream ended before its first message; no message within
+  // deadlines.first_snapshot. On error nothing is left running.
+  static StatusOr<std::shared_ptr<Endpoint>> Connect(
+      std::string resource, std::string socket_path,
+      std::shared_ptr<v1beta1::DevicePlugin::StubInterface> stub, Deadlines deadlines,
+      Callbacks callbacks);
+
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  // Cancels the stream and joins the reader thread; RPCs fail from now on.
+  // Idempotent. REQUIRES: see the file comment.
+  void Stop();
+
+  const std::string& resource() const { return resource_; }
+  const std::string& socket_path() const { return socket_path_; }
+  const v1beta1::DevicePluginOptions& options() const { return options_; }
+
+  Snapshot Latest() const ABSL_LOCKS_EXCLUDED(mu_);
+  // True once the stream has ended or Stop() was called.
+  bool stopped() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The device ids the plugin prefers (container_responses[0]), unvalidated.
+  StatusOr<std::vector<std::string>> GetPreferredAllocation(
+      const std::vector<std::string>& available, const std::vector<std::string>& must_include,
+      int size) ABSL_LOCKS_EXCLUDED(mu_);
+  // container_responses[0] of an Allocate with one container request.
+  StatusOr<v1beta1::ContainerAllocateResponse> Allocate(const std::vector<std::string>& ids)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  Status PreStartContainer(const std::vector<std::string>& ids) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  Endpoint(std::string resource, std::string socket_path,
+           std::shared_ptr<v1beta1::DevicePlugin::StubInterface> stub, Deadlines deadlines,
+           Callbacks callbacks);
+
+  void ReadLoop();
+  Status StoppedError() const;
+  void CountError(const char* method) const;
+
+  const std::string resource_;
+  const std::string socket_path_;
+  const std::shared_ptr<v1beta1::DevicePlugin::StubInterface> stub_;
+  const Deadlines deadlines_;
+  const Callbacks callbacks_;
+  v1beta1::DevicePluginOptions options_;  // set once by Connect
+
+  mutable absl::Mutex mu_;
+  Snapshot latest_ ABSL_GUARDED_BY(mu_);
+  bool stream_ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status stream_status_ ABSL_GUARDED_BY(mu_);
+
+  // The stream's context: cancelled by Stop(), read by the reader thread.
+  grpc::ClientContext stream_context_;
+  // Owned by the Endpoint and joined by Stop(); only Stop() touches it.
+  std::thread reader_;
+  // Serialises Stop() callers (held while joining; taken before mu_).
+  absl::Mutex stop_mu_;
+};
+
+}  // namespace kdm::devicemanager
+
+#endif  // KDM_DEVICEMANAGER_ENDPOINT_H_

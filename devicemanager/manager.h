@@ -1,0 +1,228 @@
+// kdm::devicemanager::Manager: the device manager an embedder (a node agent)
+// drives: device plugins register with it over gRPC, it tracks which devices
+// are healthy and which container holds which, survives restarts through a
+// checkpoint Store, and hands the container runtime the env vars, mounts,
+// device nodes and CDI names for each container.
+//
+// The Manager serves the device plugin Registration service on
+// <plugin_dir>/kubelet.sock and keeps one endpoint (a gRPC client with a
+// ListAndWatch stream) per registered plugin socket. Admission (Allocate)
+// follows the kubelet's rules and texts (SPEC.md §3), with kdm's promises
+// (SPEC.md §5): every plugin RPC has a deadline, devices are reserved while
+// the RPCs run and released on every failure path, preferred answers are
+// validated, merges are deterministic, every change is one checkpoint
+// transaction, and a reboot does not resurrect stale allocations.
+//
+// Thread-safety: every method may be called from any thread concurrently.
+// One internal mutex guards the state; it is never held across a plugin RPC,
+// so a hung plugin delays only the pods that use it. Callbacks given in
+// Options and Subscribe() are invoked without that mutex held, on internal
+// threads (gRPC, endpoint readers, the clock's timer thread); they may call
+// the Manager's query methods but must not call Stop().
+//
+// Example:
+//   kdm::devicemanager::Manager::Options options;
+//   options.plugin_dir = "/var/lib/kubelet/device-plugins";
+//   options.active_pods = [&] { return agent.ActivePodUids(); };
+//   auto manager = kdm::devicemanager::Manager::Create(std::move(options));
+//   if (!manager.ok()) return Fail(manager.status());
+//   if (auto s = (*manager)->Start(); !s.ok()) return Fail(s);
+//   if (auto s = (*manager)->Allocate(pod, "main"); !s.ok()) Reject(pod, s.message());
+//   auto run = (*manager)->GetDeviceRunContainerOptions(pod, "main");
+//   ...
+//   (*manager)->Stop();
+#ifndef KDM_DEVICEMANAGER_MANAGER_H_
+#define KDM_DEVICEMANAGER_MANAGER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kdm/base/status.h"
+#include "kdm/checkpoint/store.h"
+#include "kdm/devicemanager/clock.h"
+#include "kdm/devicemanager/pod.h"
+
+namespace kdm::devicemanager {
+
+// One mount, device node or CDI device for the container runtime.
+struct Mount {
+  std::string container_path;
+  std::string host_path;
+  bool read_only = false;
+  friend bool operator==(const Mount&, const Mount&) = default;
+};
+struct DeviceSpec {
+  std::string container_path;
+  std::string host_path;
+  std::string permissions;  // cgroup permissions from "r", "w", "m"
+  friend bool operator==(const DeviceSpec&, const DeviceSpec&) = default;
+};
+
+// The merged allocate responses of every device resource of one container
+// (SPEC.md §3 "Run options", §5.5): envs by name, mounts and device specs by
+// container path, annotations by key, CDI devices de-duplicated by name.
+// Resources are merged in resource-name order; on a conflict the first
+// resource's value is kept and the conflict is listed in `conflicts`.
+struct RunContainerOptions {
+  std::map<std::string, std::string> envs;
+  std::vector<Mount> mounts;          // sorted by container path
+  std::vector<DeviceSpec> devices;    // sorted by container path
+  std::map<std::string, std::string> annotations;
+  std::vector<std::string> cdi_devices;  // in merge order
+  // One line per conflict, e.g. `env "X": vendor.com/b's value ignored,
+  // vendor.com/a's kept`.
+  std::vector<std::string> conflicts;
+};
+
+struct CapacityReport {
+  // capacity = healthy + unhealthy; allocatable = healthy (SPEC.md §3).
+  struct Amounts {
+    int64_t capacity = 0;
+    int64_t allocatable = 0;
+    friend bool operator==(const Amounts&, const Amounts&) = default;
+  };
+  std::map<std::string, Amounts> resources;
+  // Resources whose grace period expired (and not registered since).
+  std::vector<std::string> deleted;
+};
+
+// A NUMA topology hint for one resource.
+struct TopologyHint {
+  std::vector<int64_t> numa_nodes;  // sorted
+  bool preferred = false;
+  friend bool operator==(const TopologyHint&, const TopologyHint&) = default;
+};
+// Per resource: std::nullopt = no preference (no device has topology); an
+// empty vector = no placement can satisfy the request.
+using TopologyHints = std::map<std::string, std::optional<std::vector<TopologyHint>>>;
+
+// Devices of one resource on one NUMA node, as the pod-resources API reports
+// them (one entry per NUMA node; devices without topology: numa_node empty).
+struct ContainerDevices {
+  std::string resource_name;
+  std::vector<std::string> device_ids;
+  std::optional<int64_t> numa_node;
+  friend bool operator==(const ContainerDevices&, const ContainerDevices&) = default;
+};
+
+// A device whose health changed, as seen in a ListAndWatch snapshot (or all
+// devices of a resource whose plugin went away, or whose grace expired).
+struct DeviceHealthEvent {
+  std::string resource_name;
+  std::string device_id;
+  bool healthy = false;
+  friend bool operator==(const DeviceHealthEvent&, const DeviceHealthEvent&) = default;
+};
+
+// Counters (issue 6 turns them into Prometheus metrics). Monotonic.
+struct ManagerStats {
+  int64_t registrations_accepted = 0;
+  int64_t registrations_rejected = 0;
+  // GetPreferredAllocation outcomes.
+  int64_t preferred_ok = 0;            // answer validated and used
+  int64_t preferred_invalid = 0;       // answer rejected, kdm's choice used
+  int64_t preferred_rpc_error = 0;     // RPC failed, kdm's choice used
+  int64_t preferred_not_asked = 0;     // plugin does not offer it, or no real choice
+  int64_t preferred_taken = 0;         // valid answer lost a race, kdm's choice used
+  // Plugin RPC errors by method name ("Allocate", "ListAndWatch", ...).
+  std::map<std::string, int64_t> rpc_errors;
+  int64_t allocations = 0;             // (container, resource) allocations committed
+  int64_t allocation_failures = 0;     // Allocate() calls that returned an error
+  int64_t checkpoint_errors = 0;       // store writes that failed
+};
+
+class Manager {
+ public:
+  struct Options {
+    // Directory of kubelet.sock and the plugins' sockets (created 0750).
+    std::string plugin_dir = "/var/lib/kubelet/device-plugins";
+    // Where allocations live across restarts. Null: an in-memory store.
+    std::shared_ptr<checkpoint::Store> store;
+    // Deadline of dialing a plugin, GetDevicePluginOptions, and the wait for
+    // its first ListAndWatch message (each).
+    std::chrono::milliseconds registration_timeout{10'000};
+    // Deadline of GetPreferredAllocation and Allocate.
+    std::chrono::milliseconds rpc_timeout{10'000};
+    // Deadline of PreStartContainer.
+    std::chrono::milliseconds pre_start_timeout{30'000};
+    // How long a resource whose last plugin disconnected stays (unhealthy)
+    // before it is removed from capacity.
+    std::chrono::milliseconds grace_period{std::chrono::minutes(5)};
+    // The uids of the pods that are active now; used by
+    // UpdateAllocatedDevices() and after a reboot. Null: no pod is active.
+    std::function<std::set<std::string>()> active_pods;
+    // Null: the system's steady clock.
+    std::shared_ptr<Clock> clock;
+    // Null: reads /proc/sys/kernel/random/boot_id.
+    std::function<StatusOr<std::string>()> boot_id_provider;
+  };
+
+  using HealthCallback = std::function<void(const std::vector<DeviceHealthEvent>& events)>;
+
+  // Validates `options` (no I/O). INVALID_ARGUMENT naming the bad field.
+  static StatusOr<std::unique_ptr<Manager>> Create(Options options);
+
+  // Stops if running.
+  virtual ~Manager() = default;
+
+  // Creates the plugin directory, restores the checkpoint (allocations, and
+  // each registered resource with no devices until its plugin registers;
+  // after a reboot only allocations of active pods), removes every plugin
+  // socket so plugins re-register, and serves Registration. Errors: the
+  // directory or the store is unusable, Registration cannot be served,
+  // Start called twice.
+  virtual Status Start() = 0;
+  // Stops serving, closes every endpoint, cancels timers, joins every
+  // thread. Idempotent; also safe without Start().
+  virtual void Stop() = 0;
+
+  // Allocates devices for every device resource in `container`'s limits
+  // (SPEC.md §3 rules and texts). OK when nothing is needed. On error no
+  // device stays reserved and nothing is recorded for the failing resource.
+  virtual Status Allocate(const Pod& pod, const std::string& container) = 0;
+
+  // Merged run options of the container's recorded devices; calls
+  // PreStartContainer (with its deadline) for every resource whose plugin
+  // asks for it. Errors: PreStartContainer failed, its endpoint stopped.
+  virtual StatusOr<RunContainerOptions> GetDeviceRunContainerOptions(
+      const Pod& pod, const std::string& container) = 0;
+
+  virtual CapacityReport GetCapacity() const = 0;
+
+  // Garbage collection: drops the devices of pods the active_pods callback
+  // does not list.
+  virtual Status UpdateAllocatedDevices() = 0;
+  // Drops every device record of the pod.
+  virtual Status RemovePod(const std::string& pod_uid) = 0;
+
+  virtual StatusOr<TopologyHints> GetTopologyHints(const Pod& pod,
+                                                   const std::string& container) const = 0;
+  virtual StatusOr<TopologyHints> GetPodTopologyHints(const Pod& pod) const = 0;
+
+  // Healthy devices of every resource (pod-resources GetAllocatableResources).
+  virtual std::vector<ContainerDevices> GetAllocatableDevices() const = 0;
+  // Devices recorded for one container (pod-resources List/Get).
+  virtual std::vector<ContainerDevices> GetDevices(const std::string& pod_uid,
+                                                   const std::string& container) const = 0;
+  // Pod uids with recorded devices, sorted.
+  virtual std::vector<std::string> GetPodsWithDevices() const = 0;
+
+  // Calls `callback` with every batch of device health changes. Returns an
+  // id for Unsubscribe(); after Unsubscribe returns the callback is not
+  // running and will not run again.
+  virtual int64_t Subscribe(HealthCallback callback) = 0;
+  virtual void Unsubscribe(int64_t id) = 0;
+
+  virtual ManagerStats GetStats() const = 0;
+};
+
+}  // namespace kdm::devicemanager
+
+#endif  // KDM_DEVICEMANAGER_MANAGER_H_

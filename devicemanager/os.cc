@@ -1,0 +1,119 @@
+#include "kdm/devicemanager/os.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+
+namespace kdm::devicemanager {
+
+namespace {
+
+std::string ErrnoText(int err) { return std::string(strerror(err)); }
+
+std::string RealPath(const std::string& path) {
+  char buf[PATH_MAX];
+  if (realpath(path.c_str(), buf) == nullptr) return "";
+  return buf;
+}
+
+}  // namespace
+
+std::string JoinPath(std::string_view dir, std::string_view name) {
+  std::string out(dir);
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  if (out.empty() || out.back() != '/') out += '/';
+  out += name;
+  return out;
+}
+
+StatusOr<std::string> ReadBootId(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFoundError("cannot read boot id from " + path);
+  std::string line;
+  std::getline(in, line);
+  while (!line.empty() && (line.back() == '\n' || line.back() == ' ' || line.back() == '\r')) {
+    line.pop_back();
+  }
+  if (line.empty()) return InternalError("boot id file " + path + " is empty");
+  return line;
+}
+
+Status EnsureDirectory(const std::string& dir, unsigned mode) {
+  if (dir.empty()) return InvalidArgumentError("directory path is empty");
+  std::string partial;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    partial = dir.substr(0, pos);
+    if (partial.empty()) continue;
+    if (mkdir(partial.c_str(), static_cast<mode_t>(mode)) != 0 && errno != EEXIST) {
+      return InternalError("cannot create directory " + partial + ": " + ErrnoText(errno));
+    }
+  }
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    return InternalError("cannot stat " + dir + ": " + ErrnoText(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) return FailedPreconditionError(dir + " exists and is not a directory");
+  return OkStatus();
+}
+
+StatusOr<std::vector<std::string>> RemoveSocketsExcept(const std::string& dir,
+                                                       std::string_view keep) {
+  std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(dir.c_str()), closedir);
+  if (!d) return InternalError("cannot list " + dir + ": " + ErrnoText(errno));
+  std::vector<std::string> removed;
+  while (struct dirent* e = readdir(d.get())) {
+    std::string name = e->d_name;
+    if (name == "." || name == ".." || name == keep) continue;
+    std::string path = JoinPath(dir, name);
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return InternalError("cannot remove stale socket " + path + ": " + ErrnoText(errno));
+    }
+    removed.push_back(name);
+  }
+  return removed;
+}
+
+StatusOr<std::string> CheckPluginEndpoint(const std::string& dir, const std::string& endpoint) {
+  auto invalid = [&](std::string_view why) {
+    return InvalidArgumentError("invalid endpoint \"" + endpoint + "\": " + std::string(why));
+  };
+  if (endpoint.empty()) return invalid("the socket file name is empty");
+  if (endpoint.find('/') != std::string::npos) {
+    return invalid("must be a plain file name inside the plugin directory, without '/'");
+  }
+  if (endpoint.find("..") != std::string::npos) return invalid("must not contain \"..\"");
+  if (endpoint == "." ) return invalid("must name a file, not the directory");
+  std::string path = JoinPath(dir, endpoint);
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      return NotFoundError("invalid endpoint \"" + endpoint + "\": no such file in " + dir);
+    }
+    return invalid("cannot stat " + path + ": " + ErrnoText(errno));
+  }
+  if (S_ISLNK(st.st_mode)) {
+    std::string target = RealPath(path);
+    std::string real_dir = RealPath(dir);
+    if (target.empty()) return invalid("symlink does not resolve");
+    auto slash = target.rfind('/');
+    if (real_dir.empty() || slash == std::string::npos || target.substr(0, slash) != real_dir) {
+      return invalid("symlink leads outside the plugin directory");
+    }
+    if (stat(path.c_str(), &st) != 0) return invalid("symlink does not resolve");
+  }
+  if (!S_ISSOCK(st.st_mode)) return invalid("not a unix socket");
+  return path;
+}
+
+}  // namespace kdm::devicemanager

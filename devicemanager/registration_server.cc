@@ -1,0 +1,156 @@
+#include "kdm/devicemanager/registration_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <utility>
+
+#include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kdm/devicemanager/os.h"
+#include "kdm/pluginapi/constants.h"
+#include "spdlog/spdlog.h"
+
+namespace kdm::devicemanager {
+
+namespace {
+
+bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+bool IsAlnum(char c) { return IsLowerAlnum(c) || (c >= 'A' && c <= 'Z'); }
+
+// RFC 1123 subdomain: dot-separated labels of [a-z0-9]([-a-z0-9]*[a-z0-9])?.
+bool IsDns1123Subdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  size_t start = 0;
+  while (true) {
+    size_t dot = s.find('.', start);
+    std::string_view label = s.substr(start, dot == std::string_view::npos ? s.npos : dot - start);
+    if (label.empty() || !IsLowerAlnum(label.front()) || !IsLowerAlnum(label.back())) return false;
+    for (char c : label) {
+      if (!IsLowerAlnum(c) && c != '-') return false;
+    }
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+}
+
+bool IsQualifiedNamePart(std::string_view s) {
+  if (s.empty() || s.size() > 63) return false;
+  if (!IsAlnum(s.front()) || !IsAlnum(s.back())) return false;
+  for (char c : s) {
+    if (!IsAlnum(c) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return true;
+}
+
+grpc::Status ToGrpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
+}
+
+}  // namespace
+
+Status ValidateVersion(const std::string& version) {
+  if (version == pluginapi::kVersion) return OkStatus();
+  return InvalidArgumentError("requested API version \"" + version +
+                              "\" is not supported by kubelet. Supported version is \"" +
+                              std::string(pluginapi::kVersion) + "\"");
+}
+
+bool IsExtendedResourceName(std::string_view name) {
+  size_t slash = name.find('/');
+  if (slash == std::string_view::npos) return false;                        // native
+  if (name.find("kubernetes.io/") != std::string_view::npos) return false;  // native
+  if (name.starts_with("requests.")) return false;
+  if (name.find('/', slash + 1) != std::string_view::npos) return false;
+  return IsDns1123Subdomain(name.substr(0, slash)) && IsQualifiedNamePart(name.substr(slash + 1));
+}
+
+Status ValidateResourceName(const std::string& name) {
+  if (IsExtendedResourceName(name)) return OkStatus();
+  return InvalidArgumentError("the ResourceName \"" + name + "\" is invalid");
+}
+
+class RegistrationServer::Service final : public v1beta1::Registration::Service {
+ public:
+  Service(std::string dir, Handler handler, RejectObserver on_invalid)
+      : dir_(std::move(dir)), handler_(std::move(handler)), on_invalid_(std::move(on_invalid)) {}
+
+  grpc::Status Register(grpc::ServerContext*, const v1beta1::RegisterRequest* request,
+                        v1beta1::Empty*) override {
+    Status s = Handle(*request);
+    if (s.ok()) {
+      spdlog::info("event=register_accepted resource={} endpoint={}", request->resource_name(),
+                   request->endpoint());
+    } else {
+      spdlog::warn("event=register_rejected resource=\"{}\" endpoint=\"{}\" version=\"{}\" "
+                   "error=\"{}\"",
+                   request->resource_name(), request->endpoint(), request->version(),
+                   s.message());
+    }
+    return ToGrpc(s);
+  }
+
+ private:
+  Status Handle(const v1beta1::RegisterRequest& request) {
+    StatusOr<std::string> socket = Validate(request);
+    if (!socket.ok()) {
+      if (on_invalid_) on_invalid_(socket.status());
+      return socket.status();
+    }
+    return handler_(request.resource_name(), *socket);
+  }
+
+  StatusOr<std::string> Validate(const v1beta1::RegisterRequest& request) {
+    KDM_RETURN_IF_ERROR(ValidateVersion(request.version()));
+    KDM_RETURN_IF_ERROR(ValidateResourceName(request.resource_name()));
+    return CheckPluginEndpoint(dir_, request.endpoint());
+  }
+
+  const std::string dir_;
+  const Handler handler_;
+  const RejectObserver on_invalid_;
+};
+
+RegistrationServer::RegistrationServer(std::string dir, std::string socket_path, Handler handler,
+                                       RejectObserver on_invalid)
+    : dir_(std::move(dir)),
+      socket_path_(std::move(socket_path)),
+      service_(std::make_unique<Service>(dir_, std::move(handler), std::move(on_invalid))) {}
+
+RegistrationServer::~RegistrationServer() { Stop(); }
+
+StatusOr<std::unique_ptr<RegistrationServer>> RegistrationServer::Start(
+    const std::string& dir, Handler handler, RejectObserver on_invalid) {
+  std::string socket = JoinPath(dir, pluginapi::kKubeletSocketName);
+  if (socket.size() > pluginapi::kMaxUnixSocketPathLength) {
+    return InvalidArgumentError("registration socket path " + socket + " is longer than " +
+                                std::to_string(pluginapi::kMaxUnixSocketPathLength) + " bytes");
+  }
+  ::unlink(socket.c_str());
+  std::unique_ptr<RegistrationServer> rs(
+      new RegistrationServer(dir, socket, std::move(handler), std::move(on_invalid)));
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort("unix://" + socket, grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(rs->service_.get());
+  rs->server_ = builder.BuildAndStart();
+  if (!rs->server_) {
+    return UnavailableError("cannot serve Registration on " + socket);
+  }
+  spdlog::info("event=registration_serving socket={}", socket);
+  return rs;
+}
+
+void RegistrationServer::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (server_) {
+    // Running Register calls are bounded by the dial/options/stream deadlines.
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    server_->Wait();
+  }
+  ::unlink(socket_path_.c_str());
+}
+
+}  // namespace kdm::devicemanager

@@ -1,0 +1,92 @@
+// kdm::devicemanager::RegistrationServer: the gRPC Registration service the
+// device manager serves on <plugin dir>/kubelet.sock. Private header.
+//
+// A Register call is validated here (SPEC §3: API version and extended
+// resource name, with the kubelet's texts; SPEC §5.4: the endpoint is a plain
+// file name of a unix socket inside the plugin directory) and then handed to
+// the Handler (the Manager), which dials the plugin, reads its options and
+// opens ListAndWatch; the Handler's Status is the Register answer.
+//
+// Thread-safety: Start/Stop from one owner thread; the Handler runs on gRPC
+// server threads, possibly concurrently, and must be thread-safe. Stop()
+// waits for running Register calls, so the Handler must not wait for Stop().
+//
+// Example:
+//   KDM_ASSIGN_OR_RETURN(auto server, RegistrationServer::Start(dir,
+//       [&](const std::string& resource, const std::string& socket) {
+//         return manager.RegisterPlugin(resource, socket);
+//       }));
+//   ...
+//   server->Stop();
+#ifndef KDM_DEVICEMANAGER_REGISTRATION_SERVER_H_
+#define KDM_DEVICEMANAGER_REGISTRATION_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kdm/base/status.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace kdm::devicemanager {
+
+// SPEC §3: INVALID_ARGUMENT `requested API version "<v>" is not supported by
+// kubelet. Supported version is "v1beta1"` unless version is "v1beta1".
+Status ValidateVersion(const std::string& version);
+
+// True for an extended resource name (SPEC §3): contains one '/', no
+// "kubernetes.io/", no "requests." prefix, a DNS-1123 subdomain prefix (at
+// most 253 chars) and a name part of at most 63 chars matching
+// [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?.
+bool IsExtendedResourceName(std::string_view name);
+
+// INVALID_ARGUMENT `the ResourceName "<r>" is invalid` unless
+// IsExtendedResourceName(name).
+Status ValidateResourceName(const std::string& name);
+
+class RegistrationServer {
+ public:
+  // Gets a validated registration: the resource name and the absolute path
+  // of the plugin's socket.
+  using Handler = std::function<Status(const std::string& resource,
+                                       const std::string& socket_path)>;
+
+  // Gets every request refused by validation (before the Handler).
+  using RejectObserver = std::function<void(const Status& why)>;
+
+  // Removes a stale <dir>/kubelet.sock and serves Registration there.
+  // REQUIRES: `dir` exists. Errors: the socket path is too long, or the
+  // server cannot bind.
+  static StatusOr<std::unique_ptr<RegistrationServer>> Start(const std::string& dir,
+                                                             Handler handler,
+                                                             RejectObserver on_invalid = {});
+
+  ~RegistrationServer();
+  RegistrationServer(const RegistrationServer&) = delete;
+  RegistrationServer& operator=(const RegistrationServer&) = delete;
+
+  // Stops serving, waits for running Register calls, removes the socket.
+  // Idempotent.
+  void Stop();
+
+  const std::string& socket_path() const { return socket_path_; }
+
+ private:
+  class Service;
+  RegistrationServer(std::string dir, std::string socket_path, Handler handler,
+                     RejectObserver on_invalid);
+
+  const std::string dir_;
+  const std::string socket_path_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  bool stopped_ = false;
+};
+
+}  // namespace kdm::devicemanager
+
+#endif  // KDM_DEVICEMANAGER_REGISTRATION_SERVER_H_
