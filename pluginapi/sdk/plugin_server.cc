@@ -1,0 +1,591 @@
+#include "kdm/pluginapi/sdk/plugin_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <atomic>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "deviceplugin/v1beta1/api.grpc.pb.h"
+
+namespace kdm::plugin {
+
+v1beta1::ListAndWatchResponse ToListAndWatchResponse(const std::vector<Device>& devices) {
+  v1beta1::ListAndWatchResponse response;
+  for (const Device& d : devices) {
+    v1beta1::Device* out = response.add_devices();
+    out->set_id(d.id);
+    out->set_health(std::string(d.healthy ? pluginapi::kHealthy : pluginapi::kUnhealthy));
+    if (!d.numa_nodes.empty()) {
+      for (int64_t node : d.numa_nodes) out->mutable_topology()->add_nodes()->set_id(node);
+    }
+  }
+  return response;
+}
+
+std::string DefaultSocketName(const std::string& resource_name) {
+  std::string name = resource_name;
+  for (char& c : name) {
+    bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '.' || c == '-' || c == '_';
+    if (!keep) c = '_';
+  }
+  return name + ".sock";
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+// gRPC deadlines take system_clock time points only.
+using Clock = std::chrono::system_clock;
+
+grpc::Status ToGrpc(const Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
+}
+
+// Identity of a file, to notice that it was removed and created again.
+struct FileId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  friend bool operator==(const FileId&, const FileId&) = default;
+};
+
+std::optional<FileId> StatFile(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileId{st.st_dev, st.st_ino};
+}
+
+class PluginServerImpl;
+
+// The gRPC service of one serving generation. It forwards to the server,
+// which owns the state; a new generation gets a new service object because a
+// grpc::Service can only ever be registered with one server.
+class DevicePluginService final : public v1beta1::DevicePlugin::Service {
+ public:
+  DevicePluginService(PluginServerImpl* owner, uint64_t generation)
+      : owner_(owner), generation_(generation) {}
+
+  grpc::Status GetDevicePluginOptions(grpc::ServerContext*, const v1beta1::Empty*,
+                                      v1beta1::DevicePluginOptions* response) override;
+  grpc::Status ListAndWatch(grpc::ServerContext* context, const v1beta1::Empty*,
+                            grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override;
+  grpc::Status GetPreferredAllocation(grpc::ServerContext*,
+                                      const v1beta1::PreferredAllocationRequest* request,
+                                      v1beta1::PreferredAllocationResponse* response) override;
+  grpc::Status Allocate(grpc::ServerContext*, const v1beta1::AllocateRequest* request,
+                        v1beta1::AllocateResponse* response) override;
+  grpc::Status PreStartContainer(grpc::ServerContext*,
+                                 const v1beta1::PreStartContainerRequest* request,
+                                 v1beta1::PreStartContainerResponse*) override;
+
+ private:
+  PluginServerImpl* owner_;
+  uint64_t generation_;
+};
+
+class PluginServerImpl final : public PluginServer {
+ public:
+  PluginServerImpl(Options options, std::string socket_path)
+      : options_(std::move(options)),
+        socket_path_(std::move(socket_path)),
+        kubelet_socket_path_((fs::path(socket_path_).parent_path() /
+                              std::string(pluginapi::kKubeletSocketName))
+                                 .string()),
+        devices_(options_.devices) {}
+
+  ~PluginServerImpl() override { Stop(); }
+
+  Status Start() override {
+    {
+      std::lock_guard lock(mu_);
+      if (started_) return FailedPreconditionError("plugin server already started");
+      started_ = true;
+    }
+    KDM_RETURN_IF_ERROR(Serve());
+    // The supervisor also watches our own socket, so it runs even when
+    // registration is off.
+    OpenWatch();
+    supervisor_ = std::thread([this] { Supervise(); });
+    return OkStatus();
+  }
+
+  void Stop() override {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+      ++version_;
+    }
+    cv_.notify_all();
+    if (wake_fd_ >= 0) {
+      uint64_t one = 1;
+      [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
+    }
+    if (supervisor_.joinable()) supervisor_.join();
+    CloseWatch();
+    ShutdownServer();
+    // Only remove the socket if it is still ours (a new plugin instance may
+    // have bound the same path since).
+    std::lock_guard lock(mu_);
+    if (socket_id_ && StatFile(socket_path_) == socket_id_) ::unlink(socket_path_.c_str());
+  }
+
+  void SetDevices(std::vector<Device> devices) override {
+    {
+      std::lock_guard lock(mu_);
+      devices_ = std::move(devices);
+      ++version_;
+    }
+    cv_.notify_all();
+  }
+
+  Status SetHealth(const std::string& device_id, bool healthy) override {
+    {
+      std::lock_guard lock(mu_);
+      auto it = std::find_if(devices_.begin(), devices_.end(),
+                             [&](const Device& d) { return d.id == device_id; });
+      if (it == devices_.end()) {
+        return NotFoundError("unknown device \"" + device_id + "\" for resource " +
+                             options_.resource_name);
+      }
+      if (it->healthy == healthy) return OkStatus();
+      it->healthy = healthy;
+      ++version_;
+    }
+    cv_.notify_all();
+    return OkStatus();
+  }
+
+  std::vector<Device> Devices() const override {
+    std::lock_guard lock(mu_);
+    return devices_;
+  }
+
+  std::string SocketPath() const override { return socket_path_; }
+
+  bool Registered() const override {
+    std::lock_guard lock(mu_);
+    return registered_;
+  }
+
+  int RegistrationCount() const override {
+    std::lock_guard lock(mu_);
+    return registration_count_;
+  }
+
+  Status LastRegistrationError() const override {
+    std::lock_guard lock(mu_);
+    return last_registration_error_;
+  }
+
+  bool WaitForRegistrationCount(int count, std::chrono::milliseconds timeout) const override {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return registration_count_ >= count; });
+  }
+
+  int OpenStreams() const override {
+    std::lock_guard lock(mu_);
+    return open_streams_;
+  }
+
+  // --- called by DevicePluginService ---------------------------------------
+
+  v1beta1::DevicePluginOptions PluginOptions() const {
+    v1beta1::DevicePluginOptions o;
+    o.set_pre_start_required(static_cast<bool>(options_.pre_start_container));
+    o.set_get_preferred_allocation_available(static_cast<bool>(options_.get_preferred_allocation));
+    return o;
+  }
+
+  // Streams the device list: a snapshot at once, then one whenever the
+  // version moves. Only the newest snapshot is ever written (coalescing): a
+  // blocked Write simply means later versions are skipped over.
+  grpc::Status StreamDevices(uint64_t generation, grpc::ServerContext* context,
+                             grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
+    std::unique_lock lock(mu_);
+    ++open_streams_;
+    uint64_t sent_version = 0;
+    bool first = true;
+    while (true) {
+      if (stopping_ || generation != generation_) break;
+      if (first || version_ != sent_version) {
+        first = false;
+        sent_version = version_;
+        v1beta1::ListAndWatchResponse snapshot = ToListAndWatchResponse(devices_);
+        lock.unlock();
+        bool ok = writer->Write(snapshot);
+        lock.lock();
+        if (!ok) break;  // the client went away
+        continue;
+      }
+      // Bounded wait: also notices a client that cancelled the stream.
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      if (context->IsCancelled()) break;
+    }
+    --open_streams_;
+    lock.unlock();
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PreferredAllocation(const v1beta1::PreferredAllocationRequest& request,
+                                   v1beta1::PreferredAllocationResponse* response) {
+    if (!options_.get_preferred_allocation) {
+      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                          "GetPreferredAllocation is not offered by " + options_.resource_name);
+    }
+    for (const auto& container : request.container_requests()) {
+      StatusOr<v1beta1::ContainerPreferredAllocationResponse> r =
+          options_.get_preferred_allocation(container);
+      if (!r.ok()) return ToGrpc(r.status());
+      *response->add_container_responses() = std::move(*r);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status AllocateDevices(const v1beta1::AllocateRequest& request,
+                               v1beta1::AllocateResponse* response) {
+    for (const auto& container : request.container_requests()) {
+      StatusOr<v1beta1::ContainerAllocateResponse> r = options_.allocate(container);
+      if (!r.ok()) return ToGrpc(r.status());
+      *response->add_container_responses() = std::move(*r);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PreStart(const v1beta1::PreStartContainerRequest& request) {
+    if (!options_.pre_start_container) return grpc::Status::OK;
+    std::vector<std::string> ids(request.devices_ids().begin(), request.devices_ids().end());
+    return ToGrpc(options_.pre_start_container(ids));
+  }
+
+ private:
+  // Binds the socket and starts a new serving generation.
+  Status Serve() {
+    fs::path dir = fs::path(socket_path_).parent_path();
+    struct stat st;
+    if (::stat(dir.c_str(), &st) != 0) {
+      if (errno == EACCES) {
+        return PermissionDeniedError("plugin directory " + dir.string() + " is not accessible");
+      }
+      return FailedPreconditionError("plugin directory " + dir.string() + " does not exist");
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return FailedPreconditionError("plugin directory " + dir.string() + " is not a directory");
+    }
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+      return PermissionDeniedError("plugin directory " + dir.string() + " is not writable");
+    }
+    // A stale socket (from a previous run, or a kubelet that removed and we
+    // re-create) would make bind fail.
+    if (::unlink(socket_path_.c_str()) != 0 && errno != ENOENT) {
+      return PermissionDeniedError("cannot remove stale socket " + socket_path_ + ": " +
+                                   std::strerror(errno));
+    }
+    uint64_t generation;
+    {
+      std::lock_guard lock(mu_);
+      generation = ++generation_;
+      registered_ = false;
+    }
+    auto service = std::make_unique<DevicePluginService>(this, generation);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix:" + socket_path_, grpc::InsecureServerCredentials());
+    builder.RegisterService(service.get());
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    if (!server) {
+      return UnavailableError("cannot serve on unix socket " + socket_path_);
+    }
+    ::chmod(socket_path_.c_str(), 0600);
+    std::lock_guard lock(server_mu_);
+    server_ = std::move(server);
+    service_ = std::move(service);
+    {
+      std::lock_guard state_lock(mu_);
+      socket_id_ = StatFile(socket_path_);
+    }
+    return OkStatus();
+  }
+
+  void ShutdownServer() {
+    std::unique_ptr<grpc::Server> server;
+    std::unique_ptr<DevicePluginService> service;
+    {
+      std::lock_guard lock(server_mu_);
+      server = std::move(server_);
+      service = std::move(service_);
+    }
+    if (!server) return;
+    {
+      std::lock_guard lock(mu_);
+      ++generation_;  // ends every stream of the old generation
+    }
+    cv_.notify_all();
+    // Streams end within their bounded wait; the deadline cancels anything
+    // still in flight (e.g. a hung handler).
+    server->Shutdown(Clock::now() + std::chrono::seconds(2));
+    server->Wait();
+  }
+
+  // Watches the plugin directory with inotify so that a kubelet restart
+  // (kubelet.sock created again, our socket deleted) is seen at once, even when
+  // the new kubelet.sock reuses the old inode number. Without inotify (e.g. no
+  // watches left) the supervisor falls back to polling with stat.
+  void OpenWatch() {
+    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    inotify_fd_ = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (inotify_fd_ >= 0) {
+      std::string dir = fs::path(socket_path_).parent_path().string();
+      if (::inotify_add_watch(inotify_fd_, dir.c_str(),
+                              IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM) < 0) {
+        ::close(inotify_fd_);
+        inotify_fd_ = -1;
+      }
+    }
+  }
+
+  void CloseWatch() {
+    if (inotify_fd_ >= 0) ::close(inotify_fd_);
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+    inotify_fd_ = wake_fd_ = -1;
+  }
+
+  // Waits up to `d` for a directory event or Stop(). Returns false when stopping.
+  bool SleepFor(std::chrono::milliseconds d) {
+    struct pollfd fds[2];
+    int n = 0;
+    if (wake_fd_ >= 0) fds[n++] = {wake_fd_, POLLIN, 0};
+    if (inotify_fd_ >= 0) fds[n++] = {inotify_fd_, POLLIN, 0};
+    if (n > 0) {
+      ::poll(fds, n, static_cast<int>(d.count()));
+      DrainDirectoryEvents();
+    } else {
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, d, [&] { return stopping_; });
+    }
+    std::lock_guard lock(mu_);
+    return !stopping_;
+  }
+
+  void DrainDirectoryEvents() {
+    if (inotify_fd_ < 0) return;
+    alignas(struct inotify_event) char buf[4096];
+    while (true) {
+      ssize_t len = ::read(inotify_fd_, buf, sizeof buf);
+      if (len <= 0) return;
+      for (char* p = buf; p < buf + len;) {
+        auto* ev = reinterpret_cast<struct inotify_event*>(p);
+        if (ev->len > 0 && pluginapi::kKubeletSocketName == ev->name &&
+            (ev->mask & (IN_CREATE | IN_MOVED_TO))) {
+          kubelet_recreated_ = true;
+        }
+        p += sizeof(struct inotify_event) + ev->len;
+      }
+    }
+  }
+
+  Status RegisterOnce() {
+    auto channel = grpc::CreateChannel("unix:" + kubelet_socket_path_,
+                                       grpc::InsecureChannelCredentials());
+    auto stub = v1beta1::Registration::NewStub(channel);
+    v1beta1::RegisterRequest request;
+    request.set_version(std::string(pluginapi::kVersion));
+    request.set_endpoint(fs::path(socket_path_).filename().string());
+    request.set_resource_name(options_.resource_name);
+    *request.mutable_options() = PluginOptions();
+    grpc::ClientContext context;
+    context.set_deadline(Clock::now() + options_.register_timeout);
+    v1beta1::Empty empty;
+    grpc::Status s = stub->Register(&context, request, &empty);
+    if (!s.ok()) {
+      return Status(static_cast<StatusCode>(s.error_code()),
+                    "registration of " + options_.resource_name + " refused: " + s.error_message());
+    }
+    return OkStatus();
+  }
+
+  // The one background thread: registers (with back-off) and watches for a
+  // kubelet restart. Owned by the server; joined in Stop().
+  void Supervise() {
+    std::chrono::milliseconds backoff = options_.register_backoff_initial;
+    std::optional<FileId> kubelet_id = StatFile(kubelet_socket_path_);
+    while (true) {
+      {
+        std::lock_guard lock(mu_);
+        if (stopping_) return;
+      }
+      // Our own socket gone: the kubelet restarted and cleaned the directory.
+      std::optional<FileId> own = StatFile(socket_path_);
+      bool own_lost;
+      {
+        std::lock_guard lock(mu_);
+        own_lost = own != socket_id_;
+      }
+      if (own_lost) {
+        ShutdownServer();
+        if (Status s = Serve(); !s.ok()) {
+          {
+            std::lock_guard lock(mu_);
+            last_registration_error_ = s;
+          }
+          if (!SleepFor(backoff)) return;
+          backoff = std::min(backoff * 2, options_.register_backoff_max);
+          continue;
+        }
+      }
+      // kubelet.sock created again: a restarted kubelet.
+      std::optional<FileId> kid = StatFile(kubelet_socket_path_);
+      if (kid != kubelet_id || kubelet_recreated_) {
+        kubelet_recreated_ = false;
+        kubelet_id = kid;
+        std::lock_guard lock(mu_);
+        registered_ = false;
+      }
+      bool need_register;
+      {
+        std::lock_guard lock(mu_);
+        need_register = options_.register_with_kubelet && !registered_ && kid.has_value();
+      }
+      if (need_register) {
+        Status s = RegisterOnce();
+        {
+          std::lock_guard lock(mu_);
+          if (s.ok()) {
+            registered_ = true;
+            ++registration_count_;
+            last_registration_error_ = OkStatus();
+            backoff = options_.register_backoff_initial;
+          } else {
+            last_registration_error_ = s;
+          }
+        }
+        cv_.notify_all();
+        if (!s.ok()) {
+          if (!SleepFor(backoff)) return;
+          backoff = std::min(backoff * 2, options_.register_backoff_max);
+          continue;
+        }
+      }
+      if (!SleepFor(options_.watch_interval)) return;
+    }
+  }
+
+  const Options options_;
+  const std::string socket_path_;
+  const std::string kubelet_socket_path_;
+
+  // Guards the serving state below; never held across a gRPC call.
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::vector<Device> devices_;
+  uint64_t version_ = 1;
+  uint64_t generation_ = 0;
+  bool started_ = false;
+  bool stopping_ = false;
+  bool registered_ = false;
+  int registration_count_ = 0;
+  int open_streams_ = 0;
+  Status last_registration_error_;
+  std::optional<FileId> socket_id_;
+
+  // Guards the server objects; held while swapping them, never during Wait.
+  std::mutex server_mu_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<DevicePluginService> service_;
+
+  // Used by the supervisor thread only (and Start/Stop around it).
+  int inotify_fd_ = -1;
+  int wake_fd_ = -1;
+  bool kubelet_recreated_ = false;
+
+  std::thread supervisor_;
+};
+
+grpc::Status DevicePluginService::GetDevicePluginOptions(grpc::ServerContext*,
+                                                         const v1beta1::Empty*,
+                                                         v1beta1::DevicePluginOptions* response) {
+  *response = owner_->PluginOptions();
+  return grpc::Status::OK;
+}
+
+grpc::Status DevicePluginService::ListAndWatch(
+    grpc::ServerContext* context, const v1beta1::Empty*,
+    grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
+  return owner_->StreamDevices(generation_, context, writer);
+}
+
+grpc::Status DevicePluginService::GetPreferredAllocation(
+    grpc::ServerContext*, const v1beta1::PreferredAllocationRequest* request,
+    v1beta1::PreferredAllocationResponse* response) {
+  return owner_->PreferredAllocation(*request, response);
+}
+
+grpc::Status DevicePluginService::Allocate(grpc::ServerContext*,
+                                           const v1beta1::AllocateRequest* request,
+                                           v1beta1::AllocateResponse* response) {
+  return owner_->AllocateDevices(*request, response);
+}
+
+grpc::Status DevicePluginService::PreStartContainer(
+    grpc::ServerContext*, const v1beta1::PreStartContainerRequest* request,
+    v1beta1::PreStartContainerResponse*) {
+  return owner_->PreStart(*request);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<PluginServer>> PluginServer::Create(Options options) {
+  if (options.resource_name.empty()) {
+    return InvalidArgumentError("plugin options: resource_name is empty");
+  }
+  if (!options.allocate) {
+    return InvalidArgumentError("plugin options for " + options.resource_name +
+                                ": no Allocate handler");
+  }
+  if (options.plugin_dir.empty()) {
+    return InvalidArgumentError("plugin options for " + options.resource_name +
+                                ": plugin_dir is empty");
+  }
+  if (options.socket_name.empty()) options.socket_name = DefaultSocketName(options.resource_name);
+  if (options.socket_name.find('/') != std::string::npos || options.socket_name == "." ||
+      options.socket_name == "..") {
+    return InvalidArgumentError("plugin options for " + options.resource_name +
+                                ": socket_name \"" + options.socket_name +
+                                "\" must be a plain file name");
+  }
+  if (options.socket_name == pluginapi::kKubeletSocketName) {
+    return InvalidArgumentError("plugin options for " + options.resource_name +
+                                ": socket_name must not be kubelet.sock");
+  }
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::absolute(options.plugin_dir, ec);
+  if (ec) {
+    return InvalidArgumentError("plugin directory " + options.plugin_dir + ": " + ec.message());
+  }
+  std::string socket_path = (dir.lexically_normal() / options.socket_name).string();
+  std::string kubelet_path = (dir.lexically_normal() / std::string(pluginapi::kKubeletSocketName)).string();
+  for (const std::string& p : {socket_path, kubelet_path}) {
+    if (p.size() > pluginapi::kMaxUnixSocketPathLength) {
+      return InvalidArgumentError("socket path " + p + " is " + std::to_string(p.size()) +
+                                  " bytes; a unix socket path allows at most " +
+                                  std::to_string(pluginapi::kMaxUnixSocketPathLength));
+    }
+  }
+  return std::unique_ptr<PluginServer>(
+      std::make_unique<PluginServerImpl>(std::move(options), std::move(socket_path)));
+}
+
+}  // namespace kdm::plugin

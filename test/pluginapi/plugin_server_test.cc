@@ -1,0 +1,465 @@
+// PluginServer over real unix sockets, against a small fake kubelet.
+#include "kdm/pluginapi/sdk/plugin_server.h"
+
+#include <google/protobuf/util/message_differencer.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <filesystem>
+#include <thread>
+
+#include "kdm/test/pluginapi/fake_registration_server.h"
+
+namespace kdm::plugin {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+using kdm::testing::FakeRegistrationServer;
+using kdm::testing::TempSocketDir;
+using namespace std::chrono_literals;
+
+constexpr char kResource[] = "example.com/widget";
+
+PluginServer::Options BaseOptions(const std::string& dir) {
+  PluginServer::Options o;
+  o.resource_name = kResource;
+  o.plugin_dir = dir;
+  o.devices = {{"w0", true, {0}}, {"w1", true, {1}}, {"w2", true, {}}};
+  o.allocate = [](const v1beta1::ContainerAllocateRequest& req)
+      -> StatusOr<v1beta1::ContainerAllocateResponse> {
+    v1beta1::ContainerAllocateResponse r;
+    std::string ids;
+    for (const auto& id : req.devices_ids()) ids += (ids.empty() ? "" : ",") + id;
+    (*r.mutable_envs())["WIDGETS"] = ids;
+    return r;
+  };
+  o.register_backoff_initial = 10ms;
+  o.register_backoff_max = 50ms;
+  o.watch_interval = 20ms;
+  return o;
+}
+
+std::unique_ptr<PluginServer> MustCreate(PluginServer::Options o) {
+  auto s = PluginServer::Create(std::move(o));
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+std::unique_ptr<v1beta1::DevicePlugin::Stub> Dial(const std::string& socket) {
+  return v1beta1::DevicePlugin::NewStub(
+      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+}
+
+std::chrono::system_clock::time_point Deadline() { return std::chrono::system_clock::now() + 5s; }
+
+bool HasHealth(const v1beta1::ListAndWatchResponse& s, const std::string& id, const std::string& h) {
+  for (const auto& d : s.devices()) {
+    if (d.id() == id) return d.health() == h;
+  }
+  return false;
+}
+
+class PluginServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(dir_.path().empty());
+    kubelet_ = std::make_unique<FakeRegistrationServer>(dir_.path());
+    ASSERT_TRUE(kubelet_->Start());
+  }
+  TempSocketDir dir_;
+  std::unique_ptr<FakeRegistrationServer> kubelet_;
+};
+
+TEST_F(PluginServerTest, RegistersWithKubeletAndServesOptions) {
+  auto o = BaseOptions(dir_.path());
+  o.pre_start_container = [](const std::vector<std::string>&) { return OkStatus(); };
+  auto server = MustCreate(std::move(o));
+  ASSERT_TRUE(server->Start().ok());
+  ASSERT_TRUE(server->WaitForRegistrationCount(1, 10s));
+  EXPECT_TRUE(server->Registered());
+  EXPECT_TRUE(server->LastRegistrationError().ok());
+
+  auto requests = kubelet_->Requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].version(), "v1beta1");
+  EXPECT_EQ(requests[0].endpoint(), "example.com_widget.sock");
+  EXPECT_EQ(requests[0].resource_name(), kResource);
+  EXPECT_TRUE(requests[0].options().pre_start_required());
+  EXPECT_FALSE(requests[0].options().get_preferred_allocation_available());
+  auto dialed = kubelet_->DialedOptions();
+  ASSERT_EQ(dialed.size(), 1u);
+  EXPECT_TRUE(MessageDifferencer::Equals(dialed[0], requests[0].options()));
+
+  struct stat st;
+  ASSERT_EQ(::stat(server->SocketPath().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  server->Stop();
+}
+
+TEST_F(PluginServerTest, RefusalSurfacesKubeletErrorThenRetries) {
+  kubelet_->SetRefusal("the ResourceName \"example.com/widget\" is invalid");
+  auto server = MustCreate(BaseOptions(dir_.path()));
+  ASSERT_TRUE(server->Start().ok());
+  // Wait for at least two refused attempts (back-off retries).
+  for (int i = 0; i < 500 && kubelet_->Requests().size() < 2; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_GE(kubelet_->Requests().size(), 2u);
+  Status err = server->LastRegistrationError();
+  EXPECT_EQ(err.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(err.message().find("the ResourceName \"example.com/widget\" is invalid"), std::string::npos)
+      << err;
+  EXPECT_FALSE(server->Registered());
+  EXPECT_EQ(server->RegistrationCount(), 0);
+
+  kubelet_->SetRefusal(std::nullopt);
+  ASSERT_TRUE(server->WaitForRegistrationCount(1, 10s));
+  EXPECT_TRUE(server->LastRegistrationError().ok());
+  server->Stop();
+}
+
+TEST_F(PluginServerTest, ListAndWatchSendsFirstSnapshotThenUpdates) {
+  auto server = MustCreate(BaseOptions(dir_.path()));
+  ASSERT_TRUE(server->Start().ok());
+  auto first = kubelet_->WaitForSnapshots(1);
+  ASSERT_GE(first.size(), 1u);
+  ASSERT_EQ(first[0].devices_size(), 3);
+  EXPECT_EQ(first[0].devices(0).id(), "w0");
+  EXPECT_EQ(first[0].devices(0).health(), "Healthy");
+  ASSERT_EQ(first[0].devices(0).topology().nodes_size(), 1);
+  EXPECT_EQ(first[0].devices(1).topology().nodes(0).id(), 1);
+  EXPECT_FALSE(first[0].devices(2).has_topology());
+
+  ASSERT_TRUE(server->SetHealth("w1", false).ok());
+  auto unhealthy = kubelet_->WaitForSnapshot(
+      [](const auto& s) { return HasHealth(s, "w1", "Unhealthy"); });
+  ASSERT_TRUE(unhealthy.has_value());
+  EXPECT_EQ(unhealthy->devices_size(), 3) << "every message is a full snapshot";
+
+  server->SetDevices({{"w9", true, {}}});
+  auto replaced = kubelet_->WaitForSnapshot(
+      [](const auto& s) { return s.devices_size() == 1 && s.devices(0).id() == "w9"; });
+  EXPECT_TRUE(replaced.has_value());
+
+  EXPECT_EQ(server->SetHealth("nope", false).code(), StatusCode::kNotFound);
+  server->Stop();
+}
+
+TEST_F(PluginServerTest, RapidHealthFlipsEndOnTheNewestFullSnapshot) {
+  auto server = MustCreate(BaseOptions(dir_.path()));
+  ASSERT_TRUE(server->Start().ok());
+  ASSERT_GE(kubelet_->WaitForSnapshots(1).size(), 1u);
+  for (int i = 0; i < 500; ++i) ASSERT_TRUE(server->SetHealth("w0", i % 2 == 1).ok());
+  // The last flip (i = 499) left w0 healthy; flip once more to a unique end state.
+  ASSERT_TRUE(server->SetHealth("w2", false).ok());
+  auto last = kubelet_->WaitForSnapshot([](const auto& s) { return HasHealth(s, "w2", "Unhealthy"); });
+  ASSERT_TRUE(last.has_value());
+  EXPECT_TRUE(HasHealth(*last, "w0", "Healthy"));
+  for (const auto& s : kubelet_->WaitForSnapshots(0)) EXPECT_EQ(s.devices_size(), 3);
+  // Coalescing: never more messages than versions (501 changes + the first).
+  EXPECT_LE(kubelet_->WaitForSnapshots(0).size(), 502u);
+  server->Stop();
+}
+
+TEST_F(PluginServerTest, AllocateResponseRoundTripsUnchanged) {
+  v1beta1::ContainerAllocateResponse canned;
+  (*canned.mutable_envs())["A"] = "1";
+  (*canned.mutable_annotations())["k"] = "v";
+  auto* m = canned.add_mounts();
+  m->set_container_path("/usr/lib/w");
+  m->set_host_path("/opt/w");
+  m->set_read_only(true);
+  auto* d = canned.add_devices();
+  d->set_container_path("/dev/w0");
+  d->set_host_path("/dev/w0");
+  d->set_permissions("rwm");
+  canned.add_cdi_devices()->set_name("example.com/widget=w0");
+  std::atomic<int> calls{0};
+  auto o = BaseOptions(dir_.path());
+  o.register_with_kubelet = false;
+  o.allocate = [&](const v1beta1::ContainerAllocateRequest& req)
+      -> StatusOr<v1beta1::ContainerAllocateResponse> {
+    ++calls;
+    if (req.devices_ids_size() == 0) return InvalidArgumentError("no devices requested");
+    return canned;
+  };
+  auto server = MustCreate(std::move(o));
+  ASSERT_TRUE(server->Start().ok());
+  auto stub = Dial(server->SocketPath());
+
+  v1beta1::AllocateRequest req;
+  req.add_container_requests()->add_devices_ids("w0");
+  req.add_container_requests()->add_devices_ids("w1");
+  v1beta1::AllocateResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  ASSERT_TRUE(stub->Allocate(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.container_responses_size(), 2);
+  EXPECT_TRUE(MessageDifferencer::Equals(resp.container_responses(0), canned));
+  EXPECT_TRUE(MessageDifferencer::Equals(resp.container_responses(1), canned));
+  EXPECT_EQ(calls.load(), 2);
+
+  // A handler error reaches the caller with its code and text.
+  v1beta1::AllocateRequest bad;
+  bad.add_container_requests();
+  grpc::ClientContext ctx2;
+  ctx2.set_deadline(Deadline());
+  grpc::Status s = stub->Allocate(&ctx2, bad, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "no devices requested");
+  server->Stop();
+}
+
+TEST_F(PluginServerTest, PreferredAllocationRoundTripsAndIsAdvertised) {
+  auto o = BaseOptions(dir_.path());
+  o.register_with_kubelet = false;
+  o.get_preferred_allocation = [](const v1beta1::ContainerPreferredAllocationRequest& req)
+      -> StatusOr<v1beta1::ContainerPreferredAllocationResponse> {
+    v1beta1::ContainerPreferredAllocationResponse r;
+    for (const auto& id : req.must_include_deviceids()) r.add_deviceids(id);
+    for (const auto& id : req.available_deviceids()) {
+      if (r.deviceids_size() >= req.allocation_size()) break;
+      if (std::find(r.deviceids().begin(), r.deviceids().end(), id) == r.deviceids().end()) {
+        r.add_deviceids(id);
+      }
+    }
+    return r;
+  };
+  auto server = MustCreate(std::move(o));
+  ASSERT_TRUE(server->Start().ok());
+  auto stub = Dial(server->SocketPath());
+
+  v1beta1::DevicePluginOptions opts;
+  grpc::ClientContext c0;
+  ASSERT_TRUE(stub->GetDevicePluginOptions(&c0, v1beta1::Empty(), &opts).ok());
+  EXPECT_TRUE(opts.get_preferred_allocation_available());
+  EXPECT_FALSE(opts.pre_start_required());
+
+  v1beta1::PreferredAllocationRequest req;
+  auto* c = req.add_container_requests();
+  c->add_available_deviceids("w0");
+  c->add_available_deviceids("w1");
+  c->add_available_deviceids("w2");
+  c->add_must_include_deviceids("w2");
+  c->set_allocation_size(2);
+  v1beta1::PreferredAllocationResponse resp;
+  grpc::ClientContext c1;
+  ASSERT_TRUE(stub->GetPreferredAllocation(&c1, req, &resp).ok());
+  ASSERT_EQ(resp.container_responses_size(), 1);
+  EXPECT_EQ(std::vector<std::string>(resp.container_responses(0).deviceids().begin(),
+                                     resp.container_responses(0).deviceids().end()),
+            (std::vector<std::string>{"w2", "w0"}));
+  server->Stop();
+}
+
+TEST_F(PluginServerTest, PreferredAllocationNotOfferedIsUnimplemented) {
+  auto o = BaseOptions(dir_.path());
+  o.register_with_kubelet = false;
+  auto server = MustCreate(std::move(o));
+  ASSERT_TRUE(server->Start().ok());
+  auto stub = Dial(server->SocketPath());
+  v1beta1::PreferredAllocationResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status s = stub->GetPreferredAllocation(&ctx, v1beta1::PreferredAllocationRequest(), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  server->Stop();
+}
+
+TEST_F(PluginServerTest, PreStartContainerGetsTheDeviceIds) {
+  std::mutex mu;
+  std::vector<std::string> seen;
+  auto o = BaseOptions(dir_.path());
+  o.register_with_kubelet = false;
+  o.pre_start_container = [&](const std::vector<std::string>& ids) {
+    std::lock_guard lock(mu);
+    seen = ids;
+    return ids.size() > 2 ? FailedPreconditionError("too many") : OkStatus();
+  };
+  auto server = MustCreate(std::move(o));
+  ASSERT_TRUE(server->Start().ok());
+  auto stub = Dial(server->SocketPath());
+  v1beta1::PreStartContainerRequest req;
+  req.add_devices_ids("w0");
+  req.add_devices_ids("w1");
+  v1beta1::PreStartContainerResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub->PreStartContainer(&ctx, req, &resp).ok());
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(seen, (std::vector<std::string>{"w0", "w1"}));
+  }
+  req.add_devices_ids("w2");
+  grpc::ClientContext ctx2;
+  EXPECT_EQ(stub->PreStartContainer(&ctx2, req, &resp).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  server->Stop();
+}
+
+TEST_F(PluginServerTest, MethodPathsAnswerOnTheWire) {
+  auto o = BaseOptions(dir_.path());
+  o.register_with_kubelet = false;
+  auto server = MustCreate(std::move(o));
+  ASSERT_TRUE(server->Start().ok());
+  auto channel = grpc::CreateChannel("unix:" + server->SocketPath(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  grpc::Slice no_bytes{std::string()};  // Empty encodes to zero bytes
+  grpc::ByteBuffer request(&no_bytes, 1);
+  grpc::ByteBuffer response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status result;
+  generic.UnaryCall(&ctx, "/v1beta1.DevicePlugin/GetDevicePluginOptions", grpc::StubOptions(),
+                    &request, &response, [&](grpc::Status s) {
+                      std::lock_guard lock(mu);
+                      result = s;
+                      done = true;
+                      cv.notify_all();
+                    });
+  std::unique_lock lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return done; }));
+  EXPECT_TRUE(result.ok()) << result.error_message();
+  lock.unlock();
+  server->Stop();
+}
+
+TEST_F(PluginServerTest, ReRegistersWhenKubeletSockIsCreatedAgain) {
+  auto server = MustCreate(BaseOptions(dir_.path()));
+  ASSERT_TRUE(server->Start().ok());
+  ASSERT_TRUE(server->WaitForRegistrationCount(1, 10s));
+  // The kubelet restarts: its socket goes away and comes back (a new inode).
+  kubelet_->Stop();
+  kubelet_ = std::make_unique<FakeRegistrationServer>(dir_.path());
+  ASSERT_TRUE(kubelet_->Start());
+  ASSERT_TRUE(server->WaitForRegistrationCount(2, 10s));
+  EXPECT_EQ(kubelet_->Requests().size(), 1u);
+  EXPECT_GE(kubelet_->WaitForSnapshots(1).size(), 1u) << "the new kubelet gets a stream";
+  server->Stop();
+}
+
+TEST_F(PluginServerTest, ServesAgainWhenItsOwnSocketIsDeleted) {
+  auto server = MustCreate(BaseOptions(dir_.path()));
+  ASSERT_TRUE(server->Start().ok());
+  ASSERT_TRUE(server->WaitForRegistrationCount(1, 10s));
+  ASSERT_EQ(::unlink(server->SocketPath().c_str()), 0);
+  ASSERT_TRUE(server->WaitForRegistrationCount(2, 10s));
+  EXPECT_TRUE(std::filesystem::exists(server->SocketPath()));
+  // The new socket answers.
+  auto stub = Dial(server->SocketPath());
+  v1beta1::DevicePluginOptions opts;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  EXPECT_TRUE(stub->GetDevicePluginOptions(&ctx, v1beta1::Empty(), &opts).ok());
+  server->Stop();
+}
+
+TEST_F(PluginServerTest, StopEndsStreamsRemovesSocketAndIsIdempotent) {
+  auto server = MustCreate(BaseOptions(dir_.path()));
+  ASSERT_TRUE(server->Start().ok());
+  ASSERT_GE(kubelet_->WaitForSnapshots(1).size(), 1u);
+  for (int i = 0; i < 500 && server->OpenStreams() != 1; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server->OpenStreams(), 1);
+  std::string socket = server->SocketPath();
+  server->Stop();
+  EXPECT_EQ(server->OpenStreams(), 0);
+  EXPECT_FALSE(std::filesystem::exists(socket));
+  server->Stop();  // twice is fine
+  EXPECT_EQ(server->Start().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(PluginServerTest, StopWithoutStartIsFine) {
+  auto server = MustCreate(BaseOptions(dir_.path()));
+  server->Stop();
+  server->Stop();
+  EXPECT_FALSE(server->Registered());
+}
+
+TEST_F(PluginServerTest, RemovesAStaleSocketFileFirst) {
+  std::string stale = dir_.path() + "/" + DefaultSocketName(kResource);
+  { std::ofstream(stale) << "left over"; }
+  auto server = MustCreate(BaseOptions(dir_.path()));
+  ASSERT_TRUE(server->Start().ok());
+  struct stat st;
+  ASSERT_EQ(::stat(stale.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  server->Stop();
+}
+
+// ------------------------------------------------------------- bad input --
+
+TEST(PluginServerBadInput, EmptyResourceName) {
+  auto o = BaseOptions("/tmp");
+  o.resource_name = "";
+  auto s = PluginServer::Create(std::move(o));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("resource_name is empty"), std::string::npos);
+}
+
+TEST(PluginServerBadInput, MissingAllocateHandler) {
+  auto o = BaseOptions("/tmp");
+  o.allocate = nullptr;
+  auto s = PluginServer::Create(std::move(o));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("no Allocate handler"), std::string::npos);
+}
+
+TEST(PluginServerBadInput, SocketPathLongerThanAUnixSocketAllows) {
+  auto o = BaseOptions("/tmp/" + std::string(120, 'd'));
+  auto s = PluginServer::Create(std::move(o));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("at most 107"), std::string::npos) << s.status();
+}
+
+TEST(PluginServerBadInput, SocketNameWithASlash) {
+  auto o = BaseOptions("/tmp");
+  o.socket_name = "../escape.sock";
+  auto s = PluginServer::Create(std::move(o));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("plain file name"), std::string::npos) << s.status();
+}
+
+TEST(PluginServerBadInput, MissingDirectory) {
+  TempSocketDir dir;
+  auto server = MustCreate(BaseOptions(dir.path() + "/missing"));
+  Status s = server->Start();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("does not exist"), std::string::npos) << s;
+}
+
+TEST(PluginServerBadInput, UnwritableDirectory) {
+  // Root may write anywhere, so the check runs as 'nobody' in a child.
+  TempSocketDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  std::string locked = dir.path() + "/locked";
+  ASSERT_EQ(::mkdir(locked.c_str(), 0755), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (::getuid() == 0 && ::setuid(65534) != 0) _exit(10);
+    auto server = PluginServer::Create(BaseOptions(locked));
+    if (!server.ok()) _exit(11);
+    Status s = (*server)->Start();
+    if (s.code() != StatusCode::kPermissionDenied) _exit(12);
+    if (s.message().find("not writable") == std::string::npos) _exit(13);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "child check failed with code " << WEXITSTATUS(status);
+}
+
+}  // namespace
+}  // namespace kdm::plugin
