@@ -1,0 +1,364 @@
+#include "kdm/topology/search.h"
+
+#include <algorithm>
+#include <bit>
+#include <limits>
+#include <set>
+
+namespace kdm::topology::internal {
+namespace {
+
+constexpr int64_t kNoGroup = std::numeric_limits<int64_t>::max();
+// Up to this many devices the memo is a flat array of 2^n entries.
+constexpr int kFlatMemoBits = 18;
+// Seeds tried by the greedy fallback when must_include is empty.
+constexpr int kGreedySeeds = 32;
+
+}  // namespace
+
+Search::Search(const Topology& topology, const std::vector<int>& available,
+               const std::vector<int>& must_include, int size,
+               std::chrono::steady_clock::time_point deadline)
+    : topology_(topology), dev_(available), size_(size), deadline_(deadline) {
+  std::sort(dev_.begin(), dev_.end());
+  n_ = static_cast<int>(dev_.size());
+  w_.resize(static_cast<size_t>(n_) * n_);
+  for (int a = 0; a < n_; ++a) {
+    for (int b = 0; b < n_; ++b) w_[a * n_ + b] = topology.PairScore(dev_[a], dev_[b]);
+    const auto& numa = topology.Device(dev_[a]).numa;
+    numa_.push_back(numa ? *numa : -1);
+  }
+  std::vector<char> is_must(n_, 0);
+  for (int d : must_include) {
+    int local = static_cast<int>(std::lower_bound(dev_.begin(), dev_.end(), d) - dev_.begin());
+    is_must[local] = 1;
+  }
+  for (int i = 0; i < n_; ++i) (is_must[i] ? must_ : free_).push_back(i);
+  exact_ = n_ <= 64;
+  full_ = n_ >= 64 ? ~uint64_t{0} : (uint64_t{1} << n_) - 1;
+}
+
+bool Search::Tick() {
+  if (!expired_ && (++ticks_ & 255) == 0 && std::chrono::steady_clock::now() > deadline_) {
+    expired_ = true;
+  }
+  return expired_;
+}
+
+Search::Pack Search::Best(uint64_t mask) {
+  if (mask == 0) return {0, kNoGroup};
+  if (expired_) return {0, kNoGroup};
+  if (n_ <= kFlatMemoBits) {
+    if (flat_.empty()) flat_.assign(size_t{1} << n_, Pack{-1, 0});
+    if (flat_[mask].sum >= 0) return flat_[mask];
+  } else if (auto it = hashed_.find(mask); it != hashed_.end()) {
+    return it->second;
+  }
+  Frame f;
+  f.mask = mask;
+  const int k = std::popcount(mask);
+  const int low = std::countr_zero(mask);
+  for (uint64_t rest = mask & (mask - 1); rest != 0; rest &= rest - 1) {
+    f.pos[f.m++] = std::countr_zero(rest);
+  }
+  f.members[0] = low;
+  f.count = 1;
+  const uint64_t low_bit = uint64_t{1} << low;
+  // The group holding `low` is a full group, or the smaller remainder group
+  // when one is still left in the mask.
+  if (k >= size_) {
+    f.full = true;
+    EnumGroups(f, 0, size_ - 1, low_bit, 0);
+  }
+  if (k % size_ != 0) {
+    f.full = false;
+    EnumGroups(f, 0, k % size_ - 1, low_bit, 0);
+  }
+  if (expired_) return {0, kNoGroup};
+  if (n_ <= kFlatMemoBits) {
+    flat_[mask] = f.best;
+  } else {
+    hashed_.emplace(mask, f.best);
+  }
+  return f.best;
+}
+
+void Search::EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t gscore) {
+  if (need == 0) {
+    if (Tick()) return;
+    Pack rest = Best(f.mask & ~gmask);
+    Pack cand{gscore + rest.sum, f.full ? std::min(gscore, rest.min_full) : rest.min_full};
+    if (Better(cand, f.best)) f.best = cand;
+    return;
+  }
+  for (int i = start; i <= f.m - need; ++i) {
+    if (expired_) return;
+    const int p = f.pos[i];
+    const int32_t* row = &w_[p * n_];
+    int64_t add = 0;
+    for (int q = 0; q < f.count; ++q) add += row[f.members[q]];
+    f.members[f.count++] = p;
+    EnumGroups(f, i + 1, need - 1, gmask | (uint64_t{1} << p), gscore + add);
+    --f.count;
+  }
+}
+
+int Search::NumaCount(const std::vector<int>& local) const {
+  int seen[64];
+  int count = 0;
+  for (int p : local) {
+    int node = numa_[p];
+    if (node < 0) continue;
+    if (std::find(seen, seen + count, node) == seen + count && count < 64) seen[count++] = node;
+  }
+  return count;
+}
+
+int64_t Search::LocalScore(const std::vector<int>& local) const {
+  int64_t s = 0;
+  for (size_t a = 0; a < local.size(); ++a) {
+    for (size_t b = a + 1; b < local.size(); ++b) s += w_[local[a] * n_ + local[b]];
+  }
+  return s;
+}
+
+uint64_t Search::MaskOf(const std::vector<int>& local) const {
+  uint64_t m = 0;
+  for (int p : local) m |= uint64_t{1} << p;
+  return m;
+}
+
+void Search::AddMember(int c) {
+  stack_.push_back(c);
+  const int32_t* row = &w_[c * n_];
+  for (int x = 0; x < n_; ++x) gain_[x] += row[x];
+}
+
+void Search::RemoveMember(int c) {
+  stack_.pop_back();
+  const int32_t* row = &w_[c * n_];
+  for (int x = 0; x < n_; ++x) gain_[x] -= row[x];
+}
+
+// ---- packed --------------------------------------------------------------
+
+void Search::PackedDfs(size_t start, int need, uint64_t gmask, int64_t own) {
+  if (need == 0) {
+    if (Tick()) return;
+    Pack rest = Best(full_ & ~gmask);
+    if (expired_) return;
+    Pack total{own + rest.sum, std::min(own, rest.min_full)};
+    bool better = !have_best_ || Better(total, best_pack_);
+    if (!better && !Better(best_pack_, total)) {
+      if (own != best_own_) {
+        better = own > best_own_;
+      } else {
+        // Sets are visited in lexicographic order: on a full tie the earlier
+        // (lower indices) stays.
+        better = NumaCount(stack_) < best_numa_;
+      }
+    }
+    if (better) {
+      have_best_ = true;
+      best_ = stack_;
+      best_own_ = own;
+      best_pack_ = total;
+      best_numa_ = NumaCount(stack_);
+    }
+    return;
+  }
+  for (size_t i = start; i + need <= free_.size(); ++i) {
+    if (expired_) return;
+    const int c = free_[i];
+    const int64_t add = gain_[c];
+    AddMember(c);
+    PackedDfs(i + 1, need - 1, gmask | (uint64_t{1} << c), own + add);
+    RemoveMember(c);
+  }
+}
+
+Result Search::Packed() {
+  if (!exact_) return Finish(GreedyGroup(), -1, false);
+  gain_.assign(n_, 0);
+  int64_t own = 0;
+  for (int c : must_) {
+    own += gain_[c];
+    AddMember(c);
+  }
+  PackedDfs(0, size_ - static_cast<int>(must_.size()), MaskOf(must_), own);
+  if (expired_ || !have_best_) return Finish(GreedyGroup(), -1, false);
+  Result r = Finish(best_, best_own_, true);
+  r.packed_score = best_pack_.sum;
+  return r;
+}
+
+// ---- best set --------------------------------------------------------------
+
+void Search::BestSetDfs(size_t start, int need, uint64_t gmask, int64_t own) {
+  if (Tick()) return;
+  if (need == 0) {
+    if (!have_best_ || own > best_own_) {
+      have_best_ = true;
+      best_ = stack_;
+      best_own_ = own;
+      best_rest_ = -1;
+      return;
+    }
+    if (own < best_own_) return;
+    // A tie on the own score: the packed score of what remains decides, then
+    // fewer NUMA nodes; sets come in lexicographic order, so on a full tie the
+    // earlier (lower indices) stays.
+    if (best_rest_ < 0) best_rest_ = Best(full_ & ~MaskOf(best_)).sum;
+    const int64_t rest = Best(full_ & ~gmask).sum;
+    if (expired_) return;
+    if (rest > best_rest_ || (rest == best_rest_ && NumaCount(stack_) < NumaCount(best_))) {
+      best_ = stack_;
+      best_rest_ = rest;
+    }
+    return;
+  }
+  if (have_best_) {
+    // Admissible bound, doubled to stay in integers.
+    scratch_.clear();
+    for (size_t i = start; i < free_.size(); ++i) {
+      const int c = free_[i];
+      scratch_.push_back(2 * gain_[c] + top_[c * n_ + (need - 1)]);
+    }
+    std::nth_element(scratch_.begin(), scratch_.begin() + (need - 1), scratch_.end(),
+                     std::greater<>());
+    int64_t bound = 2 * own;
+    for (int k = 0; k < need; ++k) bound += scratch_[k];
+    if (bound < 2 * best_own_) return;
+  }
+  for (size_t i = start; i + need <= free_.size(); ++i) {
+    if (expired_) return;
+    const int c = free_[i];
+    const int64_t add = gain_[c];
+    AddMember(c);
+    BestSetDfs(i + 1, need - 1, gmask | (uint64_t{1} << c), own + add);
+    RemoveMember(c);
+  }
+}
+
+Result Search::BestSet() {
+  if (!exact_) return Finish(GreedyGroup(), -1, false);
+  // top_[c][k]: the sum of c's k best links to other available devices.
+  top_.assign(static_cast<size_t>(n_) * n_, 0);
+  std::vector<int32_t> row;
+  for (int c = 0; c < n_; ++c) {
+    row.clear();
+    for (int x = 0; x < n_; ++x) {
+      if (x != c) row.push_back(w_[c * n_ + x]);
+    }
+    std::sort(row.begin(), row.end(), std::greater<>());
+    for (int k = 1; k < n_; ++k) top_[c * n_ + k] = top_[c * n_ + k - 1] + row[k - 1];
+  }
+  gain_.assign(n_, 0);
+  int64_t own = 0;
+  for (int c : must_) {
+    own += gain_[c];
+    AddMember(c);
+  }
+  BestSetDfs(0, size_ - static_cast<int>(must_.size()), MaskOf(must_), own);
+  if (!have_best_) return Finish(GreedyGroup(), -1, false);
+  if (expired_) return Finish(best_, best_own_, false);
+  return Finish(best_, best_own_, true);
+}
+
+// ---- first fit ---------------------------------------------------------------
+
+Result Search::FirstFit() {
+  std::vector<int> set = must_;
+  for (size_t i = 0; static_cast<int>(set.size()) < size_; ++i) set.push_back(free_[i]);
+  std::sort(set.begin(), set.end());
+  return Finish(set, -1, true);
+}
+
+// ---- greedy fallback and results -----------------------------------------------
+
+std::vector<int> Search::GreedyGroup() const {
+  std::vector<std::vector<int>> seeds;
+  if (!must_.empty()) {
+    seeds.push_back(must_);
+  } else {
+    for (int i = 0; i < n_ && i < kGreedySeeds; ++i) seeds.push_back({i});
+  }
+  std::vector<int> best;
+  int64_t best_score = -1;
+  std::vector<int64_t> gain(n_);
+  std::vector<char> in(n_);
+  for (const auto& seed : seeds) {
+    std::fill(gain.begin(), gain.end(), 0);
+    std::fill(in.begin(), in.end(), 0);
+    std::vector<int> set;
+    int64_t score = 0;
+    auto add = [&](int c) {
+      score += gain[c];
+      set.push_back(c);
+      in[c] = 1;
+      for (int x = 0; x < n_; ++x) gain[x] += w_[c * n_ + x];
+    };
+    for (int c : seed) add(c);
+    while (static_cast<int>(set.size()) < size_) {
+      int pick = -1;
+      for (int x = 0; x < n_; ++x) {
+        if (!in[x] && (pick < 0 || gain[x] > gain[pick])) pick = x;
+      }
+      add(pick);
+    }
+    if (score > best_score) {
+      best_score = score;
+      best = set;
+    }
+  }
+  std::sort(best.begin(), best.end());
+  return best;
+}
+
+int64_t Search::GreedyPack(std::vector<char> in_rest) const {
+  int64_t total = 0;
+  int left = static_cast<int>(std::count(in_rest.begin(), in_rest.end(), 1));
+  std::vector<int64_t> gain(n_);
+  while (left > 0) {
+    const int group = std::min(left, size_);
+    std::fill(gain.begin(), gain.end(), 0);
+    int c = static_cast<int>(std::find(in_rest.begin(), in_rest.end(), 1) - in_rest.begin());
+    for (int taken = 0; taken < group; ++taken) {
+      total += gain[c];
+      in_rest[c] = 0;
+      --left;
+      for (int x = 0; x < n_; ++x) gain[x] += w_[c * n_ + x];
+      int next = -1;
+      for (int x = 0; x < n_; ++x) {
+        if (in_rest[x] && (next < 0 || gain[x] > gain[next])) next = x;
+      }
+      c = next;
+    }
+  }
+  return total;
+}
+
+Result Search::Finish(const std::vector<int>& local, int64_t own, bool optimal) {
+  Result r;
+  r.score = own >= 0 ? own : LocalScore(local);
+  r.optimal = optimal && !expired_;
+  for (int p : local) r.chosen.push_back(dev_[p]);
+  std::sort(r.chosen.begin(), r.chosen.end());
+  // The packed score of the chosen set: exact when the search has time left,
+  // greedy otherwise.
+  int64_t rest = -1;
+  if (exact_ && !expired_) {
+    Pack p = Best(full_ & ~MaskOf(local));
+    if (!expired_) rest = p.sum;
+  }
+  if (rest < 0) {
+    std::vector<char> in_rest(n_, 1);
+    for (int p : local) in_rest[p] = 0;
+    rest = GreedyPack(in_rest);
+    r.optimal = false;
+  }
+  r.packed_score = r.score + rest;
+  return r;
+}
+
+}  // namespace kdm::topology::internal

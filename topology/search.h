@@ -1,0 +1,124 @@
+// Private to kdm::topology: the search behind Allocate and NodeScore.
+//
+// Devices are renumbered 0..n-1 in the order of the sorted available list
+// ("local positions"), so a set of them is a 64-bit mask when n <= 64.
+//
+// Packing (the packed objective). Best(mask) is the best packing of the
+// devices in `mask` into groups of `size_`, where one smaller group holds
+// |mask| mod size_ of them. The group holding the lowest device of the mask is
+// enumerated, so each packing is seen once (no permutations of groups), and
+// the value of what remains is memoised. A packing is valued by its total
+// score, then by its weakest full group (max-min), compared in that order.
+//
+// Best set. Branch and bound over sets holding must_include, in index order;
+// a subtree is cut when an admissible bound (the score so far, plus for each
+// place left the best candidate's links to the set and half its best links to
+// the other places) is below the best score found. Ties are explored, so the
+// tie-breaks stay exact.
+//
+// Budget. Every 256 steps the clock is read; past the deadline the search
+// stops, the greedy set is used and `optimal` is false.
+//
+// Thread-safety: one Search per call; not shared.
+#ifndef KDM_TOPOLOGY_SEARCH_H_
+#define KDM_TOPOLOGY_SEARCH_H_
+
+#include <chrono>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "kdm/topology/topology.h"
+
+namespace kdm::topology::internal {
+
+struct Result {
+  std::vector<int> chosen;  // device indices of the topology
+  int64_t score = 0;
+  int64_t packed_score = 0;
+  bool optimal = true;
+};
+
+class Search {
+ public:
+  // REQUIRES: arguments validated as Allocate does.
+  Search(const Topology& topology, const std::vector<int>& available,
+         const std::vector<int>& must_include, int size,
+         std::chrono::steady_clock::time_point deadline);
+
+  Result Packed();
+  Result BestSet();
+  Result FirstFit();
+
+ private:
+  struct Pack {
+    int64_t sum = 0;
+    int64_t min_full = 0;  // weakest full group; max int64 when none
+  };
+  static bool Better(const Pack& a, const Pack& b) {
+    return a.sum != b.sum ? a.sum > b.sum : a.min_full > b.min_full;
+  }
+  // One level of Best(): the devices of the mask and the group being built.
+  struct Frame {
+    uint64_t mask = 0;
+    int pos[64];
+    int m = 0;
+    int members[64];
+    int count = 0;
+    bool full = false;
+    Pack best{-1, 0};
+  };
+
+  bool Tick();
+  Pack Best(uint64_t mask);
+  void EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t gscore);
+
+  void PackedDfs(size_t start, int need, uint64_t gmask, int64_t own);
+  void BestSetDfs(size_t start, int need, uint64_t gmask, int64_t own);
+  void AddMember(int c);
+  void RemoveMember(int c);
+  int NumaCount(const std::vector<int>& local) const;
+  int64_t LocalScore(const std::vector<int>& local) const;
+
+  // The greedy fallback: must_include grown by the best link gain.
+  std::vector<int> GreedyGroup() const;
+  // The total score of a greedy packing of `local` positions.
+  int64_t GreedyPack(std::vector<char> in_rest) const;
+  uint64_t MaskOf(const std::vector<int>& local) const;
+  Result Finish(const std::vector<int>& local, int64_t own, bool optimal);
+
+  const Topology& topology_;
+  std::vector<int> dev_;   // local position -> device index
+  int n_ = 0;
+  int size_ = 0;
+  std::vector<int32_t> w_;  // n_ x n_ pair scores
+  std::vector<int> numa_;   // -1 when unknown
+  std::vector<int> must_;   // local positions, sorted
+  std::vector<int> free_;   // local positions not in must_, sorted
+  bool exact_ = false;      // n_ <= 64
+  uint64_t full_ = 0;
+
+  std::chrono::steady_clock::time_point deadline_;
+  uint32_t ticks_ = 0;
+  bool expired_ = false;
+
+  // Memo of Best(): flat when n_ is small, hashed otherwise.
+  std::vector<Pack> flat_;
+  std::unordered_map<uint64_t, Pack> hashed_;
+
+  // The DFS state of Packed() and BestSet().
+  std::vector<int> stack_;
+  std::vector<int64_t> gain_;     // links of each position to stack_
+  std::vector<int64_t> top_;      // n_ x n_: top_[c*n_+k] = sum of c's k best links
+  std::vector<int64_t> scratch_;
+  bool have_best_ = false;
+  std::vector<int> best_;
+  int64_t best_own_ = 0;
+  Pack best_pack_;
+  int best_numa_ = 0;
+  int64_t best_rest_ = -1;  // BestSet: packed score of what remains, -1 unknown
+};
+
+}  // namespace kdm::topology::internal
+
+#endif  // KDM_TOPOLOGY_SEARCH_H_
