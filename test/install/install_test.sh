@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the kdm build tree into a temporary prefix, then builds and runs a
+# ten-line consumer project with find_package(kdm CONFIG), and checks kdm.pc.
+# Usage: install_test.sh <kdm build dir> <consumer source dir>
+set -euo pipefail
+build=$1
+consumer=$2
+work=$(mktemp -d /tmp/kdm-install-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+test -f "$work/prefix/lib/cmake/kdm/kdmConfig.cmake"
+test -f "$work/prefix/lib/cmake/kdm/kdmConfigVersion.cmake"
+test -x "$work/prefix/bin/kdm"
+
+cmake -S "$consumer" -B "$work/consumer-build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/consumer-build" >/dev/null
+out=$("$work/consumer-build/consumer")
+echo "consumer printed: $out"
+case "$out" in
+  "v1beta1 plugin options: resource_name is empty") ;;
+  *) echo "unexpected consumer output"; exit 1 ;;
+esac
+
+# pkg-config sees the same package.
+export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
+pkg-config --exists kdm
+pkg-config --modversion kdm
+cflags=$(pkg-config --cflags kdm)
+libs=$(pkg-config --libs kdm)
+echo "kdm.pc: $cflags $libs"
+case "$libs" in *-lkdm_pluginapi*) ;; *) echo "kdm.pc lacks -lkdm_pluginapi"; exit 1 ;; esac
+echo "install test passed"
