@@ -20,8 +20,8 @@ constexpr size_t kMaxHintNumaNodes = 16;
 std::string Quote(const std::string& s) { return "\"" + s + "\""; }
 
 std::string KeyText(const ContainerKey& key) {
-  return "pod " + Quote(key.pod_uid) + " container " + Quote(key.container_name) +
-         " resource " + Quote(key.resource_name);
+  return "pod " + Quote(key.pod_uid) + " container " +
+         Quote(key.container_name) + " resource " + Quote(key.resource_name);
 }
 
 void SortNatural(std::vector<std::string>* ids) {
@@ -30,7 +30,8 @@ void SortNatural(std::vector<std::string>* ids) {
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
-bool AnyNodeIn(const std::vector<int64_t>& device_nodes, const std::vector<int64_t>& nodes) {
+bool AnyNodeIn(const std::vector<int64_t>& device_nodes,
+               const std::vector<int64_t>& nodes) {
   for (int64_t n : device_nodes) {
     if (std::binary_search(nodes.begin(), nodes.end(), n)) return true;
   }
@@ -39,7 +40,8 @@ bool AnyNodeIn(const std::vector<int64_t>& device_nodes, const std::vector<int64
 
 }  // namespace
 
-std::vector<std::string> FlattenDeviceIds(const checkpoint::DevicesPerNuma& ids) {
+std::vector<std::string> FlattenDeviceIds(
+    const checkpoint::DevicesPerNuma& ids) {
   std::set<std::string> all;
   for (const auto& [node, list] : ids) all.insert(list.begin(), list.end());
   std::vector<std::string> out(all.begin(), all.end());
@@ -69,7 +71,9 @@ bool NaturalLess(const std::string& a, const std::string& b) {
       j = je;
       continue;
     }
-    if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+    if (a[i] != b[j])
+      return static_cast<unsigned char>(a[i]) <
+             static_cast<unsigned char>(b[j]);
     ++i;
     ++j;
   }
@@ -79,9 +83,10 @@ bool NaturalLess(const std::string& a, const std::string& b) {
 
 // ---------------------------------------------------------------- devices
 
-StatusOr<SnapshotReport> Ledger::SetDevices(const std::string& resource,
-                                            const std::vector<LedgerDevice>& snapshot) {
-  if (resource.empty()) return InvalidArgumentError("device snapshot for an empty resource name");
+StatusOr<SnapshotReport> Ledger::SetDevices(
+    const std::string& resource, const std::vector<LedgerDevice>& snapshot) {
+  if (resource.empty())
+    return InvalidArgumentError("device snapshot for an empty resource name");
   SnapshotReport report;
   std::map<std::string, DeviceInfo> devices;
   std::set<std::string> duplicates;
@@ -154,13 +159,15 @@ Capacity Ledger::GetCapacity() const {
   for (const auto& [name, state] : resources_) {
     ResourceCapacity& rc = cap.resources[name];
     rc.capacity = static_cast<int64_t>(state.devices.size());
-    for (const auto& [id, info] : state.devices) rc.allocatable += info.healthy ? 1 : 0;
+    for (const auto& [id, info] : state.devices)
+      rc.allocatable += info.healthy ? 1 : 0;
   }
   cap.deleted.assign(deleted_.begin(), deleted_.end());
   return cap;
 }
 
-std::vector<std::string> Ledger::HealthyDevices(const std::string& resource) const {
+std::vector<std::string> Ledger::HealthyDevices(
+    const std::string& resource) const {
   std::vector<std::string> out;
   auto it = resources_.find(resource);
   if (it == resources_.end()) return out;
@@ -175,9 +182,12 @@ std::vector<LedgerDevice> Ledger::Devices(const std::string& resource) const {
   std::vector<LedgerDevice> out;
   auto it = resources_.find(resource);
   if (it == resources_.end()) return out;
-  for (const auto& [id, info] : it->second.devices) out.push_back({id, info.healthy, info.numa_nodes});
+  for (const auto& [id, info] : it->second.devices)
+    out.push_back({id, info.healthy, info.numa_nodes});
   std::sort(out.begin(), out.end(),
-            [](const LedgerDevice& a, const LedgerDevice& b) { return NaturalLess(a.id, b.id); });
+            [](const LedgerDevice& a, const LedgerDevice& b) {
+              return NaturalLess(a.id, b.id);
+            });
   return out;
 }
 
@@ -192,7 +202,8 @@ Change Ledger::RegisteredChange(const std::string& resource) const {
 std::set<std::string> Ledger::AllocatedIds(const std::string& resource) const {
   std::set<std::string> out;
   for (const auto& [key, record] : records_) {
-    if (key.resource_name == resource) out.insert(record.ids.begin(), record.ids.end());
+    if (key.resource_name == resource)
+      out.insert(record.ids.begin(), record.ids.end());
   }
   return out;
 }
@@ -200,7 +211,8 @@ std::set<std::string> Ledger::AllocatedIds(const std::string& resource) const {
 std::set<std::string> Ledger::ReservedIds(const std::string& resource) const {
   std::set<std::string> out;
   for (const auto& [key, reservation] : reservations_) {
-    if (key.resource_name == resource) out.insert(reservation.ids.begin(), reservation.ids.end());
+    if (key.resource_name == resource)
+      out.insert(reservation.ids.begin(), reservation.ids.end());
   }
   return out;
 }
@@ -212,14 +224,16 @@ std::vector<std::string> Ledger::FreeIds(const std::string& resource) const {
   std::set<std::string> allocated = AllocatedIds(resource);
   std::set<std::string> reserved = ReservedIds(resource);
   for (const auto& [id, info] : it->second.devices) {
-    if (info.healthy && !allocated.count(id) && !reserved.count(id)) out.push_back(id);
+    if (info.healthy && !allocated.count(id) && !reserved.count(id))
+      out.push_back(id);
   }
   SortNatural(&out);
   return out;
 }
 
-std::vector<std::string> Ledger::HandOverPool(const Pod& pod, const std::string& container,
-                                              const std::string& resource) const {
+std::vector<std::string> Ledger::HandOverPool(
+    const Pod& pod, const std::string& container,
+    const std::string& resource) const {
   std::vector<std::string> out;
   auto res = resources_.find(resource);
   if (res == resources_.end()) return out;
@@ -232,9 +246,11 @@ std::vector<std::string> Ledger::HandOverPool(const Pod& pod, const std::string&
     if (!c.restartable) givers.insert(c.name);
   }
   std::set<std::string> pool;
-  std::set<std::string> taken;  // held by running containers of the pod (or unknown ones)
+  std::set<std::string>
+      taken;  // held by running containers of the pod (or unknown ones)
   for (const auto& [key, record] : records_) {
-    if (key.pod_uid != pod.uid || key.resource_name != resource || key.container_name == container) {
+    if (key.pod_uid != pod.uid || key.resource_name != resource ||
+        key.container_name == container) {
       continue;
     }
     if (givers.count(key.container_name)) {
@@ -242,10 +258,12 @@ std::vector<std::string> Ledger::HandOverPool(const Pod& pod, const std::string&
       continue;
     }
     std::optional<ContainerKind> holder = pod.KindOf(key.container_name);
-    if (!holder || *holder != ContainerKind::kInit) taken.insert(record.ids.begin(), record.ids.end());
+    if (!holder || *holder != ContainerKind::kInit)
+      taken.insert(record.ids.begin(), record.ids.end());
   }
   for (const auto& [key, reservation] : reservations_) {
-    if (key.resource_name == resource && !(key.pod_uid == pod.uid && key.container_name == container)) {
+    if (key.resource_name == resource &&
+        !(key.pod_uid == pod.uid && key.container_name == container)) {
       taken.insert(reservation.ids.begin(), reservation.ids.end());
     }
   }
@@ -261,35 +279,39 @@ std::vector<std::string> Ledger::HandOverPool(const Pod& pod, const std::string&
 
 // ---------------------------------------------------------------- admission
 
-StatusOr<std::map<std::string, int64_t>> Ledger::ContainerRequests(const Container& container) const {
+StatusOr<std::map<std::string, int64_t>> Ledger::ContainerRequests(
+    const Container& container) const {
   std::map<std::string, int64_t> out;
   for (const auto& [resource, request] : container.requests) {
     if (IsDeviceResource(resource) && !container.limits.count(resource)) {
-      return InvalidArgumentError("container " + Quote(container.name) + " requests " +
-                                  request.ToString() + " of resource " + Quote(resource) +
-                                  " without a limit; devices need request == limit");
+      return InvalidArgumentError(
+          "container " + Quote(container.name) + " requests " +
+          request.ToString() + " of resource " + Quote(resource) +
+          " without a limit; devices need request == limit");
     }
   }
   for (const auto& [resource, limit] : container.limits) {
     if (!IsDeviceResource(resource)) continue;
     auto req = container.requests.find(resource);
     if (req != container.requests.end() && !(req->second == limit)) {
-      return InvalidArgumentError("container " + Quote(container.name) + " requests " +
-                                  req->second.ToString() + " of resource " + Quote(resource) +
+      return InvalidArgumentError("container " + Quote(container.name) +
+                                  " requests " + req->second.ToString() +
+                                  " of resource " + Quote(resource) +
                                   " but its limit is " + limit.ToString() +
                                   "; devices need request == limit");
     }
     StatusOr<int64_t> count = limit.DeviceCount();
     if (!count.ok()) {
-      return count.status().WithPrefix("container " + Quote(container.name) + " resource " +
-                                       Quote(resource));
+      return count.status().WithPrefix("container " + Quote(container.name) +
+                                       " resource " + Quote(resource));
     }
     if (*count > 0) out[resource] = *count;
   }
   return out;
 }
 
-StatusOr<std::map<std::string, int64_t>> Ledger::PodRequests(const Pod& pod) const {
+StatusOr<std::map<std::string, int64_t>> Ledger::PodRequests(
+    const Pod& pod) const {
   std::map<std::string, int64_t> apps;      // app containers + sidecars
   std::map<std::string, int64_t> sidecars;  // sidecars started so far
   std::map<std::string, int64_t> init_max;
@@ -300,7 +322,8 @@ StatusOr<std::map<std::string, int64_t>> Ledger::PodRequests(const Pod& pod) con
         apps[r] += n;
         sidecars[r] += n;
       }
-      for (const auto& [r, n] : sidecars) init_max[r] = std::max(init_max[r], n);
+      for (const auto& [r, n] : sidecars)
+        init_max[r] = std::max(init_max[r], n);
     } else {
       std::map<std::string, int64_t> during = sidecars;
       for (const auto& [r, n] : reqs) during[r] += n;
@@ -319,19 +342,21 @@ StatusOr<std::map<std::string, int64_t>> Ledger::PodRequests(const Pod& pod) con
   return out;
 }
 
-StatusOr<AllocationPlan> Ledger::Plan(const Pod& pod, const std::string& container,
-                                      const std::string& resource, int64_t count,
-                                      const std::optional<NumaHint>& hint) const {
+StatusOr<AllocationPlan> Ledger::Plan(
+    const Pod& pod, const std::string& container, const std::string& resource,
+    int64_t count, const std::optional<NumaHint>& hint) const {
   if (pod.uid.empty()) return InvalidArgumentError("pod has an empty uid");
   if (resource.empty()) return InvalidArgumentError("empty resource name");
   if (count < 1 || count > Quantity::kMaxDeviceCount) {
-    return InvalidArgumentError("invalid device count " + std::to_string(count) + " for resource " +
-                                Quote(resource) + " (must be 1.." +
-                                std::to_string(Quantity::kMaxDeviceCount) + ")");
+    return InvalidArgumentError(
+        "invalid device count " + std::to_string(count) + " for resource " +
+        Quote(resource) + " (must be 1.." +
+        std::to_string(Quantity::kMaxDeviceCount) + ")");
   }
   std::optional<ContainerKind> kind = pod.KindOf(container);
   if (!kind) {
-    return NotFoundError("pod " + Quote(pod.uid) + " has no container " + Quote(container));
+    return NotFoundError("pod " + Quote(pod.uid) + " has no container " +
+                         Quote(container));
   }
   AllocationPlan plan;
   plan.key = {pod.uid, container, resource};
@@ -340,30 +365,36 @@ StatusOr<AllocationPlan> Ledger::Plan(const Pod& pod, const std::string& contain
 
   // 1. Already recorded (a restart): same count or fail loudly.
   auto rec = records_.find(plan.key);
-  if (rec != records_.end() && static_cast<int64_t>(rec->second.ids.size()) != count) {
-    return FailedPreconditionError("pod " + Quote(pod.uid) + " container " + Quote(container) +
-                                   " changed request for resource " + Quote(resource) + " from " +
-                                   std::to_string(rec->second.ids.size()) + " to " +
-                                   std::to_string(count));
+  if (rec != records_.end() &&
+      static_cast<int64_t>(rec->second.ids.size()) != count) {
+    return FailedPreconditionError(
+        "pod " + Quote(pod.uid) + " container " + Quote(container) +
+        " changed request for resource " + Quote(resource) + " from " +
+        std::to_string(rec->second.ids.size()) + " to " +
+        std::to_string(count));
   }
   // 2. Registration and health, checked before counting (kubelet #109595).
   auto res = resources_.find(resource);
   if (res == resources_.end()) {
-    return FailedPreconditionError("cannot allocate unregistered device " + resource);
+    return FailedPreconditionError("cannot allocate unregistered device " +
+                                   resource);
   }
   const auto& devices = res->second.devices;
-  bool any_healthy = std::any_of(devices.begin(), devices.end(),
-                                 [](const auto& d) { return d.second.healthy; });
+  bool any_healthy =
+      std::any_of(devices.begin(), devices.end(),
+                  [](const auto& d) { return d.second.healthy; });
   if (!any_healthy) {
-    return UnavailableError("no healthy devices present; cannot allocate unhealthy devices " +
-                            resource);
+    return UnavailableError(
+        "no healthy devices present; cannot allocate unhealthy devices " +
+        resource);
   }
   if (rec != records_.end()) {
     for (const std::string& id : rec->second.ids) {
       auto d = devices.find(id);
       if (d == devices.end() || !d->second.healthy) {
         return UnavailableError(
-            "previously allocated devices are no longer healthy; cannot allocate unhealthy "
+            "previously allocated devices are no longer healthy; cannot "
+            "allocate unhealthy "
             "devices " +
             resource);
       }
@@ -373,7 +404,8 @@ StatusOr<AllocationPlan> Ledger::Plan(const Pod& pod, const std::string& contain
     return plan;
   }
   if (reservations_.count(plan.key)) {
-    return AbortedError("an allocation for " + KeyText(plan.key) + " is already in progress");
+    return AbortedError("an allocation for " + KeyText(plan.key) +
+                        " is already in progress");
   }
 
   const bool use_hint = hint.has_value() && !hint->nodes.empty();
@@ -400,9 +432,10 @@ StatusOr<AllocationPlan> Ledger::Plan(const Pod& pod, const std::string& contain
   // 4. Free devices.
   std::vector<std::string> free = FreeIds(resource);
   if (static_cast<int64_t>(free.size()) < needed) {
-    return ResourceExhaustedError("requested number of devices unavailable for " + resource +
-                                  ". Requested: " + std::to_string(needed) +
-                                  ", Available: " + std::to_string(free.size()));
+    return ResourceExhaustedError(
+        "requested number of devices unavailable for " + resource +
+        ". Requested: " + std::to_string(needed) +
+        ", Available: " + std::to_string(free.size()));
   }
 
   // 5. NUMA alignment.
@@ -427,12 +460,15 @@ StatusOr<AllocationPlan> Ledger::Plan(const Pod& pod, const std::string& contain
     } else {
       // The hinted nodes cannot hold it all: take every aligned device, then
       // choose the rest from the others (devices with topology first).
-      plan.must_include.insert(plan.must_include.end(), in_hint.begin(), in_hint.end());
+      plan.must_include.insert(plan.must_include.end(), in_hint.begin(),
+                               in_hint.end());
       plan.candidates = std::move(outside);
-      plan.candidates.insert(plan.candidates.end(), no_topology.begin(), no_topology.end());
+      plan.candidates.insert(plan.candidates.end(), no_topology.begin(),
+                             no_topology.end());
     }
   }
-  const int64_t to_choose = count - static_cast<int64_t>(plan.must_include.size());
+  const int64_t to_choose =
+      count - static_cast<int64_t>(plan.must_include.size());
   plan.real_choice = static_cast<int64_t>(plan.candidates.size()) > to_choose;
   return plan;
 }
@@ -440,37 +476,43 @@ StatusOr<AllocationPlan> Ledger::Plan(const Pod& pod, const std::string& contain
 Status Ledger::ValidatePreferred(const AllocationPlan& plan,
                                  const std::vector<std::string>& answer) const {
   if (plan.reuse) {
-    return InvalidArgumentError("no preferred allocation applies: " + KeyText(plan.key) +
-                                " reuses its recorded devices");
+    return InvalidArgumentError(
+        "no preferred allocation applies: " + KeyText(plan.key) +
+        " reuses its recorded devices");
   }
   if (static_cast<int64_t>(answer.size()) != plan.size) {
-    return InvalidArgumentError("preferred allocation for " + KeyText(plan.key) + " has " +
-                                std::to_string(answer.size()) + " devices, want " +
-                                std::to_string(plan.size));
+    return InvalidArgumentError("preferred allocation for " +
+                                KeyText(plan.key) + " has " +
+                                std::to_string(answer.size()) +
+                                " devices, want " + std::to_string(plan.size));
   }
   std::set<std::string> offered(plan.candidates.begin(), plan.candidates.end());
   offered.insert(plan.must_include.begin(), plan.must_include.end());
   std::set<std::string> seen;
   for (const std::string& id : answer) {
     if (!seen.insert(id).second) {
-      return InvalidArgumentError("preferred allocation for " + KeyText(plan.key) +
-                                  " lists device " + Quote(id) + " more than once");
+      return InvalidArgumentError("preferred allocation for " +
+                                  KeyText(plan.key) + " lists device " +
+                                  Quote(id) + " more than once");
     }
     if (!offered.count(id)) {
-      return InvalidArgumentError("preferred allocation for " + KeyText(plan.key) +
-                                  " names device " + Quote(id) + ", which was not offered");
+      return InvalidArgumentError("preferred allocation for " +
+                                  KeyText(plan.key) + " names device " +
+                                  Quote(id) + ", which was not offered");
     }
   }
   for (const std::string& id : plan.must_include) {
     if (!seen.count(id)) {
-      return InvalidArgumentError("preferred allocation for " + KeyText(plan.key) +
-                                  " leaves out must-include device " + Quote(id));
+      return InvalidArgumentError(
+          "preferred allocation for " + KeyText(plan.key) +
+          " leaves out must-include device " + Quote(id));
     }
   }
   return OkStatus();
 }
 
-std::vector<std::string> Ledger::DefaultChoice(const AllocationPlan& plan) const {
+std::vector<std::string> Ledger::DefaultChoice(
+    const AllocationPlan& plan) const {
   if (plan.reuse) return plan.reuse_ids;
   std::vector<std::string> out;
   for (const std::string& id : plan.must_include) {
@@ -484,7 +526,8 @@ std::vector<std::string> Ledger::DefaultChoice(const AllocationPlan& plan) const
   return out;
 }
 
-Status Ledger::Reserve(const AllocationPlan& plan, const std::vector<std::string>& ids) {
+Status Ledger::Reserve(const AllocationPlan& plan,
+                       const std::vector<std::string>& ids) {
   const ContainerKey& key = plan.key;
   const std::string& resource = key.resource_name;
   if (plan.reuse) {
@@ -498,14 +541,17 @@ Status Ledger::Reserve(const AllocationPlan& plan, const std::vector<std::string
   }
   std::set<std::string> unique(ids.begin(), ids.end());
   if (unique.size() != ids.size()) {
-    return InvalidArgumentError("reservation for " + KeyText(key) + " lists a device twice");
+    return InvalidArgumentError("reservation for " + KeyText(key) +
+                                " lists a device twice");
   }
   if (records_.count(key)) {
-    return FailedPreconditionError(KeyText(key) + " already has devices recorded");
+    return FailedPreconditionError(KeyText(key) +
+                                   " already has devices recorded");
   }
   auto res = resources_.find(resource);
   if (res == resources_.end()) {
-    return FailedPreconditionError("cannot allocate unregistered device " + resource);
+    return FailedPreconditionError("cannot allocate unregistered device " +
+                                   resource);
   }
   std::set<std::string> reserved_by_others;
   for (const auto& [other, reservation] : reservations_) {
@@ -513,35 +559,40 @@ Status Ledger::Reserve(const AllocationPlan& plan, const std::vector<std::string
       reserved_by_others.insert(reservation.ids.begin(), reservation.ids.end());
     }
   }
-  std::set<std::string> must(plan.must_include.begin(), plan.must_include.end());
+  std::set<std::string> must(plan.must_include.begin(),
+                             plan.must_include.end());
   std::set<std::string> handed_over;
   for (const std::string& id : ids) {
     auto d = res->second.devices.find(id);
     if (d == res->second.devices.end()) {
-      return FailedPreconditionError("device " + Quote(id) + " of resource " + Quote(resource) +
-                                     " is not registered");
+      return FailedPreconditionError("device " + Quote(id) + " of resource " +
+                                     Quote(resource) + " is not registered");
     }
     if (!d->second.healthy) {
-      return FailedPreconditionError("device " + Quote(id) + " of resource " + Quote(resource) +
-                                     " is unhealthy");
+      return FailedPreconditionError("device " + Quote(id) + " of resource " +
+                                     Quote(resource) + " is unhealthy");
     }
     if (reserved_by_others.count(id)) {
-      return FailedPreconditionError("device " + Quote(id) + " of resource " + Quote(resource) +
+      return FailedPreconditionError("device " + Quote(id) + " of resource " +
+                                     Quote(resource) +
                                      " is reserved by another allocation");
     }
     bool held = false;
     for (const auto& [holder, record] : records_) {
       if (holder.resource_name != resource ||
-          std::find(record.ids.begin(), record.ids.end(), id) == record.ids.end()) {
+          std::find(record.ids.begin(), record.ids.end(), id) ==
+              record.ids.end()) {
         continue;
       }
       held = true;
-      const bool may_hand_over = must.count(id) && holder.pod_uid == key.pod_uid &&
-                                 (!record.kind || *record.kind == ContainerKind::kInit);
+      const bool may_hand_over =
+          must.count(id) && holder.pod_uid == key.pod_uid &&
+          (!record.kind || *record.kind == ContainerKind::kInit);
       if (!may_hand_over) {
-        return FailedPreconditionError("device " + Quote(id) + " of resource " + Quote(resource) +
-                                       " is allocated to pod " + Quote(holder.pod_uid) +
-                                       " container " + Quote(holder.container_name));
+        return FailedPreconditionError(
+            "device " + Quote(id) + " of resource " + Quote(resource) +
+            " is allocated to pod " + Quote(holder.pod_uid) + " container " +
+            Quote(holder.container_name));
       }
     }
     if (held) handed_over.insert(id);
@@ -554,21 +605,27 @@ Status Ledger::Reserve(const AllocationPlan& plan, const std::vector<std::string
   return OkStatus();
 }
 
-void Ledger::ReleaseReservation(const ContainerKey& key) { reservations_.erase(key); }
+void Ledger::ReleaseReservation(const ContainerKey& key) {
+  reservations_.erase(key);
+}
 
-std::optional<std::vector<std::string>> Ledger::Reservation(const ContainerKey& key) const {
+std::optional<std::vector<std::string>> Ledger::Reservation(
+    const ContainerKey& key) const {
   auto it = reservations_.find(key);
   if (it == reservations_.end()) return std::nullopt;
   return it->second.ids;
 }
 
-StatusOr<Change> Ledger::Commit(const ContainerKey& key, const std::string& alloc_response) {
+StatusOr<Change> Ledger::Commit(const ContainerKey& key,
+                                const std::string& alloc_response) {
   auto it = reservations_.find(key);
   if (it == reservations_.end()) {
-    return FailedPreconditionError("no reservation to commit for " + KeyText(key));
+    return FailedPreconditionError("no reservation to commit for " +
+                                   KeyText(key));
   }
   if (records_.count(key)) {
-    return FailedPreconditionError(KeyText(key) + " already has devices recorded");
+    return FailedPreconditionError(KeyText(key) +
+                                   " already has devices recorded");
   }
   Record record;
   record.ids = it->second.ids;
@@ -577,11 +634,13 @@ StatusOr<Change> Ledger::Commit(const ContainerKey& key, const std::string& allo
   record.kind = it->second.kind;
   record.handed_over = it->second.handed_over;
   const ResourceState* res = nullptr;
-  if (auto r = resources_.find(key.resource_name); r != resources_.end()) res = &r->second;
+  if (auto r = resources_.find(key.resource_name); r != resources_.end())
+    res = &r->second;
   for (const std::string& id : record.ids) {
     const DeviceInfo* info = nullptr;
     if (res != nullptr) {
-      if (auto d = res->devices.find(id); d != res->devices.end()) info = &d->second;
+      if (auto d = res->devices.find(id); d != res->devices.end())
+        info = &d->second;
     }
     if (info == nullptr || info->numa_nodes.empty()) {
       record.by_numa[checkpoint::kNoNumaNode].push_back(id);
@@ -591,8 +650,8 @@ StatusOr<Change> Ledger::Commit(const ContainerKey& key, const std::string& allo
   }
   reservations_.erase(it);
   Change change;
-  change.upserts.push_back(
-      {key.pod_uid, key.container_name, key.resource_name, record.by_numa, record.alloc_response});
+  change.upserts.push_back({key.pod_uid, key.container_name, key.resource_name,
+                            record.by_numa, record.alloc_response});
   records_[key] = std::move(record);
   last_commit_ = key;
   return change;
@@ -600,7 +659,8 @@ StatusOr<Change> Ledger::Commit(const ContainerKey& key, const std::string& allo
 
 Status Ledger::UndoCommit(const ContainerKey& key) {
   auto it = records_.find(key);
-  if (!last_commit_ || *last_commit_ != key || it == records_.end() || reservations_.count(key)) {
+  if (!last_commit_ || *last_commit_ != key || it == records_.end() ||
+      reservations_.count(key)) {
     return FailedPreconditionError("no commit to revert for " + KeyText(key));
   }
   ReservationState state;
@@ -653,28 +713,29 @@ Change Ledger::RetainOnlyPods(const std::set<std::string>& active_pod_uids) {
 std::optional<PodDevicesEntry> Ledger::Entry(const ContainerKey& key) const {
   auto it = records_.find(key);
   if (it == records_.end()) return std::nullopt;
-  return PodDevicesEntry{key.pod_uid, key.container_name, key.resource_name, it->second.by_numa,
-                         it->second.alloc_response};
+  return PodDevicesEntry{key.pod_uid, key.container_name, key.resource_name,
+                         it->second.by_numa, it->second.alloc_response};
 }
 
-std::vector<PodDevicesEntry> Ledger::ContainerEntries(const std::string& pod_uid,
-                                                      const std::string& container) const {
+std::vector<PodDevicesEntry> Ledger::ContainerEntries(
+    const std::string& pod_uid, const std::string& container) const {
   std::vector<PodDevicesEntry> out;
   for (const auto& [key, record] : records_) {
     if (key.pod_uid == pod_uid && key.container_name == container) {
-      out.push_back({key.pod_uid, key.container_name, key.resource_name, record.by_numa,
-                     record.alloc_response});
+      out.push_back({key.pod_uid, key.container_name, key.resource_name,
+                     record.by_numa, record.alloc_response});
     }
   }
   return out;
 }
 
-std::vector<PodDevicesEntry> Ledger::PodEntries(const std::string& pod_uid) const {
+std::vector<PodDevicesEntry> Ledger::PodEntries(
+    const std::string& pod_uid) const {
   std::vector<PodDevicesEntry> out;
   for (const auto& [key, record] : records_) {
     if (key.pod_uid == pod_uid) {
-      out.push_back({key.pod_uid, key.container_name, key.resource_name, record.by_numa,
-                     record.alloc_response});
+      out.push_back({key.pod_uid, key.container_name, key.resource_name,
+                     record.by_numa, record.alloc_response});
     }
   }
   return out;
@@ -684,13 +745,14 @@ std::vector<PodDevicesEntry> Ledger::AllEntries() const {
   std::vector<PodDevicesEntry> out;
   out.reserve(records_.size());
   for (const auto& [key, record] : records_) {
-    out.push_back({key.pod_uid, key.container_name, key.resource_name, record.by_numa,
-                   record.alloc_response});
+    out.push_back({key.pod_uid, key.container_name, key.resource_name,
+                   record.by_numa, record.alloc_response});
   }
   return out;
 }
 
-// ---------------------------------------------------------------- topology hints
+// ---------------------------------------------------------------- topology
+// hints
 
 ResourceHints Ledger::GenerateHints(const std::string& resource,
                                     const std::vector<std::string>& available,
@@ -711,7 +773,8 @@ ResourceHints Ledger::GenerateHints(const std::string& resource,
   auto mask_of = [&](const DeviceInfo& info) {
     uint32_t m = 0;
     for (int64_t n : info.numa_nodes) {
-      m |= 1u << (std::lower_bound(nodes.begin(), nodes.end(), n) - nodes.begin());
+      m |= 1u << (std::lower_bound(nodes.begin(), nodes.end(), n) -
+                  nodes.begin());
     }
     return m;
   };
@@ -729,9 +792,6 @@ ResourceHints Ledger::GenerateHints(const std::string& resource,
   const std::vector<uint32_t> reusable_masks = masks_for(reusable);
 
   const size_t n = nodes.size();
-  // Subsets ordered by size, then lexicographically by node list.
-  std::vector<uint32_t> subsets;
-  for (uint32_t m = 1; m < (1u << n); ++m) subsets.push_back(m);
   auto node_list = [&](uint32_t m) {
     std::vector<int64_t> out;
     for (size_t i = 0; i < n; ++i) {
@@ -739,17 +799,21 @@ ResourceHints Ledger::GenerateHints(const std::string& resource,
     }
     return out;
   };
-  std::stable_sort(subsets.begin(), subsets.end(), [&](uint32_t a, uint32_t b) {
-    int ca = __builtin_popcount(a);
-    int cb = __builtin_popcount(b);
-    if (ca != cb) return ca < cb;
-    return node_list(a) < node_list(b);
+  // Subsets ordered by size, then lexicographically by node list.
+  std::vector<std::pair<std::vector<int64_t>, uint32_t>> subsets;
+  subsets.reserve((size_t{1} << n) - 1);
+  for (uint32_t m = 1; m < (1u << n); ++m)
+    subsets.emplace_back(node_list(m), m);
+  std::sort(subsets.begin(), subsets.end(), [](const auto& a, const auto& b) {
+    if (a.first.size() != b.first.size())
+      return a.first.size() < b.first.size();
+    return a.first < b.first;
   });
 
   int min_size = static_cast<int>(n);
   std::vector<NumaHint> hints;
-  for (uint32_t subset : subsets) {
-    const int size = __builtin_popcount(subset);
+  for (const auto& [subset_nodes, subset] : subsets) {
+    const int size = static_cast<int>(subset_nodes.size());
     int64_t in_subset = 0;
     for (uint32_t m : all_masks) in_subset += (m & subset) ? 1 : 0;
     if (in_subset >= count && size < min_size) min_size = size;
@@ -767,23 +831,28 @@ ResourceHints Ledger::GenerateHints(const std::string& resource,
     if (reusable_outside) continue;
     for (uint32_t m : available_masks) matching += (m & subset) ? 1 : 0;
     if (matching < count) continue;
-    hints.push_back({node_list(subset), false});
+    hints.push_back({subset_nodes, false});
   }
-  for (NumaHint& h : hints) h.preferred = static_cast<int>(h.nodes.size()) == min_size;
+  for (NumaHint& h : hints)
+    h.preferred = static_cast<int>(h.nodes.size()) == min_size;
   return hints;
 }
 
-ResourceHints Ledger::TopologyHints(const Pod& pod, const std::string& container,
-                                    const std::string& resource, int64_t count) const {
+ResourceHints Ledger::TopologyHints(const Pod& pod,
+                                    const std::string& container,
+                                    const std::string& resource,
+                                    int64_t count) const {
   if (count < 1) return std::nullopt;
   auto res = resources_.find(resource);
   if (res == resources_.end()) return std::nullopt;
-  bool has_topology = std::any_of(res->second.devices.begin(), res->second.devices.end(),
-                                  [](const auto& d) { return !d.second.numa_nodes.empty(); });
+  bool has_topology =
+      std::any_of(res->second.devices.begin(), res->second.devices.end(),
+                  [](const auto& d) { return !d.second.numa_nodes.empty(); });
   if (!has_topology) return std::nullopt;
   auto rec = records_.find({pod.uid, container, resource});
   if (rec != records_.end()) {
-    if (static_cast<int64_t>(rec->second.ids.size()) != count) return std::vector<NumaHint>{};
+    if (static_cast<int64_t>(rec->second.ids.size()) != count)
+      return std::vector<NumaHint>{};
     return GenerateHints(resource, rec->second.ids, {}, count);
   }
   std::vector<std::string> available = FreeIds(resource);
@@ -798,7 +867,8 @@ StatusOr<std::map<std::string, ResourceHints>> Ledger::ContainerTopologyHints(
     const Pod& pod, const std::string& container) const {
   const Container* c = pod.FindContainer(container);
   if (c == nullptr) {
-    return NotFoundError("pod " + Quote(pod.uid) + " has no container " + Quote(container));
+    return NotFoundError("pod " + Quote(pod.uid) + " has no container " +
+                         Quote(container));
   }
   KDM_ASSIGN_OR_RETURN(auto requests, ContainerRequests(*c));
   std::map<std::string, ResourceHints> out;
@@ -808,7 +878,8 @@ StatusOr<std::map<std::string, ResourceHints>> Ledger::ContainerTopologyHints(
   return out;
 }
 
-StatusOr<std::map<std::string, ResourceHints>> Ledger::PodTopologyHints(const Pod& pod) const {
+StatusOr<std::map<std::string, ResourceHints>> Ledger::PodTopologyHints(
+    const Pod& pod) const {
   KDM_ASSIGN_OR_RETURN(auto requests, PodRequests(pod));
   std::map<std::string, ResourceHints> out;
   for (const auto& [resource, count] : requests) {
@@ -831,7 +902,8 @@ StatusOr<std::map<std::string, ResourceHints>> Ledger::PodTopologyHints(const Po
       if (static_cast<int64_t>(held.size()) != count) {
         out[resource] = std::vector<NumaHint>{};
       } else {
-        out[resource] = GenerateHints(resource, {held.begin(), held.end()}, {}, count);
+        out[resource] =
+            GenerateHints(resource, {held.begin(), held.end()}, {}, count);
       }
       continue;
     }
@@ -854,13 +926,28 @@ int64_t Ledger::Restore(const checkpoint::CheckpointData& data) {
   reservations_.clear();
   last_commit_.reset();
   int64_t skipped = 0;
+  // resource -> device id -> pod holding it, to refuse cross-pod sharing.
+  std::map<std::string, std::map<std::string, std::string>> owner;
   for (const PodDevicesEntry& e : data.entries) {
-    if (e.pod_uid.empty() || e.container_name.empty() || e.resource_name.empty()) {
+    if (e.pod_uid.empty() || e.container_name.empty() ||
+        e.resource_name.empty()) {
       ++skipped;
       continue;
     }
+    std::vector<std::string> ids = FlattenDeviceIds(e.device_ids);
+    auto& owners = owner[e.resource_name];
+    bool conflict =
+        std::any_of(ids.begin(), ids.end(), [&](const std::string& id) {
+          auto it = owners.find(id);
+          return it != owners.end() && it->second != e.pod_uid;
+        });
+    if (conflict) {
+      ++skipped;
+      continue;
+    }
+    for (const std::string& id : ids) owners[id] = e.pod_uid;
     Record record;
-    record.ids = FlattenDeviceIds(e.device_ids);
+    record.ids = std::move(ids);
     record.by_numa = e.device_ids;
     record.alloc_response = e.alloc_response;
     records_[e.key()] = std::move(record);
@@ -883,21 +970,29 @@ checkpoint::CheckpointData Ledger::ToCheckpointData() const {
 // ---------------------------------------------------------------- invariants
 
 Status Ledger::CheckInvariants() const {
-  auto fail = [](const std::string& what) { return InternalError("ledger invariant: " + what); };
+  auto fail = [](const std::string& what) {
+    return InternalError("ledger invariant: " + what);
+  };
   for (const std::string& r : deleted_) {
-    if (resources_.count(r)) return fail("resource " + Quote(r) + " is both registered and deleted");
+    if (resources_.count(r))
+      return fail("resource " + Quote(r) + " is both registered and deleted");
   }
   // resource -> device id -> records holding it
-  std::map<std::string, std::map<std::string, std::vector<const ContainerKey*>>> holders;
+  std::map<std::string, std::map<std::string, std::vector<const ContainerKey*>>>
+      holders;
   for (const auto& [key, record] : records_) {
     std::set<std::string> unique(record.ids.begin(), record.ids.end());
-    if (unique.size() != record.ids.size()) return fail(KeyText(key) + " lists a device twice");
+    if (unique.size() != record.ids.size())
+      return fail(KeyText(key) + " lists a device twice");
     std::vector<std::string> flat = FlattenDeviceIds(record.by_numa);
     if (std::set<std::string>(flat.begin(), flat.end()) != unique) {
-      return fail(KeyText(key) + " has NUMA groups that differ from its device list");
+      return fail(KeyText(key) +
+                  " has NUMA groups that differ from its device list");
     }
-    if (reservations_.count(key)) return fail(KeyText(key) + " is both recorded and reserved");
-    for (const std::string& id : record.ids) holders[key.resource_name][id].push_back(&key);
+    if (reservations_.count(key))
+      return fail(KeyText(key) + " is both recorded and reserved");
+    for (const std::string& id : record.ids)
+      holders[key.resource_name][id].push_back(&key);
   }
   auto kind_of = [&](const ContainerKey& key) { return records_.at(key).kind; };
   for (const auto& [resource, by_id] : holders) {
@@ -905,39 +1000,45 @@ Status Ledger::CheckInvariants() const {
       int running = 0;
       for (const ContainerKey* k : keys) {
         if (k->pod_uid != keys.front()->pod_uid) {
-          return fail("device " + Quote(id) + " of " + Quote(resource) + " is held by pods " +
-                      Quote(keys.front()->pod_uid) + " and " + Quote(k->pod_uid));
+          return fail("device " + Quote(id) + " of " + Quote(resource) +
+                      " is held by pods " + Quote(keys.front()->pod_uid) +
+                      " and " + Quote(k->pod_uid));
         }
         std::optional<ContainerKind> kind = kind_of(*k);
         if (kind && *kind != ContainerKind::kInit) ++running;
       }
       if (running > 1) {
         return fail("device " + Quote(id) + " of " + Quote(resource) +
-                    " is held by two running containers of pod " + Quote(keys.front()->pod_uid));
+                    " is held by two running containers of pod " +
+                    Quote(keys.front()->pod_uid));
       }
     }
   }
   std::map<std::string, std::map<std::string, const ContainerKey*>> reserved;
   for (const auto& [key, reservation] : reservations_) {
     for (const std::string& id : reservation.handed_over) {
-      if (std::find(reservation.ids.begin(), reservation.ids.end(), id) == reservation.ids.end()) {
-        return fail(KeyText(key) + " hands over device " + Quote(id) + " it does not reserve");
+      if (std::find(reservation.ids.begin(), reservation.ids.end(), id) ==
+          reservation.ids.end()) {
+        return fail(KeyText(key) + " hands over device " + Quote(id) +
+                    " it does not reserve");
       }
     }
     for (const std::string& id : reservation.ids) {
       auto [it, inserted] = reserved[key.resource_name].try_emplace(id, &key);
       if (!inserted) {
-        return fail("device " + Quote(id) + " is reserved by " + KeyText(*it->second) + " and " +
-                    KeyText(key));
+        return fail("device " + Quote(id) + " is reserved by " +
+                    KeyText(*it->second) + " and " + KeyText(key));
       }
       auto h = holders[key.resource_name].find(id);
       if (h == holders[key.resource_name].end()) continue;
       if (!reservation.handed_over.count(id)) {
-        return fail("device " + Quote(id) + " reserved by " + KeyText(key) + " is also allocated");
+        return fail("device " + Quote(id) + " reserved by " + KeyText(key) +
+                    " is also allocated");
       }
       for (const ContainerKey* k : h->second) {
         std::optional<ContainerKind> kind = kind_of(*k);
-        if (k->pod_uid != key.pod_uid || (kind && *kind != ContainerKind::kInit)) {
+        if (k->pod_uid != key.pod_uid ||
+            (kind && *kind != ContainerKind::kInit)) {
           return fail("device " + Quote(id) + " handed to " + KeyText(key) +
                       " is held by running container " + KeyText(*k));
         }
@@ -952,14 +1053,16 @@ Status Ledger::CheckInvariants() const {
     int64_t reserved_only = 0;
     for (const auto& [id, info] : state.devices) {
       if (!info.healthy) {
-        if (free_set.count(id)) return fail("unhealthy device " + Quote(id) + " counted as free");
+        if (free_set.count(id))
+          return fail("unhealthy device " + Quote(id) + " counted as free");
         continue;
       }
       ++healthy;
       const bool is_allocated = holders[resource].count(id) > 0;
       const bool is_reserved = reserved[resource].count(id) > 0;
       if ((is_allocated || is_reserved) && free_set.count(id)) {
-        return fail("device " + Quote(id) + " of " + Quote(resource) + " is free and taken");
+        return fail("device " + Quote(id) + " of " + Quote(resource) +
+                    " is free and taken");
       }
       if (is_allocated) {
         ++allocated;
@@ -967,10 +1070,13 @@ Status Ledger::CheckInvariants() const {
         ++reserved_only;
       }
     }
-    if (allocated + reserved_only + static_cast<int64_t>(free.size()) != healthy) {
-      return fail("resource " + Quote(resource) + ": allocated " + std::to_string(allocated) +
-                  " + reserved " + std::to_string(reserved_only) + " + free " +
-                  std::to_string(free.size()) + " != healthy " + std::to_string(healthy));
+    if (allocated + reserved_only + static_cast<int64_t>(free.size()) !=
+        healthy) {
+      return fail("resource " + Quote(resource) + ": allocated " +
+                  std::to_string(allocated) + " + reserved " +
+                  std::to_string(reserved_only) + " + free " +
+                  std::to_string(free.size()) + " != healthy " +
+                  std::to_string(healthy));
     }
   }
   return OkStatus();

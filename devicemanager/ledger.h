@@ -33,14 +33,16 @@
 //
 // Example (one container, one resource, no plugin preference):
 //   Ledger ledger;
-//   (void)ledger.SetDevices("vendor.com/gpu", {{"gpu0", true, {0}}, {"gpu1", true, {1}}});
-//   KDM_ASSIGN_OR_RETURN(AllocationPlan plan,
-//                        ledger.Plan(pod, "main", "vendor.com/gpu", 1, std::nullopt));
+//   (void)ledger.SetDevices("vendor.com/gpu", {{"gpu0", true, {0}}, {"gpu1",
+//   true, {1}}}); KDM_ASSIGN_OR_RETURN(AllocationPlan plan,
+//                        ledger.Plan(pod, "main", "vendor.com/gpu", 1,
+//                        std::nullopt));
 //   if (!plan.reuse) {
 //     KDM_RETURN_IF_ERROR(ledger.Reserve(plan, ledger.DefaultChoice(plan)));
 //     ... Allocate RPC; on failure: ledger.ReleaseReservation(plan.key) ...
-//     KDM_ASSIGN_OR_RETURN(checkpoint::Change change, ledger.Commit(plan.key, response_bytes));
-//     if (!store->Apply(change).ok()) ledger.UndoCommit(plan.key) ...
+//     KDM_ASSIGN_OR_RETURN(checkpoint::Change change, ledger.Commit(plan.key,
+//     response_bytes)); if (!store->Apply(change).ok())
+//     ledger.UndoCommit(plan.key) ...
 //   }
 #ifndef KDM_DEVICEMANAGER_LEDGER_H_
 #define KDM_DEVICEMANAGER_LEDGER_H_
@@ -72,7 +74,8 @@ struct ResourceCapacity {
   int64_t capacity = 0;     // healthy + unhealthy
   int64_t allocatable = 0;  // healthy
 
-  friend bool operator==(const ResourceCapacity&, const ResourceCapacity&) = default;
+  friend bool operator==(const ResourceCapacity&,
+                         const ResourceCapacity&) = default;
 };
 
 struct Capacity {
@@ -131,7 +134,8 @@ struct SnapshotReport {
 
 // All device ids of an entry, sorted and unique (a device on two NUMA nodes
 // is listed under both).
-std::vector<std::string> FlattenDeviceIds(const checkpoint::DevicesPerNuma& ids);
+std::vector<std::string> FlattenDeviceIds(
+    const checkpoint::DevicesPerNuma& ids);
 
 // Natural order of device ids: digit runs compare as numbers ("gpu2" <
 // "gpu10"), everything else byte-wise. Ties broken by plain comparison.
@@ -148,8 +152,8 @@ class Ledger {
   // are skipped; duplicate ids are merged (first topology, healthy only if
   // every copy is healthy); both are counted in the report.
   // Errors: INVALID_ARGUMENT for an empty resource name (nothing changes).
-  StatusOr<SnapshotReport> SetDevices(const std::string& resource,
-                                      const std::vector<LedgerDevice>& snapshot);
+  StatusOr<SnapshotReport> SetDevices(
+      const std::string& resource, const std::vector<LedgerDevice>& snapshot);
 
   // The endpoint of `resource` stopped: every device becomes unhealthy
   // (capacity kept, allocatable 0). Unknown resource: no-op, empty change.
@@ -182,7 +186,8 @@ class Ledger {
   // their counts; zero counts are left out. Errors (INVALID_ARGUMENT, naming
   // the container, resource and value): request present and != limit,
   // negative, fractional, too large.
-  StatusOr<std::map<std::string, int64_t>> ContainerRequests(const Container& container) const;
+  StatusOr<std::map<std::string, int64_t>> ContainerRequests(
+      const Container& container) const;
 
   // The pod's effective device requests (for pod-scope topology hints):
   // per resource the larger of (sum over app containers and sidecars) and,
@@ -192,9 +197,10 @@ class Ledger {
   // Decides how `count` devices of `resource` go to `container` of `pod`,
   // following SPEC.md §3 in the kubelet's order:
   //   recorded with another count → FAILED_PRECONDITION
-  //     `pod "<uid>" container "<c>" changed request for resource "<r>" from <a> to <b>`;
-  //   not registered → FAILED_PRECONDITION `cannot allocate unregistered device <r>`;
-  //   no healthy device → UNAVAILABLE
+  //     `pod "<uid>" container "<c>" changed request for resource "<r>" from
+  //     <a> to <b>`;
+  //   not registered → FAILED_PRECONDITION `cannot allocate unregistered device
+  //   <r>`; no healthy device → UNAVAILABLE
   //     `no healthy devices present; cannot allocate unhealthy devices <r>`;
   //   recorded devices not all healthy → UNAVAILABLE `previously allocated
   //     devices are no longer healthy; cannot allocate unhealthy devices <r>`;
@@ -228,13 +234,15 @@ class Ledger {
   // plan, a wrong number of ids or duplicates; FAILED_PRECONDITION when the
   // container already has devices recorded or an id is unknown, unhealthy or
   // taken (the message names the id).
-  Status Reserve(const AllocationPlan& plan, const std::vector<std::string>& ids);
+  Status Reserve(const AllocationPlan& plan,
+                 const std::vector<std::string>& ids);
 
   // Drops plan.key's reservation, if any (every failure path calls this).
   void ReleaseReservation(const checkpoint::ContainerKey& key);
 
   // The ids reserved for `key`, or nullopt when it holds no reservation.
-  std::optional<std::vector<std::string>> Reservation(const checkpoint::ContainerKey& key) const;
+  std::optional<std::vector<std::string>> Reservation(
+      const checkpoint::ContainerKey& key) const;
 
   // Turns key's reservation into its record (device ids grouped by NUMA
   // node, kNoNumaNode for devices without topology) with `alloc_response`,
@@ -256,16 +264,19 @@ class Ledger {
   // Garbage collection: forgets the records of every pod not in
   // `active_pod_uids`. Reservations are left alone (an admission in flight
   // ends in Commit or ReleaseReservation). Returns the change to persist.
-  checkpoint::Change RetainOnlyPods(const std::set<std::string>& active_pod_uids);
+  checkpoint::Change RetainOnlyPods(
+      const std::set<std::string>& active_pod_uids);
 
   // ---- queries ----
 
-  std::optional<checkpoint::PodDevicesEntry> Entry(const checkpoint::ContainerKey& key) const;
+  std::optional<checkpoint::PodDevicesEntry> Entry(
+      const checkpoint::ContainerKey& key) const;
   // Records of one container, by resource name.
-  std::vector<checkpoint::PodDevicesEntry> ContainerEntries(const std::string& pod_uid,
-                                                            const std::string& container) const;
+  std::vector<checkpoint::PodDevicesEntry> ContainerEntries(
+      const std::string& pod_uid, const std::string& container) const;
   // Records of one pod, by (container, resource).
-  std::vector<checkpoint::PodDevicesEntry> PodEntries(const std::string& pod_uid) const;
+  std::vector<checkpoint::PodDevicesEntry> PodEntries(
+      const std::string& pod_uid) const;
   // Every record, by (pod, container, resource).
   std::vector<checkpoint::PodDevicesEntry> AllEntries() const;
 
@@ -287,7 +298,8 @@ class Ledger {
       const Pod& pod, const std::string& container) const;
   // Pod scope: PodRequests() per resource, hints from the devices recorded
   // for the pod, or from the free devices when none are.
-  StatusOr<std::map<std::string, ResourceHints>> PodTopologyHints(const Pod& pod) const;
+  StatusOr<std::map<std::string, ResourceHints>> PodTopologyHints(
+      const Pod& pod) const;
 
   // ---- restart ----
 
@@ -295,8 +307,10 @@ class Ledger {
   // recorded again; every resource of data.registered_devices is registered
   // with no devices (capacity 0, "no healthy devices present") until its
   // plugin registers and sends a snapshot (SPEC.md §4). Reservations and
-  // deleted resources are cleared. Entries with an empty pod uid, container
-  // or resource name are skipped; the count of skipped entries is returned.
+  // deleted resources are cleared. Skipped, and counted in the returned
+  // number: entries with an empty pod uid, container or resource name, and
+  // entries naming a device that an earlier entry of another pod holds (a
+  // corrupt or hand-edited checkpoint must not put a device in two pods).
   int64_t Restore(const checkpoint::CheckpointData& data);
 
   // The state in checkpoint form: every record, and the healthy ids of every
@@ -329,8 +343,9 @@ class Ledger {
   };
   struct ReservationState {
     ContainerKind kind = ContainerKind::kApp;
-    std::vector<std::string> ids;       // everything reserved, in chosen order
-    std::set<std::string> handed_over;  // subset of ids taken from init containers
+    std::vector<std::string> ids;  // everything reserved, in chosen order
+    std::set<std::string>
+        handed_over;  // subset of ids taken from init containers
   };
 
   // Devices of `resource` recorded for any container / reserved by anyone.
@@ -340,11 +355,13 @@ class Ledger {
   std::vector<std::string> FreeIds(const std::string& resource) const;
   // Hand-over pool for `container` of `pod` (SPEC.md §3.3), healthy only,
   // natural order.
-  std::vector<std::string> HandOverPool(const Pod& pod, const std::string& container,
+  std::vector<std::string> HandOverPool(const Pod& pod,
+                                        const std::string& container,
                                         const std::string& resource) const;
   ResourceHints GenerateHints(const std::string& resource,
                               const std::vector<std::string>& available,
-                              const std::vector<std::string>& reusable, int64_t count) const;
+                              const std::vector<std::string>& reusable,
+                              int64_t count) const;
   checkpoint::Change RegisteredChange(const std::string& resource) const;
 
   std::map<std::string, ResourceState> resources_;

@@ -15,8 +15,8 @@ constexpr int64_t kNanosPerUnit = 1000000000;
 constexpr int kMaxSignificantDigits = 30;
 
 Status Invalid(std::string_view text, std::string_view why) {
-  return InvalidArgumentError("invalid quantity \"" + std::string(text) + "\": " +
-                              std::string(why));
+  return InvalidArgumentError("invalid quantity \"" + std::string(text) +
+                              "\": " + std::string(why));
 }
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
@@ -31,29 +31,61 @@ bool ParseSuffix(std::string_view s, Suffix* out, std::string* why) {
   if (s.empty()) return true;
   if (s.size() == 2 && s[1] == 'i') {
     switch (s[0]) {
-      case 'K': out->pow2 = 10; return true;
-      case 'M': out->pow2 = 20; return true;
-      case 'G': out->pow2 = 30; return true;
-      case 'T': out->pow2 = 40; return true;
-      case 'P': out->pow2 = 50; return true;
-      case 'E': out->pow2 = 60; return true;
-      default: break;
+      case 'K':
+        out->pow2 = 10;
+        return true;
+      case 'M':
+        out->pow2 = 20;
+        return true;
+      case 'G':
+        out->pow2 = 30;
+        return true;
+      case 'T':
+        out->pow2 = 40;
+        return true;
+      case 'P':
+        out->pow2 = 50;
+        return true;
+      case 'E':
+        out->pow2 = 60;
+        return true;
+      default:
+        break;
     }
     *why = "unknown suffix \"" + std::string(s) + "\"";
     return false;
   }
   if (s.size() == 1) {
     switch (s[0]) {
-      case 'n': out->pow10 = -9; return true;
-      case 'u': out->pow10 = -6; return true;
-      case 'm': out->pow10 = -3; return true;
-      case 'k': out->pow10 = 3; return true;
-      case 'M': out->pow10 = 6; return true;
-      case 'G': out->pow10 = 9; return true;
-      case 'T': out->pow10 = 12; return true;
-      case 'P': out->pow10 = 15; return true;
-      case 'E': out->pow10 = 18; return true;
-      default: break;
+      case 'n':
+        out->pow10 = -9;
+        return true;
+      case 'u':
+        out->pow10 = -6;
+        return true;
+      case 'm':
+        out->pow10 = -3;
+        return true;
+      case 'k':
+        out->pow10 = 3;
+        return true;
+      case 'M':
+        out->pow10 = 6;
+        return true;
+      case 'G':
+        out->pow10 = 9;
+        return true;
+      case 'T':
+        out->pow10 = 12;
+        return true;
+      case 'P':
+        out->pow10 = 15;
+        return true;
+      case 'E':
+        out->pow10 = 18;
+        return true;
+      default:
+        break;
     }
   }
   if (s[0] == 'e' || s[0] == 'E') {
@@ -70,7 +102,8 @@ bool ParseSuffix(std::string_view s, Suffix* out, std::string* why) {
     int64_t value = 0;
     for (char c : e) {
       if (!IsDigit(c)) {
-        *why = "exponent \"" + std::string(s.substr(1)) + "\" is not an integer";
+        *why =
+            "exponent \"" + std::string(s.substr(1)) + "\" is not an integer";
         return false;
       }
       value = value * 10 + (c - '0');
@@ -125,7 +158,8 @@ StatusOr<Quantity> Quantity::Parse(std::string_view text) {
       if (!seen_point) {
         ++extra_pow10;
       } else if (c != '0') {
-        return Invalid(text, "more than " + std::to_string(kMaxSignificantDigits) +
+        return Invalid(text, "more than " +
+                                 std::to_string(kMaxSignificantDigits) +
                                  " significant digits");
       }
       continue;
@@ -140,7 +174,8 @@ StatusOr<Quantity> Quantity::Parse(std::string_view text) {
   if (!ParseSuffix(s.substr(i), &suffix, &why)) return Invalid(text, why);
 
   // value in nano units = mantissa * 2^pow2 * 10^(pow10 - scale + extra + 9)
-  const Int128 kLimit = static_cast<Int128>(std::numeric_limits<int64_t>::max()) * kNanosPerUnit;
+  const Int128 kLimit =
+      static_cast<Int128>(std::numeric_limits<int64_t>::max()) * kNanosPerUnit;
   Int128 nanos = mantissa;
   if (nanos != 0) {
     for (int k = 0; k < suffix.pow2; ++k) {
@@ -175,21 +210,27 @@ StatusOr<Quantity> Quantity::Parse(std::string_view text) {
       (units == std::numeric_limits<int64_t>::max() && frac != 0)) {
     return Invalid(text, "out of range");
   }
-  return Quantity(static_cast<int64_t>(units), static_cast<int32_t>(frac), std::string(text));
+  return Quantity(static_cast<int64_t>(units), static_cast<int32_t>(frac),
+                  std::string(text));
 }
 
-Quantity Quantity::FromInt(int64_t units) { return Quantity(units, 0, std::to_string(units)); }
+Quantity Quantity::FromInt(int64_t units) {
+  return Quantity(units, 0, std::to_string(units));
+}
 
 StatusOr<int64_t> Quantity::DeviceCount() const {
   if (units_ < 0) {
-    return InvalidArgumentError("quantity \"" + text_ + "\" is negative; a device count must be >= 0");
+    return InvalidArgumentError("quantity \"" + text_ +
+                                "\" is negative; a device count must be >= 0");
   }
   if (nanos_ != 0) {
-    return InvalidArgumentError("quantity \"" + text_ +
-                                "\" is not a whole number; devices are counted in whole units");
+    return InvalidArgumentError(
+        "quantity \"" + text_ +
+        "\" is not a whole number; devices are counted in whole units");
   }
   if (units_ > kMaxDeviceCount) {
-    return InvalidArgumentError("quantity \"" + text_ + "\" is too large for a device count (at most " +
+    return InvalidArgumentError("quantity \"" + text_ +
+                                "\" is too large for a device count (at most " +
                                 std::to_string(kMaxDeviceCount) + ")");
   }
   return units_;

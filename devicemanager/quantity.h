@@ -73,7 +73,8 @@ class Quantity {
   friend bool operator==(const Quantity& a, const Quantity& b) {
     return a.units_ == b.units_ && a.nanos_ == b.nanos_;
   }
-  friend std::strong_ordering operator<=>(const Quantity& a, const Quantity& b) {
+  friend std::strong_ordering operator<=>(const Quantity& a,
+                                          const Quantity& b) {
     if (auto c = a.units_ <=> b.units_; c != 0) return c;
     return a.nanos_ <=> b.nanos_;
   }
@@ -82,8 +83,8 @@ class Quantity {
   Quantity(int64_t units, int32_t nanos, std::string text)
       : units_(units), nanos_(nanos), text_(std::move(text)) {}
 
-  int64_t units_ = 0;   // floor of the value
-  int32_t nanos_ = 0;   // [0, 10^9)
+  int64_t units_ = 0;  // floor of the value
+  int32_t nanos_ = 0;  // [0, 10^9)
   std::string text_ = "0";
 };
 
