@@ -45,6 +45,112 @@ bool Search::Tick() {
   return expired_;
 }
 
+void Search::ComputeTop() {
+  // top_[c][k]: the sum of c's k best links to other available devices.
+  top_.assign(static_cast<size_t>(n_) * n_, 0);
+  h_.assign(n_, 0);
+  std::vector<int32_t> row;
+  for (int c = 0; c < n_; ++c) {
+    row.clear();
+    for (int x = 0; x < n_; ++x) {
+      if (x != c) row.push_back(w_[c * n_ + x]);
+    }
+    std::sort(row.begin(), row.end(), std::greater<>());
+    for (int k = 1; k < n_; ++k) top_[c * n_ + k] = top_[c * n_ + k - 1] + row[k - 1];
+    h_[c] = top_[c * n_ + (size_ - 1)];
+  }
+  r0_ = n_ % size_;
+  d_.assign(n_, 0);
+  if (r0_ > 0) {
+    for (int c = 0; c < n_; ++c) d_[c] = h_[c] - top_[c * n_ + (r0_ - 1)];
+  }
+  scale_ = static_cast<int64_t>(size_) * std::max(r0_, 1);
+  b_.assign(n_, 0);
+  e_.assign(n_, 0);
+  for (int c = 0; c < n_; ++c) {
+    if (2 * size_ > n_) {
+      // One full group at most: the bound has nothing to prune; make it
+      // never the smaller one.
+      b_[c] = h_[c] * scale_;
+      e_[c] = d_[c] * scale_;
+      continue;
+    }
+    b_[c] = BestGroupWith(c, size_) * (scale_ / size_);
+    e_[c] = r0_ > 0 ? b_[c] - BestGroupWith(c, r0_) * (scale_ / r0_) : 0;
+  }
+}
+
+int64_t Search::BestGroupWith(int c, int g) {
+  if (g <= 1) return 0;
+  std::vector<int64_t> gain(w_.begin() + c * n_, w_.begin() + (c + 1) * n_);
+  std::vector<char> in(n_, 0);
+  in[c] = 1;
+  int64_t best = -1;
+  BestGroupDfs(c, 0, g - 1, 0, gain, in, best);
+  if (expired_ || best < 0) {
+    // Not finished: the link bound is always valid.
+    int64_t links = top_[c * n_ + (g - 1)];
+    for (int x = 0; x < n_; ++x) links = std::max(links, top_[x * n_ + (g - 1)]);
+    return links * g / 2 + 1;
+  }
+  return best;
+}
+
+void Search::BestGroupDfs(int c, int start, int need, int64_t own, std::vector<int64_t>& gain,
+                          std::vector<char>& in, int64_t& best) {
+  if (Tick()) return;
+  if (need == 0) {
+    best = std::max(best, own);
+    return;
+  }
+  if (best >= 0) {
+    scratch_.clear();
+    for (int x = start; x < n_; ++x) {
+      if (!in[x]) scratch_.push_back(2 * gain[x] + top_[x * n_ + (need - 1)]);
+    }
+    if (static_cast<int>(scratch_.size()) < need) return;
+    std::nth_element(scratch_.begin(), scratch_.begin() + (need - 1), scratch_.end(),
+                     std::greater<>());
+    int64_t bound = 2 * own;
+    for (int k = 0; k < need; ++k) bound += scratch_[k];
+    if (bound <= 2 * best) return;
+  }
+  for (int x = start; x < n_; ++x) {
+    if (in[x]) continue;
+    const int64_t add = gain[x];
+    in[x] = 1;
+    for (int y = 0; y < n_; ++y) gain[y] += w_[x * n_ + y];
+    BestGroupDfs(c, x + 1, need - 1, own + add, gain, in, best);
+    for (int y = 0; y < n_; ++y) gain[y] -= w_[x * n_ + y];
+    in[x] = 0;
+    if (expired_) return;
+  }
+}
+
+int64_t Search::Slack(uint64_t mask, const std::vector<int64_t>& v) const {
+  int64_t vals[64];
+  int k = 0;
+  for (uint64_t b = mask; b != 0; b &= b - 1) vals[k++] = v[std::countr_zero(b)];
+  const int r = std::min(r0_, k);
+  std::nth_element(vals, vals + r, vals + k);
+  int64_t sum = 0;
+  for (int i = 0; i < r; ++i) sum += vals[i];
+  return sum;
+}
+
+int64_t Search::UpperBound(uint64_t mask) const {
+  int64_t hsum = 0;
+  int64_t bsum = 0;
+  for (uint64_t b = mask; b != 0; b &= b - 1) {
+    hsum += h_[std::countr_zero(b)];
+    bsum += b_[std::countr_zero(b)];
+  }
+  if (std::popcount(mask) % size_ != 0) {
+    hsum -= Slack(mask, d_);
+    bsum -= Slack(mask, e_);
+  }
+  return std::min(hsum / 2, bsum / scale_);
+}
 Search::Pack Search::Best(uint64_t mask) {
   if (mask == 0) return {0, kNoGroup};
   if (expired_) return {0, kNoGroup};
@@ -63,16 +169,27 @@ Search::Pack Search::Best(uint64_t mask) {
   }
   f.members[0] = low;
   f.count = 1;
+  for (uint64_t b = mask; b != 0; b &= b - 1) {
+    f.hsum += h_[std::countr_zero(b)];
+    f.bsum += b_[std::countr_zero(b)];
+  }
+  // What a full group leaves still holds the remainder; its slack is at least
+  // the mask's (fewer devices to choose the smallest from).
+  if (k % size_ != 0 && k > size_) {
+    f.rem = true;
+    f.sub = Slack(mask, d_);
+    f.bsub = Slack(mask, e_);
+  }
   const uint64_t low_bit = uint64_t{1} << low;
   // The group holding `low` is a full group, or the smaller remainder group
   // when one is still left in the mask.
   if (k >= size_) {
     f.full = true;
-    EnumGroups(f, 0, size_ - 1, low_bit, 0);
+    EnumGroups(f, 0, size_ - 1, low_bit, 0, h_[low], b_[low]);
   }
   if (k % size_ != 0) {
     f.full = false;
-    EnumGroups(f, 0, k % size_ - 1, low_bit, 0);
+    EnumGroups(f, 0, k % size_ - 1, low_bit, 0, h_[low], b_[low]);
   }
   if (expired_) return {0, kNoGroup};
   if (n_ <= kFlatMemoBits) {
@@ -83,12 +200,54 @@ Search::Pack Search::Best(uint64_t mask) {
   return f.best;
 }
 
-void Search::EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t gscore) {
+void Search::EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t gscore,
+                        int64_t ghsum, int64_t gbsum) {
+  const bool rem = f.full && f.rem;  // what a group leaves still holds the remainder
+  // An upper bound on the total of a finished group: its score plus the
+  // bounds on what it leaves.
+  auto bound = [&](int64_t score, int64_t hs, int64_t bs) {
+    const int64_t hub = (f.hsum - hs - (rem ? f.sub : 0)) / 2;
+    const int64_t bub = (f.bsum - bs - (rem ? f.bsub : 0)) / scale_;
+    return score + std::min(hub, bub);
+  };
+  auto finish = [&](uint64_t g, int64_t score) {
+    Pack rest = Best(f.mask & ~g);
+    Pack cand{score + rest.sum, f.full ? std::min(score, rest.min_full) : rest.min_full};
+    if (Better(cand, f.best)) f.best = cand;
+  };
   if (need == 0) {
     if (Tick()) return;
-    Pack rest = Best(f.mask & ~gmask);
-    Pack cand{gscore + rest.sum, f.full ? std::min(gscore, rest.min_full) : rest.min_full};
-    if (Better(cand, f.best)) f.best = cand;
+    // A group that cannot reach the best total so far is not worth solving
+    // what it leaves (strictly below: an equal total may still win on the
+    // weakest group).
+    if (f.best.sum >= 0 && bound(gscore, ghsum, gbsum) < f.best.sum) return;
+    finish(gmask, gscore);
+    return;
+  }
+  if (need == 1) {
+    // The last member: try the most promising first, so that the rest are
+    // cut by the bound. The value of the state does not depend on the order.
+    struct Option {
+      int64_t ub;
+      int64_t score;
+      int p;
+    };
+    Option options[64];
+    int count = 0;
+    for (int i = start; i < f.m; ++i) {
+      const int p = f.pos[i];
+      const int32_t* row = &w_[p * n_];
+      int64_t add = 0;
+      for (int q = 0; q < f.count; ++q) add += row[f.members[q]];
+      options[count++] = {bound(gscore + add, ghsum + h_[p], gbsum + b_[p]), gscore + add, p};
+    }
+    std::sort(options, options + count,
+              [](const Option& a, const Option& b) { return a.ub > b.ub; });
+    for (int i = 0; i < count; ++i) {
+      if (Tick()) return;
+      if (f.best.sum >= 0 && options[i].ub < f.best.sum) return;
+      finish(gmask | (uint64_t{1} << options[i].p), options[i].score);
+    }
     return;
   }
   for (int i = start; i <= f.m - need; ++i) {
@@ -98,7 +257,8 @@ void Search::EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t g
     int64_t add = 0;
     for (int q = 0; q < f.count; ++q) add += row[f.members[q]];
     f.members[f.count++] = p;
-    EnumGroups(f, i + 1, need - 1, gmask | (uint64_t{1} << p), gscore + add);
+    EnumGroups(f, i + 1, need - 1, gmask | (uint64_t{1} << p), gscore + add, ghsum + h_[p],
+               gbsum + b_[p]);
     --f.count;
   }
 }
@@ -145,7 +305,10 @@ void Search::RemoveMember(int c) {
 void Search::PackedDfs(size_t start, int need, uint64_t gmask, int64_t own) {
   if (need == 0) {
     if (Tick()) return;
-    Pack rest = Best(full_ & ~gmask);
+    const uint64_t rest_mask = full_ & ~gmask;
+    const int64_t bar = have_best_ ? best_pack_.sum : target_;
+    if (own + UpperBound(rest_mask) < bar) return;
+    Pack rest = Best(rest_mask);
     if (expired_) return;
     Pack total{own + rest.sum, std::min(own, rest.min_full)};
     bool better = !have_best_ || Better(total, best_pack_);
@@ -179,6 +342,10 @@ void Search::PackedDfs(size_t start, int need, uint64_t gmask, int64_t own) {
 
 Result Search::Packed() {
   if (!exact_) return Finish(GreedyGroup(), -1, false);
+  ComputeTop();
+  // Without must_include the best packing of everything is reachable by some
+  // set, so its total is a bar no set can beat.
+  if (must_.empty()) target_ = Best(full_).sum;
   gain_.assign(n_, 0);
   int64_t own = 0;
   for (int c : must_) {
@@ -242,17 +409,7 @@ void Search::BestSetDfs(size_t start, int need, uint64_t gmask, int64_t own) {
 
 Result Search::BestSet() {
   if (!exact_) return Finish(GreedyGroup(), -1, false);
-  // top_[c][k]: the sum of c's k best links to other available devices.
-  top_.assign(static_cast<size_t>(n_) * n_, 0);
-  std::vector<int32_t> row;
-  for (int c = 0; c < n_; ++c) {
-    row.clear();
-    for (int x = 0; x < n_; ++x) {
-      if (x != c) row.push_back(w_[c * n_ + x]);
-    }
-    std::sort(row.begin(), row.end(), std::greater<>());
-    for (int k = 1; k < n_; ++k) top_[c * n_ + k] = top_[c * n_ + k - 1] + row[k - 1];
-  }
+  ComputeTop();
   gain_.assign(n_, 0);
   int64_t own = 0;
   for (int c : must_) {
@@ -268,6 +425,7 @@ Result Search::BestSet() {
 // ---- first fit ---------------------------------------------------------------
 
 Result Search::FirstFit() {
+  if (exact_) ComputeTop();
   std::vector<int> set = must_;
   for (size_t i = 0; static_cast<int>(set.size()) < size_; ++i) set.push_back(free_[i]);
   std::sort(set.begin(), set.end());

@@ -66,12 +66,31 @@ class Search {
     int members[64];
     int count = 0;
     bool full = false;
+    int64_t hsum = 0;  // sum of h_ over the mask
+    bool rem = false;  // the mask holds the remainder and more than a group
+    int64_t sub = 0;   // Slack(mask, d_) when rem
+    int64_t bsum = 0;  // sum of b_ over the mask
+    int64_t bsub = 0;  // Slack(mask, e_) when rem
     Pack best{-1, 0};
   };
 
   bool Tick();
   Pack Best(uint64_t mask);
-  void EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t gscore);
+  void EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t gscore, int64_t ghsum,
+                  int64_t gbsum);
+  // An upper bound on Best(mask).sum: every device links to at most size_-1
+  // others in its group (h_), and the r0_ devices of the remainder group to
+  // at most r0_-1 (h_ - d_), so half of: the sum of h_ over the mask, less
+  // the r0_ smallest d_ when the mask still holds the remainder.
+  int64_t UpperBound(uint64_t mask) const;
+  // The sum of the r0_ smallest v[c] over the mask.
+  int64_t Slack(uint64_t mask, const std::vector<int64_t>& v) const;
+  // The best score of a group of `g` devices holding device c (branch and
+  // bound; an upper bound if the budget runs out).
+  int64_t BestGroupWith(int c, int g);
+  void BestGroupDfs(int c, int start, int need, int64_t own, std::vector<int64_t>& gain,
+                    std::vector<char>& in, int64_t& best);
+  void ComputeTop();
 
   void PackedDfs(size_t start, int need, uint64_t gmask, int64_t own);
   void BestSetDfs(size_t start, int need, uint64_t gmask, int64_t own);
@@ -110,6 +129,17 @@ class Search {
   std::vector<int> stack_;
   std::vector<int64_t> gain_;     // links of each position to stack_
   std::vector<int64_t> top_;      // n_ x n_: top_[c*n_+k] = sum of c's k best links
+  std::vector<int64_t> h_;        // top_[c][size_-1]
+  std::vector<int64_t> d_;        // h_[c] - top_[c][r0_-1]
+  int r0_ = 0;                    // n_ % size_: the size of the remainder group
+  // A second bound: a group's score is at most the mean over its devices of
+  // the best group each belongs to. Scaled by scale_ = size_ x max(r0_, 1)
+  // to stay in integers: b_[c] = BestGroupWith(c, size_) x scale_ / size_,
+  // e_[c] = b_[c] - BestGroupWith(c, r0_) x scale_ / r0_.
+  std::vector<int64_t> b_;
+  std::vector<int64_t> e_;
+  int64_t scale_ = 1;
+  int64_t target_ = -1;           // Packed: no set can beat this total
   std::vector<int64_t> scratch_;
   bool have_best_ = false;
   std::vector<int> best_;
