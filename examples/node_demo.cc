@@ -404,10 +404,10 @@ int main(int argc, char** argv) {
             << ", rejected: " << st.preferred_invalid << ", RPC errors: " << st.preferred_rpc_error
             << "; checkpoint: " << store->Describe() << "\n";
 
-  gpu_plugin->Stop();
-  fpga_plugin->Stop();
   manager->Stop();
   manager.reset();
+  gpu_plugin->Stop();
+  fpga_plugin->Stop();
   store.reset();
   if (!keep) std::filesystem::remove_all(root);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
