@@ -1,0 +1,79 @@
+// kdm::devicemanager::PodResourcesServer: the kubelet's pod-resources v1 API
+// (List, GetAllocatableResources, Get) on a unix socket, answered from a
+// Manager and the node agent's list of active pods (SPEC.md §2).
+//
+// Rules (the kubelet's): List reports every active pod with its app
+// containers and restartable init containers (sidecars); plain init
+// containers are left out. Each container lists its devices as one
+// ContainerDevices per resource per NUMA node (a device without topology
+// appears once, with no topology). GetAllocatableResources reports the
+// healthy devices only. Get on a pod the agent does not know answers
+// NOT_FOUND with "pod <name> in namespace <namespace> not found".
+//
+// Thread-safety: Start() and Stop() may be called from any thread; the RPCs
+// run on gRPC's threads and call the Manager's query methods and the
+// active_pods callback concurrently (both must be thread-safe).
+//
+// Example:
+//   kdm::devicemanager::PodResourcesServer::Options options;
+//   options.socket_path = root + "/pod-resources/kubelet.sock";
+//   options.manager = manager.get();
+//   options.active_pods = [&] { return agent.ActivePods(); };
+//   auto server = kdm::devicemanager::PodResourcesServer::Start(std::move(options));
+//   if (!server.ok()) return Fail(server.status());
+//   ...
+//   (*server)->Stop();
+#ifndef KDM_DEVICEMANAGER_POD_RESOURCES_SERVER_H_
+#define KDM_DEVICEMANAGER_POD_RESOURCES_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kdm/base/status.h"
+#include "kdm/devicemanager/manager.h"
+
+namespace kdm::devicemanager {
+
+// What the node agent knows of one active pod (the Manager only knows the
+// pods that hold devices).
+struct ActivePod {
+  std::string uid;
+  std::string namespace_name;
+  std::string name;
+  // App containers and restartable init containers (sidecars), in start
+  // order. Plain init containers are not listed.
+  std::vector<std::string> containers;
+};
+
+class PodResourcesServer {
+ public:
+  struct Options {
+    // Unix socket path; its parent directory is created 0750 when missing.
+    std::string socket_path;
+    // REQUIRES: not null; outlives the server.
+    Manager* manager = nullptr;
+    // The agent's active pods. Null: no pod is active.
+    std::function<std::vector<ActivePod>()> active_pods;
+  };
+
+  // Creates the parent directory (0750), removes a stale socket, serves the
+  // API and makes the socket 0600. Errors: INVALID_ARGUMENT (empty or
+  // too-long path, null manager), UNAVAILABLE/INTERNAL naming the path when
+  // the directory or socket cannot be made or served.
+  static StatusOr<std::unique_ptr<PodResourcesServer>> Start(Options options);
+
+  // Stops if running.
+  virtual ~PodResourcesServer() = default;
+
+  // Stops serving (in-flight RPCs finish) and removes the socket. Idempotent.
+  virtual void Stop() = 0;
+
+  // The socket path served.
+  virtual const std::string& socket_path() const = 0;
+};
+
+}  // namespace kdm::devicemanager
+
+#endif  // KDM_DEVICEMANAGER_POD_RESOURCES_SERVER_H_
