@@ -11,13 +11,14 @@
 #include <cerrno>
 #include <cstring>
 #include <atomic>
-#include <condition_variable>
 #include <filesystem>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 
 namespace kdm::plugin {
@@ -110,7 +111,7 @@ class PluginServerImpl final : public PluginServer {
 
   Status Start() override {
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (started_) return FailedPreconditionError("plugin server already started");
       started_ = true;
     }
@@ -124,12 +125,11 @@ class PluginServerImpl final : public PluginServer {
 
   void Stop() override {
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (stopping_) return;
       stopping_ = true;
       ++version_;
     }
-    cv_.notify_all();
     if (wake_fd_ >= 0) {
       uint64_t one = 1;
       [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
@@ -139,22 +139,21 @@ class PluginServerImpl final : public PluginServer {
     ShutdownServer();
     // Only remove the socket if it is still ours (a new plugin instance may
     // have bound the same path since).
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (socket_id_ && StatFile(socket_path_) == socket_id_) ::unlink(socket_path_.c_str());
   }
 
   void SetDevices(std::vector<Device> devices) override {
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       devices_ = std::move(devices);
       ++version_;
     }
-    cv_.notify_all();
   }
 
   Status SetHealth(const std::string& device_id, bool healthy) override {
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       auto it = std::find_if(devices_.begin(), devices_.end(),
                              [&](const Device& d) { return d.id == device_id; });
       if (it == devices_.end()) {
@@ -165,39 +164,41 @@ class PluginServerImpl final : public PluginServer {
       it->healthy = healthy;
       ++version_;
     }
-    cv_.notify_all();
     return OkStatus();
   }
 
   std::vector<Device> Devices() const override {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     return devices_;
   }
 
   std::string SocketPath() const override { return socket_path_; }
 
   bool Registered() const override {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     return registered_;
   }
 
   int RegistrationCount() const override {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     return registration_count_;
   }
 
   Status LastRegistrationError() const override {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     return last_registration_error_;
   }
 
   bool WaitForRegistrationCount(int count, std::chrono::milliseconds timeout) const override {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, timeout, [&] { return registration_count_ >= count; });
+    absl::MutexLock lock(&mu_);
+    auto reached = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return registration_count_ >= count;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&reached), absl::FromChrono(timeout));
   }
 
   int OpenStreams() const override {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     return open_streams_;
   }
 
@@ -215,29 +216,31 @@ class PluginServerImpl final : public PluginServer {
   // blocked Write simply means later versions are skipped over.
   grpc::Status StreamDevices(uint64_t generation, grpc::ServerContext* context,
                              grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
-    std::unique_lock lock(mu_);
+    mu_.Lock();
     ++open_streams_;
     uint64_t sent_version = 0;
     bool first = true;
+    auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || generation != generation_ || version_ != sent_version;
+    };
     while (true) {
       if (stopping_ || generation != generation_) break;
       if (first || version_ != sent_version) {
         first = false;
         sent_version = version_;
         v1beta1::ListAndWatchResponse snapshot = ToListAndWatchResponse(devices_);
-        lock.unlock();
-        bool ok = writer->Write(snapshot);
-        lock.lock();
+        mu_.Unlock();
+        bool ok = writer->Write(snapshot);  // never under the lock
+        mu_.Lock();
         if (!ok) break;  // the client went away
         continue;
       }
       // Bounded wait: also notices a client that cancelled the stream.
-      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      mu_.AwaitWithTimeout(absl::Condition(&changed), absl::Milliseconds(100));
       if (context->IsCancelled()) break;
     }
     --open_streams_;
-    lock.unlock();
-    cv_.notify_all();
+    mu_.Unlock();
     return grpc::Status::OK;
   }
 
@@ -297,7 +300,7 @@ class PluginServerImpl final : public PluginServer {
     }
     uint64_t generation;
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       generation = ++generation_;
       registered_ = false;
     }
@@ -310,11 +313,11 @@ class PluginServerImpl final : public PluginServer {
       return UnavailableError("cannot serve on unix socket " + socket_path_);
     }
     ::chmod(socket_path_.c_str(), 0600);
-    std::lock_guard lock(server_mu_);
+    absl::MutexLock lock(&server_mu_);
     server_ = std::move(server);
     service_ = std::move(service);
     {
-      std::lock_guard state_lock(mu_);
+      absl::MutexLock state_lock(&mu_);
       socket_id_ = StatFile(socket_path_);
     }
     return OkStatus();
@@ -324,16 +327,15 @@ class PluginServerImpl final : public PluginServer {
     std::unique_ptr<grpc::Server> server;
     std::unique_ptr<DevicePluginService> service;
     {
-      std::lock_guard lock(server_mu_);
+      absl::MutexLock lock(&server_mu_);
       server = std::move(server_);
       service = std::move(service_);
     }
     if (!server) return;
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       ++generation_;  // ends every stream of the old generation
     }
-    cv_.notify_all();
     // Streams end within their bounded wait; the deadline cancels anything
     // still in flight (e.g. a hung handler).
     server->Shutdown(Clock::now() + std::chrono::seconds(2));
@@ -373,10 +375,10 @@ class PluginServerImpl final : public PluginServer {
       ::poll(fds, n, static_cast<int>(d.count()));
       DrainDirectoryEvents();
     } else {
-      std::unique_lock lock(mu_);
-      cv_.wait_for(lock, d, [&] { return stopping_; });
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(d));
     }
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     return !stopping_;
   }
 
@@ -424,21 +426,21 @@ class PluginServerImpl final : public PluginServer {
     std::optional<FileId> kubelet_id = StatFile(kubelet_socket_path_);
     while (true) {
       {
-        std::lock_guard lock(mu_);
+        absl::MutexLock lock(&mu_);
         if (stopping_) return;
       }
       // Our own socket gone: the kubelet restarted and cleaned the directory.
       std::optional<FileId> own = StatFile(socket_path_);
       bool own_lost;
       {
-        std::lock_guard lock(mu_);
+        absl::MutexLock lock(&mu_);
         own_lost = own != socket_id_;
       }
       if (own_lost) {
         ShutdownServer();
         if (Status s = Serve(); !s.ok()) {
           {
-            std::lock_guard lock(mu_);
+            absl::MutexLock lock(&mu_);
             last_registration_error_ = s;
           }
           if (!SleepFor(backoff)) return;
@@ -451,18 +453,18 @@ class PluginServerImpl final : public PluginServer {
       if (kid != kubelet_id || kubelet_recreated_) {
         kubelet_recreated_ = false;
         kubelet_id = kid;
-        std::lock_guard lock(mu_);
+        absl::MutexLock lock(&mu_);
         registered_ = false;
       }
       bool need_register;
       {
-        std::lock_guard lock(mu_);
+        absl::MutexLock lock(&mu_);
         need_register = options_.register_with_kubelet && !registered_ && kid.has_value();
       }
       if (need_register) {
         Status s = RegisterOnce();
         {
-          std::lock_guard lock(mu_);
+          absl::MutexLock lock(&mu_);
           if (s.ok()) {
             registered_ = true;
             ++registration_count_;
@@ -472,8 +474,7 @@ class PluginServerImpl final : public PluginServer {
             last_registration_error_ = s;
           }
         }
-        cv_.notify_all();
-        if (!s.ok()) {
+            if (!s.ok()) {
           if (!SleepFor(backoff)) return;
           backoff = std::min(backoff * 2, options_.register_backoff_max);
           continue;
@@ -487,24 +488,25 @@ class PluginServerImpl final : public PluginServer {
   const std::string socket_path_;
   const std::string kubelet_socket_path_;
 
-  // Guards the serving state below; never held across a gRPC call.
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  std::vector<Device> devices_;
-  uint64_t version_ = 1;
-  uint64_t generation_ = 0;
-  bool started_ = false;
-  bool stopping_ = false;
-  bool registered_ = false;
-  int registration_count_ = 0;
-  int open_streams_ = 0;
-  Status last_registration_error_;
-  std::optional<FileId> socket_id_;
+  // Guards the serving state below; never held across a gRPC call. Waiters
+  // use absl::Condition, so changes need no explicit notification.
+  mutable absl::Mutex mu_;
+  std::vector<Device> devices_ ABSL_GUARDED_BY(mu_);
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;     // bumped on every device change
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // bumped per serving generation
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  int registration_count_ ABSL_GUARDED_BY(mu_) = 0;
+  int open_streams_ ABSL_GUARDED_BY(mu_) = 0;
+  Status last_registration_error_ ABSL_GUARDED_BY(mu_);
+  std::optional<FileId> socket_id_ ABSL_GUARDED_BY(mu_);
 
   // Guards the server objects; held while swapping them, never during Wait.
-  std::mutex server_mu_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<DevicePluginService> service_;
+  // Lock order: server_mu_ before mu_.
+  absl::Mutex server_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(server_mu_);
+  std::unique_ptr<DevicePluginService> service_ ABSL_GUARDED_BY(server_mu_);
 
   // Used by the supervisor thread only (and Start/Stop around it).
   int inotify_fd_ = -1;
