@@ -1,8 +1,12 @@
 # Helpers shared by every kdm module.
 
 # Warnings are errors on our own code only (generated code gets the defaults).
+# Under clang, lock annotations (ABSL_GUARDED_BY, ...) are checked too.
 function(kdm_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Werror)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    target_compile_options(${target} PRIVATE -Wthread-safety)
+  endif()
 endfunction()
 
 # kdm_add_library(<module>
