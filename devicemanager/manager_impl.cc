@@ -193,9 +193,9 @@ void ManagerImpl::Stop() {
   spdlog::info("event=device_manager_stopped dir={}", options_.plugin_dir);
 }
 
-void ManagerImpl::RunDeferred(Deferred deferred) {
+void ManagerImpl::RunDeferred(Deferred deferred, bool reap_retired) {
   std::vector<std::shared_ptr<Endpoint>> retired;
-  {
+  if (reap_retired) {
     absl::MutexLock lock(&mu_);
     retired.swap(retired_);
   }
@@ -283,7 +283,9 @@ void ManagerImpl::OnEndpointUpdate(Endpoint* ep) {
     if (it == resources_.end() || it->second.current.get() != ep) return;  // not the newest
     ApplySnapshotLocked(ep->resource(), it->second, deferred);
   }
-  RunDeferred(std::move(deferred));
+  // On the endpoint's own reader thread: joining retired endpoints here could
+  // mean joining this very thread.
+  RunDeferred(std::move(deferred), /*reap_retired=*/false);
 }
 
 void ManagerImpl::ApplySnapshotLocked(const std::string& resource, ResourceState& state,
@@ -319,7 +321,7 @@ void ManagerImpl::OnEndpointStreamEnd(Endpoint* ep) {
     absl::MutexLock lock(&mu_);
     HandleStreamEndLocked(ep, deferred);
   }
-  RunDeferred(std::move(deferred));
+  RunDeferred(std::move(deferred), /*reap_retired=*/false);  // see OnEndpointUpdate
 }
 
 void ManagerImpl::HandleStreamEndLocked(Endpoint* ep, Deferred& deferred) {

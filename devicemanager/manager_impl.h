@@ -124,8 +124,9 @@ class ManagerImpl : public Manager {
   // Writes `change` (if not empty); logs and counts a failure.
   Status PersistLocked(const checkpoint::Change& change, const char* what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Stops endpoints, cancels timers, notifies subscribers, joins retired.
-  void RunDeferred(Deferred deferred) ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops endpoints, cancels timers, notifies subscribers, and (unless on an
+  // endpoint's reader thread) stops and joins the retired endpoints.
+  void RunDeferred(Deferred deferred, bool reap_retired = true) ABSL_LOCKS_EXCLUDED(mu_);
   void Notify(const std::vector<DeviceHealthEvent>& events) ABSL_LOCKS_EXCLUDED(subscribers_mu_);
 
   void CountRpcError(const char* method) ABSL_LOCKS_EXCLUDED(stats_mu_);
