@@ -33,6 +33,7 @@
 
 #include "kdm/base/status.h"
 #include "kdm/devicemanager/manager.h"
+#include "kdm/devicemanager/pod.h"
 
 namespace kdm::devicemanager {
 
@@ -46,6 +47,10 @@ struct ActivePod {
   // order. Plain init containers are not listed.
   std::vector<std::string> containers;
 };
+
+// The ActivePod of `pod`: its sidecars (restartable init containers) in
+// order, then its app containers; plain init containers are left out.
+ActivePod ActivePodOf(const Pod& pod);
 
 class PodResourcesServer {
  public:

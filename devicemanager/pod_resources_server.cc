@@ -1,0 +1,197 @@
+// PodResourcesServer: podresources v1 over a sync gRPC server on a unix socket.
+#include "kdm/devicemanager/pod_resources_server.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <system_error>
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include "kdm/pluginapi/constants.h"
+#include "podresources/v1/api.grpc.pb.h"
+
+namespace kdm::devicemanager {
+namespace {
+
+// Every request of this API is a few strings; anything bigger is refused by
+// gRPC with RESOURCE_EXHAUSTED before it reaches a handler.
+constexpr int kMaxRequestBytes = 64 * 1024;
+
+// The kubelet's form: one ContainerDevices per device per NUMA node; a
+// device without topology appears once, with no topology.
+void AppendDevices(const std::vector<ContainerDevices>& in,
+                   google::protobuf::RepeatedPtrField<v1::ContainerDevices>* out) {
+  for (const ContainerDevices& group : in) {
+    for (const std::string& id : group.device_ids) {
+      v1::ContainerDevices* d = out->Add();
+      d->set_resource_name(group.resource_name);
+      d->add_device_ids(id);
+      if (group.numa_node.has_value()) d->mutable_topology()->add_nodes()->set_id(*group.numa_node);
+    }
+  }
+}
+
+class Service final : public v1::PodResourcesLister::Service {
+ public:
+  Service(Manager* manager, std::function<std::vector<ActivePod>()> active_pods)
+      : manager_(manager), active_pods_(std::move(active_pods)) {}
+
+  grpc::Status List(grpc::ServerContext*, const v1::ListPodResourcesRequest*,
+                    v1::ListPodResourcesResponse* response) override {
+    for (const ActivePod& pod : ActivePods()) Fill(pod, response->add_pod_resources());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetAllocatableResources(grpc::ServerContext*,
+                                       const v1::AllocatableResourcesRequest*,
+                                       v1::AllocatableResourcesResponse* response) override {
+    AppendDevices(manager_->GetAllocatableDevices(), response->mutable_devices());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Get(grpc::ServerContext*, const v1::GetPodResourcesRequest* request,
+                   v1::GetPodResourcesResponse* response) override {
+    if (request->pod_name().empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "pod_name must not be empty");
+    }
+    for (const ActivePod& pod : ActivePods()) {
+      if (pod.name == request->pod_name() && pod.namespace_name == request->pod_namespace()) {
+        Fill(pod, response->mutable_pod_resources());
+        return grpc::Status::OK;
+      }
+    }
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "pod " + request->pod_name() +
+                                                         " in namespace " +
+                                                         request->pod_namespace() + " not found");
+  }
+
+ private:
+  std::vector<ActivePod> ActivePods() const {
+    if (!active_pods_) return {};
+    return active_pods_();
+  }
+
+  void Fill(const ActivePod& pod, v1::PodResources* out) const {
+    out->set_name(pod.name);
+    out->set_namespace_(pod.namespace_name);
+    for (const std::string& container : pod.containers) {
+      v1::ContainerResources* c = out->add_containers();
+      c->set_name(container);
+      AppendDevices(manager_->GetDevices(pod.uid, container), c->mutable_devices());
+    }
+  }
+
+  Manager* const manager_;
+  const std::function<std::vector<ActivePod>()> active_pods_;
+};
+
+class PodResourcesServerImpl final : public PodResourcesServer {
+ public:
+  PodResourcesServerImpl(std::string socket_path, std::unique_ptr<Service> service)
+      : socket_path_(std::move(socket_path)), service_(std::move(service)) {}
+  ~PodResourcesServerImpl() override { Stop(); }
+
+  Status Serve() {
+    grpc::ServerBuilder builder;
+    int bound_port = 0;
+    builder.AddListeningPort("unix://" + socket_path_, grpc::InsecureServerCredentials(),
+                             &bound_port);
+    builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    if (!server_) return UnavailableError("cannot serve pod-resources on " + socket_path_);
+    if (::chmod(socket_path_.c_str(), 0600) != 0) {
+      std::string error = std::strerror(errno);
+      Stop();
+      return InternalError("cannot make " + socket_path_ + " mode 0600: " + error);
+    }
+    spdlog::info("event=pod_resources_serving socket={}", socket_path_);
+    return OkStatus();
+  }
+
+  void Stop() override {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    if (server_) {
+      // Handlers only read in-memory state; a short deadline is plenty.
+      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      server_->Wait();
+      ::unlink(socket_path_.c_str());
+    }
+  }
+
+  const std::string& socket_path() const override { return socket_path_; }
+
+ private:
+  const std::string socket_path_;
+  const std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::mutex stop_mu_;
+  bool stopped_ = false;
+};
+
+Status PrepareSocketPath(const std::string& socket_path) {
+  namespace fs = std::filesystem;
+  fs::path path(socket_path);
+  fs::path dir = path.parent_path();
+  std::error_code ec;
+  if (!dir.empty() && !fs::exists(dir, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec) return UnavailableError("cannot create directory " + dir.string() + ": " + ec.message());
+    if (::chmod(dir.c_str(), 0750) != 0) {
+      return InternalError("cannot make " + dir.string() + " mode 0750: " + std::strerror(errno));
+    }
+  } else if (!dir.empty() && !fs::is_directory(dir, ec)) {
+    return FailedPreconditionError(dir.string() + " is not a directory");
+  }
+  struct stat st;
+  if (::lstat(socket_path.c_str(), &st) == 0) {
+    // A stale socket from a previous run is removed; anything else is not
+    // ours to delete.
+    if (!S_ISSOCK(st.st_mode)) {
+      return FailedPreconditionError(socket_path + " exists and is not a socket");
+    }
+    if (::unlink(socket_path.c_str()) != 0) {
+      return UnavailableError("cannot remove stale socket " + socket_path + ": " +
+                              std::strerror(errno));
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+ActivePod ActivePodOf(const Pod& pod) {
+  ActivePod out{.uid = pod.uid, .namespace_name = pod.namespace_name, .name = pod.name, .containers = {}};
+  for (const Container& c : pod.init_containers) {
+    if (c.restartable) out.containers.push_back(c.name);
+  }
+  for (const Container& c : pod.containers) out.containers.push_back(c.name);
+  return out;
+}
+
+StatusOr<std::unique_ptr<PodResourcesServer>> PodResourcesServer::Start(Options options) {
+  if (options.socket_path.empty()) return InvalidArgumentError("socket_path must not be empty");
+  if (options.socket_path.size() > pluginapi::kMaxUnixSocketPathLength) {
+    return InvalidArgumentError("pod-resources socket path " + options.socket_path +
+                                " is longer than " +
+                                std::to_string(pluginapi::kMaxUnixSocketPathLength) + " bytes");
+  }
+  if (options.manager == nullptr) return InvalidArgumentError("manager must not be null");
+  KDM_RETURN_IF_ERROR(PrepareSocketPath(options.socket_path));
+  auto server = std::make_unique<PodResourcesServerImpl>(
+      options.socket_path,
+      std::make_unique<Service>(options.manager, std::move(options.active_pods)));
+  KDM_RETURN_IF_ERROR(server->Serve());
+  return std::unique_ptr<PodResourcesServer>(std::move(server));
+}
+
+}  // namespace kdm::devicemanager
