@@ -11,6 +11,7 @@
 namespace kdm::cli {
 
 void AddVersionCommand(CLI::App& app, int& exit_code);
+void AddTopoCommand(CLI::App& app, int& exit_code);
 
 }  // namespace kdm::cli
 

@@ -1,0 +1,273 @@
+// `kdm topo`: explains the best device set for a request on a topology, beside
+// what first-fit would pick; `kdm topo presets` lists the built-in machines;
+// `kdm topo show` prints a topology as `nvidia-smi topo -m` would.
+//
+// Exit codes: 0 success; 1 a runtime error (a file that cannot be read or
+// parsed, an id or index the topology does not know, an impossible request);
+// 2 bad usage (missing or conflicting flags, a malformed number or list, an
+// unknown preset or policy).
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "kdm/topology/allocator.h"
+#include "kdm/topology/parse.h"
+#include "kdm/topology/presets.h"
+#include "kdm/topology/topology.h"
+
+namespace kdm::cli {
+namespace {
+
+using topology::Allocation;
+using topology::Topology;
+
+constexpr int kRuntimeError = 1;
+constexpr int kUsageError = 2;
+
+// An error with the exit code it maps to.
+struct Failure {
+  int code;
+  std::string message;
+};
+
+int Fail(const Failure& f) {
+  std::cerr << "kdm topo: " << f.message << "\n";
+  if (f.code == kUsageError) std::cerr << "Run 'kdm topo --help' for usage.\n";
+  return f.code;
+}
+
+std::optional<int> ParseNonNegative(std::string_view s) {
+  int v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size() || v < 0) return std::nullopt;
+  return v;
+}
+
+bool AllDigits(std::string_view s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+struct Source {
+  std::string preset;
+  std::string file;
+};
+
+// Loads the topology named by --preset or --topology (exactly one).
+std::variant<Topology, Failure> LoadSource(const Source& src, std::string* label) {
+  if (src.preset.empty() == src.file.empty()) {
+    return Failure{kUsageError, "give exactly one of --preset NAME or --topology FILE"};
+  }
+  if (!src.preset.empty()) {
+    auto t = topology::Preset(src.preset);
+    if (!t.ok()) return Failure{kUsageError, t.status().message()};
+    *label = "preset " + src.preset;
+    return std::move(*t);
+  }
+  auto t = topology::LoadTopologyFile(src.file);
+  if (!t.ok()) return Failure{kRuntimeError, t.status().message()};
+  *label = src.file;
+  return std::move(*t);
+}
+
+// "0,1,4-7,GPU-abc": indices, ranges of indices, or device ids.
+std::variant<std::vector<int>, Failure> ParseDeviceList(const Topology& t, const std::string& flag,
+                                                        const std::string& text) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item.empty()) {
+      return Failure{kUsageError, flag + " '" + text + "' has an empty element"};
+    }
+    size_t dash = item.find('-', 1);
+    if (AllDigits(item)) {
+      auto v = ParseNonNegative(item);
+      if (!v) return Failure{kUsageError, flag + ": '" + item + "' is not a device index"};
+      if (*v >= t.size()) {
+        return Failure{kRuntimeError, flag + ": device index " + item +
+                                          " is outside the topology (" +
+                                          std::to_string(t.size()) + " devices)"};
+      }
+      out.push_back(*v);
+    } else if (dash != std::string::npos && AllDigits(item.substr(0, dash)) &&
+               AllDigits(item.substr(dash + 1))) {
+      auto lo = ParseNonNegative(item.substr(0, dash));
+      auto hi = ParseNonNegative(item.substr(dash + 1));
+      if (!lo || !hi || *lo > *hi) {
+        return Failure{kUsageError, flag + ": '" + item + "' is not a range of indices"};
+      }
+      if (*hi >= t.size()) {
+        return Failure{kRuntimeError, flag + ": range " + item + " goes outside the topology (" +
+                                          std::to_string(t.size()) + " devices)"};
+      }
+      for (int i = *lo; i <= *hi; ++i) out.push_back(i);
+    } else if (auto i = t.IndexOf(item)) {
+      out.push_back(*i);
+    } else {
+      return Failure{kRuntimeError,
+                     flag + ": device id '" + item + "' is not in the topology"};
+    }
+  }
+  return out;
+}
+
+std::string Join(const std::vector<int>& v) {
+  if (v.empty()) return "none";
+  std::string out;
+  for (int i : v) out += (out.empty() ? "" : ",") + std::to_string(i);
+  return out;
+}
+
+std::string Ids(const Topology& t, const std::vector<int>& v) {
+  std::string out;
+  for (int i : v) out += (out.empty() ? "" : ", ") + t.Device(i).id;
+  return out;
+}
+
+struct AllocateFlags {
+  Source source;
+  std::string size;
+  std::string available;
+  std::string must_include;
+  std::string policy = "packed";
+  std::string budget_ms = "50";
+  bool json = false;
+};
+
+int RunAllocate(const AllocateFlags& f) {
+  if (f.size.empty()) return Fail({kUsageError, "--size N is required"});
+  auto size = ParseNonNegative(f.size);
+  if (!size) return Fail({kUsageError, "--size '" + f.size + "' is not a number"});
+  if (*size < 1) return Fail({kUsageError, "--size must be at least 1, got " + f.size});
+  auto policy = topology::ParsePolicy(f.policy);
+  if (!policy.ok()) return Fail({kUsageError, policy.status().message()});
+  auto budget = ParseNonNegative(f.budget_ms);
+  if (!budget) return Fail({kUsageError, "--budget-ms '" + f.budget_ms + "' is not a number"});
+
+  std::string label;
+  auto loaded = LoadSource(f.source, &label);
+  if (auto* e = std::get_if<Failure>(&loaded)) return Fail(*e);
+  const Topology& t = std::get<Topology>(loaded);
+
+  std::vector<int> available;
+  if (f.available.empty()) {
+    for (int i = 0; i < t.size(); ++i) available.push_back(i);
+  } else {
+    auto list = ParseDeviceList(t, "--available", f.available);
+    if (auto* e = std::get_if<Failure>(&list)) return Fail(*e);
+    available = std::get<std::vector<int>>(list);
+  }
+  std::vector<int> must;
+  if (!f.must_include.empty()) {
+    auto list = ParseDeviceList(t, "--must-include", f.must_include);
+    if (auto* e = std::get_if<Failure>(&list)) return Fail(*e);
+    must = std::get<std::vector<int>>(list);
+  }
+
+  topology::AllocateOptions options;
+  options.budget = std::chrono::milliseconds(*budget);
+  auto chosen = topology::Allocate(t, available, must, *size, *policy, options);
+  if (!chosen.ok()) return Fail({kRuntimeError, chosen.status().message()});
+  auto first_fit =
+      topology::Allocate(t, available, must, *size, topology::Policy::kFirstFit, options);
+  if (!first_fit.ok()) return Fail({kRuntimeError, first_fit.status().message()});
+
+  if (f.json) {
+    nlohmann::ordered_json out;
+    out["chosen"] = chosen->chosen;
+    std::vector<std::string> ids;
+    for (int i : chosen->chosen) ids.push_back(t.Device(i).id);
+    out["ids"] = ids;
+    out["score"] = chosen->score;
+    out["packed_score"] = chosen->packed_score;
+    out["optimal"] = chosen->optimal;
+    out["first_fit"] = {{"chosen", first_fit->chosen}, {"score", first_fit->score}};
+    std::cout << out.dump() << "\n";
+    return 0;
+  }
+  std::cout << "topology:   " << label << " (" << t.size() << " devices)\n"
+            << "request:    " << *size << " device" << (*size == 1 ? "" : "s") << ", policy "
+            << topology::PolicyName(*policy) << ", available " << Join(available) << ", must-include "
+            << Join(must) << "\n"
+            << "chosen:     " << Join(chosen->chosen) << " (" << Ids(t, chosen->chosen)
+            << ")  score " << chosen->score << ", packed score " << chosen->packed_score
+            << (chosen->optimal ? " (optimal)" : " (best found within the budget, not proven optimal)")
+            << "\n"
+            << "first-fit:  " << Join(first_fit->chosen) << " (" << Ids(t, first_fit->chosen)
+            << ")  score " << first_fit->score << ", packed score " << first_fit->packed_score
+            << "\n";
+  return 0;
+}
+
+int RunPresets() {
+  std::cout << "NAME            GPUS  DESCRIPTION\n";
+  for (const auto& p : topology::PresetInfos()) {
+    std::string name = p.name;
+    name.resize(std::max<size_t>(name.size(), 16), ' ');
+    std::string gpus = std::to_string(p.devices);
+    std::cout << name << std::string(4 - std::min<size_t>(4, gpus.size()), ' ') << gpus << "  "
+              << p.description << "\n"
+              << std::string(22, ' ') << "source: " << p.source << "\n";
+  }
+  return 0;
+}
+
+int RunShow(const Source& source, bool json) {
+  std::string label;
+  auto loaded = LoadSource(source, &label);
+  if (auto* e = std::get_if<Failure>(&loaded)) return Fail(*e);
+  const Topology& t = std::get<Topology>(loaded);
+  std::cout << (json ? topology::RenderTopologyJson(t) : topology::RenderNvidiaSmi(t));
+  return 0;
+}
+
+}  // namespace
+
+void AddTopoCommand(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<AllocateFlags>();
+  auto* topo = app.add_subcommand(
+      "topo",
+      "Explain the best device set for a request on a topology, beside first-fit's pick");
+  topo->add_option("--preset", flags->source.preset, "A built-in topology (see 'kdm topo presets')");
+  topo->add_option("--topology", flags->source.file,
+                   "A file with `nvidia-smi topo -m` text or kdm's topology JSON");
+  topo->add_option("--size", flags->size, "How many devices the request needs");
+  topo->add_option("--available", flags->available,
+                   "The free devices: indices, ranges (0-3) or ids, comma-separated (default: all)");
+  topo->add_option("--must-include", flags->must_include,
+                   "Devices the set must keep: indices, ranges or ids, comma-separated");
+  topo->add_option("--policy", flags->policy, "packed (default), best-set or first-fit");
+  topo->add_option("--budget-ms", flags->budget_ms,
+                   "Search time before settling for the best set found (default 50)");
+  topo->add_flag("--json", flags->json, "Print the answer as JSON");
+
+  auto show_source = std::make_shared<Source>();
+  auto show_json = std::make_shared<bool>(false);
+  auto* presets = topo->add_subcommand("presets", "List the built-in topologies and their sources");
+  auto* show = topo->add_subcommand("show", "Print a topology as `nvidia-smi topo -m` would");
+  show->add_option("--preset", show_source->preset, "A built-in topology");
+  show->add_option("--topology", show_source->file, "A topology file");
+  show->add_flag("--json", *show_json, "Print kdm's topology JSON instead");
+  topo->require_subcommand(0, 1);
+
+  presets->callback([&exit_code] { exit_code = RunPresets(); });
+  show->callback([&exit_code, show_source, show_json] {
+    exit_code = RunShow(*show_source, *show_json);
+  });
+  topo->callback([&exit_code, flags, presets, show] {
+    if (presets->parsed() || show->parsed()) return;
+    exit_code = RunAllocate(*flags);
+  });
+}
+
+}  // namespace kdm::cli
