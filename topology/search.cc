@@ -203,12 +203,15 @@ Search::Pack Search::Best(uint64_t mask) {
 void Search::EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t gscore,
                         int64_t ghsum, int64_t gbsum) {
   const bool rem = f.full && f.rem;  // what a group leaves still holds the remainder
-  // An upper bound on the total of a finished group: its score plus the
-  // bounds on what it leaves.
+  // An upper bound on the total of a finished group, its score plus the
+  // bounds on what it leaves, in units of 1 / (2 x scale_) so that no
+  // division is needed (the total is an integer, so comparing the unrounded
+  // bound with an integer total cuts exactly as much).
+  const int64_t unit = 2 * scale_;
+  const int64_t hbase = f.hsum - (rem ? f.sub : 0);
+  const int64_t bbase = f.bsum - (rem ? f.bsub : 0);
   auto bound = [&](int64_t score, int64_t hs, int64_t bs) {
-    const int64_t hub = (f.hsum - hs - (rem ? f.sub : 0)) / 2;
-    const int64_t bub = (f.bsum - bs - (rem ? f.bsub : 0)) / scale_;
-    return score + std::min(hub, bub);
+    return score * unit + std::min((hbase - hs) * scale_, (bbase - bs) * 2);
   };
   auto finish = [&](uint64_t g, int64_t score) {
     Pack rest = Best(f.mask & ~g);
@@ -220,7 +223,7 @@ void Search::EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t g
     // A group that cannot reach the best total so far is not worth solving
     // what it leaves (strictly below: an equal total may still win on the
     // weakest group).
-    if (f.best.sum >= 0 && bound(gscore, ghsum, gbsum) < f.best.sum) return;
+    if (f.best.sum >= 0 && bound(gscore, ghsum, gbsum) < f.best.sum * unit) return;
     finish(gmask, gscore);
     return;
   }
@@ -241,12 +244,17 @@ void Search::EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t g
       for (int q = 0; q < f.count; ++q) add += row[f.members[q]];
       options[count++] = {bound(gscore + add, ghsum + h_[p], gbsum + b_[p]), gscore + add, p};
     }
-    std::sort(options, options + count,
-              [](const Option& a, const Option& b) { return a.ub > b.ub; });
-    for (int i = 0; i < count; ++i) {
+    // Selection rather than a sort: the bound usually cuts after a few.
+    for (int left = count; left > 0; --left) {
       if (Tick()) return;
-      if (f.best.sum >= 0 && options[i].ub < f.best.sum) return;
-      finish(gmask | (uint64_t{1} << options[i].p), options[i].score);
+      int top = 0;
+      for (int i = 1; i < left; ++i) {
+        if (options[i].ub > options[top].ub) top = i;
+      }
+      const Option o = options[top];
+      options[top] = options[left - 1];
+      if (f.best.sum >= 0 && o.ub < f.best.sum * unit) return;
+      finish(gmask | (uint64_t{1} << o.p), o.score);
     }
     return;
   }
