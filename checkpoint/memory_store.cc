@@ -1,6 +1,6 @@
-#include <algorithm>
 #include <utility>
 
+#include "kdm/checkpoint/data_ops.h"
 #include "kdm/checkpoint/store.h"
 
 namespace kdm::checkpoint {
@@ -10,39 +10,18 @@ class MemoryStore final : public Store {
  public:
   StatusOr<CheckpointData> Load() override {
     CheckpointData out = data_;
-    std::sort(out.entries.begin(), out.entries.end(),
-              [](const PodDevicesEntry& a, const PodDevicesEntry& b) { return a.key() < b.key(); });
+    internal::NormalizeEntries(out);
     return out;
   }
 
   Status Apply(const Change& change) override {
-    auto& entries = data_.entries;
-    for (const std::string& uid : change.removed_pods) {
-      std::erase_if(entries, [&](const PodDevicesEntry& e) { return e.pod_uid == uid; });
-    }
-    for (const ContainerKey& key : change.removals) {
-      std::erase_if(entries, [&](const PodDevicesEntry& e) { return e.key() == key; });
-    }
-    for (const PodDevicesEntry& entry : change.upserts) {
-      auto it = std::find_if(entries.begin(), entries.end(),
-                             [&](const PodDevicesEntry& e) { return e.key() == entry.key(); });
-      if (it != entries.end()) {
-        *it = entry;
-      } else {
-        entries.push_back(entry);
-      }
-    }
-    for (const std::string& resource : change.removed_resources) {
-      data_.registered_devices.erase(resource);
-    }
-    for (const auto& [resource, ids] : change.registered_devices) {
-      data_.registered_devices[resource] = ids;
-    }
+    internal::ApplyChange(data_, change);
     return OkStatus();
   }
 
   Status Replace(const CheckpointData& data) override {
     data_ = data;
+    internal::NormalizeEntries(data_);
     return OkStatus();
   }
 
@@ -59,6 +38,8 @@ class MemoryStore final : public Store {
 
 }  // namespace
 
-std::unique_ptr<Store> NewMemoryStore() { return std::make_unique<MemoryStore>(); }
+std::unique_ptr<Store> NewMemoryStore() {
+  return std::make_unique<MemoryStore>();
+}
 
 }  // namespace kdm::checkpoint

@@ -103,6 +103,17 @@ class Store {
   virtual std::string Describe() const = 0;
 };
 
+// What opening a persistent store found. A corrupt file never stops the
+// agent: it is moved aside (never deleted) and a fresh, empty store is
+// returned, with what was wrong in `recovered`.
+struct OpenResult {
+  std::unique_ptr<Store> store;
+  // OK, or what was wrong with the old file (it was quarantined).
+  Status recovered;
+  // Where the bad file was moved to; empty when nothing was moved.
+  std::string quarantined_path;
+};
+
 // A store that lives in memory only (tests, and embedders that want no
 // persistence). Never fails.
 std::unique_ptr<Store> NewMemoryStore();
