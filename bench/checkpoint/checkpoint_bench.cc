@@ -101,6 +101,7 @@ BENCHMARK(BM_Sqlite)
     ->Arg(1000)
     ->Arg(10000)
     ->UseRealTime()
+    ->MinTime(1.0)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_KubeletJson)
     ->Arg(10)
@@ -108,11 +109,16 @@ BENCHMARK(BM_KubeletJson)
     ->Arg(1000)
     ->Arg(10000)
     ->UseRealTime()
+    ->MinTime(1.0)
     ->Unit(benchmark::kMicrosecond);
 
 // Keeps Google Benchmark's console output and remembers each result.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
+  // Colours only on a terminal.
+  RatioReporter()
+      : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_Defaults : OO_Tabular) {}
+
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& run : runs) {
