@@ -190,7 +190,22 @@ class ManagerMockTest : public ::testing::Test {
   std::string boot_id_ = "boot-1";
   std::set<std::string> active_;
   std::map<std::string, FakePlugin> plugins_;
+  // Health events seen by Subscribe(); members so that they outlive the
+  // Manager (TearDown stops it, which may still notify).
+  absl::Mutex seen_mu_;
+  std::vector<DeviceHealthEvent> seen_;
   std::unique_ptr<ManagerImpl> manager_;
+
+  int64_t SubscribeToHealth() {
+    return manager_->Subscribe([this](const std::vector<DeviceHealthEvent>& ev) {
+      absl::MutexLock l(&seen_mu_);
+      seen_.insert(seen_.end(), ev.begin(), ev.end());
+    });
+  }
+  std::vector<DeviceHealthEvent> Seen() {
+    absl::MutexLock l(&seen_mu_);
+    return seen_;
+  }
 };
 
 v1beta1::ListAndWatchResponse Gpus(int n, bool healthy = true) {
@@ -507,20 +522,12 @@ TEST_F(ManagerMockTest, StreamEndMarksUnhealthyAndGraceExpiryDeletes) {
   MakeManager();
   FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
   ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
-  std::vector<DeviceHealthEvent> seen;
-  absl::Mutex seen_mu;
-  manager_->Subscribe([&](const std::vector<DeviceHealthEvent>& ev) {
-    absl::MutexLock l(&seen_mu);
-    seen.insert(seen.end(), ev.begin(), ev.end());
-  });
+  SubscribeToHealth();
   p.stream->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "plugin died"));
   ASSERT_TRUE(WaitUntil([&] { return clock_->PendingTimers() == 1; }));
   EXPECT_EQ(manager_->GetCapacity().resources.at(kGpu), (CapacityReport::Amounts{2, 0}));
-  {
-    absl::MutexLock l(&seen_mu);
-    EXPECT_THAT(seen, UnorderedElementsAre(DeviceHealthEvent{kGpu, "gpu0", false},
+  EXPECT_THAT(Seen(), UnorderedElementsAre(DeviceHealthEvent{kGpu, "gpu0", false},
                                            DeviceHealthEvent{kGpu, "gpu1", false}));
-  }
   EXPECT_EQ(manager_->GetStats().rpc_errors.at("ListAndWatch"), 1);
   // RPCs to a stopped endpoint fail with the kubelet's text.
   Status s = manager_->Allocate(MakePod("x", {{"main", {{kGpu, 1}}}}), "main");
@@ -575,12 +582,7 @@ TEST_F(ManagerMockTest, RollingUpdateNeverDropsAllocatable) {
 TEST_F(ManagerMockTest, HealthFlipsAreVisibleInCapacityAndSubscriptions) {
   MakeManager();
   FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
-  std::vector<DeviceHealthEvent> seen;
-  absl::Mutex seen_mu;
-  int64_t id = manager_->Subscribe([&](const std::vector<DeviceHealthEvent>& ev) {
-    absl::MutexLock l(&seen_mu);
-    seen.insert(seen.end(), ev.begin(), ev.end());
-  });
+  int64_t id = SubscribeToHealth();
   ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
   p.stream->Push(Snapshot({{"gpu0", true, 0}, {"gpu1", false, 1}}));
   auto allocatable = [&] { return manager_->GetCapacity().resources.at(kGpu).allocatable; };
@@ -589,8 +591,7 @@ TEST_F(ManagerMockTest, HealthFlipsAreVisibleInCapacityAndSubscriptions) {
   EXPECT_EQ(manager_->GetAllocatableDevices(),
             (std::vector<ContainerDevices>{{kGpu, {"gpu0"}, 0}}));
   manager_->Unsubscribe(id);
-  absl::MutexLock l(&seen_mu);
-  EXPECT_THAT(seen, ElementsAre(DeviceHealthEvent{kGpu, "gpu0", true},
+  EXPECT_THAT(Seen(), ElementsAre(DeviceHealthEvent{kGpu, "gpu0", true},
                                 DeviceHealthEvent{kGpu, "gpu1", true},
                                 DeviceHealthEvent{kGpu, "gpu1", false}));
 }
