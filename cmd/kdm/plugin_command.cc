@@ -1,0 +1,251 @@
+// `kdm plugin`: a fake device plugin (GPU topologies from presets or files,
+// or N generic devices) that registers with a kubelet (kdm's or a real one),
+// serves the v1beta1 DevicePlugin API, answers GetPreferredAllocation with
+// kdm's topology allocator and follows a health file for fault injection.
+// See docs/plugin.md.
+//
+// Exit codes: 0 after SIGTERM or SIGINT (a clean stop); 1 a runtime error (a
+// topology file that cannot be read or parsed, a socket path too long for a
+// unix socket, a directory that cannot be used, a socket that cannot be
+// bound); 2 bad usage (missing or conflicting flags, a malformed number, an
+// unknown preset or policy, an empty or malformed resource name).
+#include <pthread.h>
+#include <signal.h>
+
+#include <charconv>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "commands.h"
+#include "kdm/fakes/gpu_plugin.h"
+#include "kdm/fakes/health_file.h"
+#include "kdm/pluginapi/constants.h"
+#include "kdm/topology/presets.h"
+
+namespace kdm::cli {
+namespace {
+
+constexpr int kRuntimeError = 1;
+constexpr int kUsageError = 2;
+
+struct PluginFlags {
+  std::string root;
+  std::string plugin_dir;
+  std::string resource;
+  std::string preset;
+  std::string topology_file;
+  std::string count;
+  std::string policy = "packed";
+  std::string socket_name;
+  std::string health_file;
+  bool pre_start = false;
+  bool cdi = false;
+  bool verbose = false;
+};
+
+int Fail(int code, const std::string& message) {
+  std::cerr << "kdm plugin: " << message << "\n";
+  if (code == kUsageError) std::cerr << "Run 'kdm plugin --help' for usage.\n";
+  return code;
+}
+
+void SetUpLogging(bool verbose) {
+  auto logger = spdlog::stderr_logger_mt("kdm-plugin");
+  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %L %v", spdlog::pattern_time_type::utc);
+  logger->set_level(verbose ? spdlog::level::debug : spdlog::level::info);
+  logger->flush_on(spdlog::level::trace);
+  spdlog::set_default_logger(logger);
+}
+
+const char* SignalName(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    default: return "signal";
+  }
+}
+
+// Checks the flags' shape; nullopt when fine, else the usage error.
+std::optional<std::string> CheckUsage(const PluginFlags& f, fakes::PluginConfig* config) {
+  if (f.resource.empty()) return "--resource NAME is required and must not be empty";
+  if (f.root.empty() == f.plugin_dir.empty()) {
+    return "give exactly one of --root DIR (the agent's root; the plugin directory is "
+           "DIR/device-plugins) or --plugin-dir PATH";
+  }
+  int sources = !f.preset.empty() + !f.topology_file.empty() + !f.count.empty();
+  if (sources != 1) {
+    return std::string(sources == 0 ? "no device source" : "more than one device source") +
+           ": give exactly one of --preset NAME, --topology FILE or --count N";
+  }
+  if (Status s = fakes::CheckResourceName(f.resource); !s.ok()) return s.message();
+  config->resource_name = f.resource;
+  if (!f.count.empty()) {
+    int n = 0;
+    auto [ptr, ec] = std::from_chars(f.count.data(), f.count.data() + f.count.size(), n);
+    if (ec != std::errc() || ptr != f.count.data() + f.count.size()) {
+      return "--count '" + f.count + "' is not a number";
+    }
+    if (n < 1 || n > fakes::kMaxCountDevices) {
+      return "--count must be between 1 and " + std::to_string(fakes::kMaxCountDevices) +
+             ", got " + f.count;
+    }
+    config->count = n;
+  }
+  if (!f.preset.empty()) {
+    if (!topology::Preset(f.preset).ok()) {
+      std::string names;
+      for (const std::string& n : topology::PresetNames()) names += (names.empty() ? "" : ", ") + n;
+      return "unknown preset \"" + f.preset + "\" (known: " + names + ")";
+    }
+    config->preset = f.preset;
+  }
+  config->topology_file = f.topology_file;
+  StatusOr<fakes::PreferredPolicy> policy = fakes::ParsePreferredPolicy(f.policy);
+  if (!policy.ok()) return policy.status().message();
+  config->policy = *policy;
+  if (f.socket_name.find('/') != std::string::npos || f.socket_name == "." ||
+      f.socket_name == ".." || f.socket_name == pluginapi::kKubeletSocketName) {
+    return "--socket-name '" + f.socket_name +
+           "' must be a plain file name other than kubelet.sock";
+  }
+  config->socket_name = f.socket_name;
+  config->pre_start = f.pre_start;
+  config->cdi = f.cdi;
+  config->plugin_dir = f.plugin_dir.empty()
+                           ? (std::filesystem::path(f.root) / "device-plugins").string()
+                           : f.plugin_dir;
+  return std::nullopt;
+}
+
+int RunPlugin(const PluginFlags& f) {
+  // Block the stop signals before any thread exists, so every thread
+  // inherits the mask and only the sigtimedwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  fakes::PluginConfig config;
+  if (auto usage = CheckUsage(f, &config)) return Fail(kUsageError, *usage);
+  SetUpLogging(f.verbose);
+
+  StatusOr<std::unique_ptr<fakes::FakeDevicePlugin>> created =
+      fakes::FakeDevicePlugin::Create(config);
+  if (!created.ok()) {
+    // The flags' shape was checked above: what is left is files and paths.
+    return Fail(kRuntimeError, created.status().message());
+  }
+  std::unique_ptr<fakes::FakeDevicePlugin> plugin = std::move(*created);
+  const std::string& resource = config.resource_name;
+
+  if (!f.root.empty()) {
+    // The agent may not have made its directory yet; the plugin waits for
+    // kubelet.sock there either way.
+    std::error_code ec;
+    std::filesystem::create_directories(config.plugin_dir, ec);
+    if (ec) {
+      return Fail(kRuntimeError, "cannot create plugin directory " + config.plugin_dir + ": " +
+                                     ec.message());
+    }
+  }
+
+  std::unique_ptr<fakes::HealthFileWatcher> watcher;
+  if (!f.health_file.empty()) {
+    fakes::FakeDevicePlugin* p = plugin.get();
+    std::string path = f.health_file;
+    auto w = fakes::HealthFileWatcher::Create(
+        path,
+        [p, path, resource](const fakes::HealthMap& health) {
+          fakes::HealthUpdate u = p->ApplyHealth(health);
+          spdlog::info("event=health_file_applied resource={} path={} healthy={} unhealthy={} "
+                       "unknown_ids={}",
+                       resource, path, u.healthy, u.unhealthy, u.unknown_ids.size());
+        },
+        [path, resource](const Status& error) {
+          if (error.code() == StatusCode::kNotFound) {
+            spdlog::info("event=health_file_missing resource={} path={} detail=\"{}\" "
+                         "action=keep_last_state",
+                         resource, path, error.message());
+          } else {
+            spdlog::warn("event=health_file_rejected resource={} path={} error=\"{}\" "
+                         "action=keep_last_state",
+                         resource, path, error.message());
+          }
+        });
+    if (!w.ok()) return Fail(kUsageError, w.status().message());
+    watcher = std::move(*w);
+    if (Status s = watcher->Start(); !s.ok()) return Fail(kRuntimeError, s.message());
+  }
+
+  if (Status s = plugin->Start(); !s.ok()) {
+    if (watcher) watcher->Stop();
+    return Fail(kRuntimeError, s.message());
+  }
+  std::cout << "ready plugin=" << resource << " socket=" << plugin->server().SocketPath()
+            << " devices=" << plugin->topology().size() << std::endl;
+
+  int registrations = 0;
+  std::string last_error;
+  int sig = 0;
+  while (true) {
+    // Bounded wait: registration changes are logged between waits.
+    timespec wait{0, 200'000'000};
+    sig = sigtimedwait(&stop_signals, nullptr, &wait);
+    if (sig == SIGTERM || sig == SIGINT) break;
+    int now = plugin->server().RegistrationCount();
+    if (now != registrations) {
+      spdlog::info("event=registered resource={} kubelet={}/{} registrations={}", resource,
+                   config.plugin_dir, pluginapi::kKubeletSocketName, now);
+      registrations = now;
+    }
+    Status err = plugin->server().LastRegistrationError();
+    if (!err.ok() && err.message() != last_error) {
+      spdlog::warn("event=registration_failed resource={} error=\"{}\" action=retry", resource,
+                   err.message());
+    }
+    last_error = err.ok() ? "" : err.message();
+  }
+  spdlog::info("event=stopping resource={} signal={}", resource, SignalName(sig));
+  if (watcher) watcher->Stop();
+  plugin->Stop();
+  spdlog::info("event=stopped resource={}", resource);
+  return 0;
+}
+
+}  // namespace
+
+void AddPluginCommand(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<PluginFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "plugin", "Run a fake device plugin (GPU topologies, health fault injection)");
+  cmd->add_option("--root", flags->root,
+                  "The agent's root directory; the plugin directory is DIR/device-plugins");
+  cmd->add_option("--plugin-dir", flags->plugin_dir,
+                  "The device-plugin directory itself, e.g. /var/lib/kubelet/device-plugins");
+  cmd->add_option("--resource", flags->resource, "Extended resource name, e.g. nvidia.com/gpu");
+  cmd->add_option("--preset", flags->preset, "A built-in GPU topology (see 'kdm topo presets')");
+  cmd->add_option("--topology", flags->topology_file,
+                  "A topology file (nvidia-smi topo -m text or kdm JSON)");
+  cmd->add_option("--count", flags->count, "N generic devices <name>-0 ... <name>-(N-1)");
+  cmd->add_option("--policy", flags->policy,
+                  "GetPreferredAllocation: packed (default), best-set, first-fit or none");
+  cmd->add_option("--socket-name", flags->socket_name,
+                  "Socket file name in the plugin directory (default from the resource)");
+  cmd->add_option("--health-file", flags->health_file,
+                  "JSON object id -> \"Healthy\"/\"Unhealthy\", re-read when it changes");
+  cmd->add_flag("--pre-start", flags->pre_start, "Offer PreStartContainer and log each call");
+  cmd->add_flag("--cdi", flags->cdi, "Answer CDI device names <vendor>/<class>=<id>");
+  cmd->add_flag("-v,--verbose", flags->verbose, "Debug logging");
+  cmd->callback([&exit_code, flags] { exit_code = RunPlugin(*flags); });
+}
+
+}  // namespace kdm::cli
