@@ -11,6 +11,8 @@ namespace {
 constexpr int64_t kNoGroup = std::numeric_limits<int64_t>::max();
 // Up to this many devices the memo is a flat array of 2^n entries.
 constexpr int kFlatMemoBits = 18;
+// From this many devices on, the best-group bound is worth computing.
+constexpr int kBestGroupBoundMin = 10;
 // Seeds tried by the greedy fallback when must_include is empty.
 constexpr int kGreedySeeds = 32;
 
@@ -68,9 +70,9 @@ void Search::ComputeTop() {
   b_.assign(n_, 0);
   e_.assign(n_, 0);
   for (int c = 0; c < n_; ++c) {
-    if (2 * size_ > n_) {
-      // One full group at most: the bound has nothing to prune; make it
-      // never the smaller one.
+    if (2 * size_ > n_ || n_ < kBestGroupBoundMin) {
+      // One full group at most, or so few devices that the search is
+      // cheaper than this bound: make it never the smaller one.
       b_[c] = h_[c] * scale_;
       e_[c] = d_[c] * scale_;
       continue;
@@ -128,10 +130,28 @@ void Search::BestGroupDfs(int c, int start, int need, int64_t own, std::vector<i
 }
 
 int64_t Search::Slack(uint64_t mask, const std::vector<int64_t>& v) const {
+  const int r = std::min(r0_, std::popcount(mask));
+  if (r <= 4) {
+    // Keep the r smallest in a small sorted array.
+    int64_t low[4];
+    int have = 0;
+    for (uint64_t b = mask; b != 0; b &= b - 1) {
+      const int64_t x = v[std::countr_zero(b)];
+      if (have == r && x >= low[r - 1]) continue;
+      int i = have < r ? have++ : r - 1;
+      while (i > 0 && low[i - 1] > x) {
+        low[i] = low[i - 1];
+        --i;
+      }
+      low[i] = x;
+    }
+    int64_t sum = 0;
+    for (int i = 0; i < have; ++i) sum += low[i];
+    return sum;
+  }
   int64_t vals[64];
   int k = 0;
   for (uint64_t b = mask; b != 0; b &= b - 1) vals[k++] = v[std::countr_zero(b)];
-  const int r = std::min(r0_, k);
   std::nth_element(vals, vals + r, vals + k);
   int64_t sum = 0;
   for (int i = 0; i < r; ++i) sum += vals[i];

@@ -459,15 +459,17 @@ Topology RandomTopology(std::mt19937& rng, int n, bool tie_heavy) {
   return std::move(Topology::Create(d, links)).value();
 }
 
-void CheckAgainstBruteForce(Policy policy, bool tie_heavy, uint32_t seed, int trials) {
+void CheckAgainstBruteForce(Policy policy, bool tie_heavy, uint32_t seed, int trials,
+                            int min_devices = 2, int max_devices = 10,
+                            bool all_available = false) {
   std::mt19937 rng(seed);
   int compared = 0;
   for (int trial = 0; trial < trials; ++trial) {
-    const int n = 2 + static_cast<int>(rng() % 9);  // 2..10 devices
+    const int n = min_devices + static_cast<int>(rng() % (max_devices - min_devices + 1));
     Topology t = RandomTopology(rng, n, tie_heavy);
     std::vector<int> available;
     for (int i = 0; i < n; ++i) {
-      if (rng() % 4 != 0) available.push_back(i);
+      if (all_available || rng() % 4 != 0) available.push_back(i);
     }
     if (available.empty()) available.push_back(static_cast<int>(rng() % n));
     std::shuffle(available.begin(), available.end(), rng);
@@ -503,6 +505,14 @@ TEST(AllocateExactnessTest, BestSetMatchesBruteForce) {
 }
 TEST(AllocateExactnessTest, BestSetMatchesBruteForceWithManyTies) {
   CheckAgainstBruteForce(Policy::kBestSet, true, 4, 400);
+}
+
+// Twelve devices reach every bound of the packing search (some only start at
+// ten devices).
+TEST(AllocateExactnessTest, PackedMatchesBruteForceOnTwelveDevices) {
+  CheckAgainstBruteForce(Policy::kPacked, false, 6, 3, 12, 12, true);
+  CheckAgainstBruteForce(Policy::kPacked, true, 7, 3, 11, 11, true);
+  CheckAgainstBruteForce(Policy::kBestSet, false, 8, 2, 12, 12, true);
 }
 
 // Stateful: allocate, then again from what is left, on the 8-GPU fixtures,
