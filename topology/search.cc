@@ -47,7 +47,7 @@ bool Search::Tick() {
   return expired_;
 }
 
-void Search::ComputeTop() {
+void Search::ComputeTop(bool group_bound) {
   // top_[c][k]: the sum of c's k best links to other available devices.
   top_.assign(static_cast<size_t>(n_) * n_, 0);
   h_.assign(n_, 0);
@@ -70,7 +70,7 @@ void Search::ComputeTop() {
   b_.assign(n_, 0);
   e_.assign(n_, 0);
   for (int c = 0; c < n_; ++c) {
-    if (2 * size_ > n_ || n_ < kBestGroupBoundMin) {
+    if (!group_bound || 2 * size_ > n_ || n_ < kBestGroupBoundMin) {
       // One full group at most, or so few devices that the search is
       // cheaper than this bound: make it never the smaller one.
       b_[c] = h_[c] * scale_;
@@ -370,7 +370,7 @@ void Search::PackedDfs(size_t start, int need, uint64_t gmask, int64_t own) {
 
 Result Search::Packed() {
   if (!exact_) return Finish(GreedyGroup(), -1, false);
-  ComputeTop();
+  ComputeTop(/*group_bound=*/true);
   // Without must_include the best packing of everything is reachable by some
   // set, so its total is a bar no set can beat.
   if (must_.empty()) target_ = Best(full_).sum;
@@ -437,7 +437,7 @@ void Search::BestSetDfs(size_t start, int need, uint64_t gmask, int64_t own) {
 
 Result Search::BestSet() {
   if (!exact_) return Finish(GreedyGroup(), -1, false);
-  ComputeTop();
+  ComputeTop(/*group_bound=*/false);
   gain_.assign(n_, 0);
   int64_t own = 0;
   for (int c : must_) {
@@ -453,7 +453,7 @@ Result Search::BestSet() {
 // ---- first fit ---------------------------------------------------------------
 
 Result Search::FirstFit() {
-  if (exact_) ComputeTop();
+  if (exact_) ComputeTop(/*group_bound=*/false);
   std::vector<int> set = must_;
   for (size_t i = 0; static_cast<int>(set.size()) < size_; ++i) set.push_back(free_[i]);
   std::sort(set.begin(), set.end());

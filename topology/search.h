@@ -90,7 +90,9 @@ class Search {
   int64_t BestGroupWith(int c, int g);
   void BestGroupDfs(int c, int start, int need, int64_t own, std::vector<int64_t>& gain,
                     std::vector<char>& in, int64_t& best);
-  void ComputeTop();
+  // Fills top_, h_, d_ and, when `group_bound` (the packed policy, where it
+  // pays), b_ and e_; otherwise b_ and e_ are set so that they never bind.
+  void ComputeTop(bool group_bound);
 
   void PackedDfs(size_t start, int need, uint64_t gmask, int64_t own);
   void BestSetDfs(size_t start, int need, uint64_t gmask, int64_t own);
