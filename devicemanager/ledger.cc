@@ -110,7 +110,13 @@ StatusOr<SnapshotReport> Ledger::SetDevices(
         std::unique(it->second.numa_nodes.begin(), it->second.numa_nodes.end()),
         it->second.numa_nodes.end());
   }
-  resources_[resource].devices = std::move(devices);
+  ResourceState& state = resources_[resource];
+  state.devices = std::move(devices);
+  state.order.clear();
+  for (const auto& [id, info] : state.devices) state.order.push_back(id);
+  SortNatural(&state.order);
+  for (size_t i = 0; i < state.order.size(); ++i)
+    state.devices.at(state.order[i]).rank = i;
   deleted_.erase(resource);
   report.duplicate_ids.assign(duplicates.begin(), duplicates.end());
   SortNatural(&report.duplicate_ids);
@@ -141,11 +147,7 @@ bool Ledger::HasResource(const std::string& resource) const {
 
 bool Ledger::IsDeviceResource(const std::string& resource) const {
   if (resource.empty()) return false;
-  if (HasResource(resource)) return true;
-  for (const auto& [key, record] : records_) {
-    if (key.resource_name == resource) return true;
-  }
-  return false;
+  return HasResource(resource) || records_per_resource_.count(resource) > 0;
 }
 
 std::vector<std::string> Ledger::Resources() const {
@@ -171,10 +173,9 @@ std::vector<std::string> Ledger::HealthyDevices(
   std::vector<std::string> out;
   auto it = resources_.find(resource);
   if (it == resources_.end()) return out;
-  for (const auto& [id, info] : it->second.devices) {
-    if (info.healthy) out.push_back(id);
+  for (const std::string& id : it->second.order) {
+    if (it->second.devices.at(id).healthy) out.push_back(id);
   }
-  SortNatural(&out);
   return out;
 }
 
@@ -182,12 +183,10 @@ std::vector<LedgerDevice> Ledger::Devices(const std::string& resource) const {
   std::vector<LedgerDevice> out;
   auto it = resources_.find(resource);
   if (it == resources_.end()) return out;
-  for (const auto& [id, info] : it->second.devices)
+  for (const std::string& id : it->second.order) {
+    const DeviceInfo& info = it->second.devices.at(id);
     out.push_back({id, info.healthy, info.numa_nodes});
-  std::sort(out.begin(), out.end(),
-            [](const LedgerDevice& a, const LedgerDevice& b) {
-              return NaturalLess(a.id, b.id);
-            });
+  }
   return out;
 }
 
@@ -199,35 +198,118 @@ Change Ledger::RegisteredChange(const std::string& resource) const {
 
 // ---------------------------------------------------------------- helpers
 
-std::set<std::string> Ledger::AllocatedIds(const std::string& resource) const {
-  std::set<std::string> out;
-  for (const auto& [key, record] : records_) {
-    if (key.resource_name == resource)
-      out.insert(record.ids.begin(), record.ids.end());
-  }
-  return out;
+void Ledger::InsertRecord(const ContainerKey& key, Record record) {
+  auto [it, inserted] = records_.insert_or_assign(key, std::move(record));
+  (void)inserted;
+  std::map<std::string, int>& held = holders_[key.resource_name];
+  for (const std::string& id : it->second.ids) ++held[id];
+  ++records_per_resource_[key.resource_name];
 }
 
-std::set<std::string> Ledger::ReservedIds(const std::string& resource) const {
-  std::set<std::string> out;
-  for (const auto& [key, reservation] : reservations_) {
-    if (key.resource_name == resource)
-      out.insert(reservation.ids.begin(), reservation.ids.end());
+Ledger::RecordMap::iterator Ledger::EraseRecord(RecordMap::iterator it) {
+  const std::string& resource = it->first.resource_name;
+  auto held = holders_.find(resource);
+  for (const std::string& id : it->second.ids) {
+    auto h = held->second.find(id);
+    if (--h->second == 0) held->second.erase(h);
   }
-  return out;
+  if (held->second.empty()) holders_.erase(held);
+  if (--records_per_resource_[resource] == 0)
+    records_per_resource_.erase(resource);
+  return records_.erase(it);
+}
+
+void Ledger::InsertReservation(const ContainerKey& key,
+                               ReservationState state) {
+  if (auto old = reservations_.find(key); old != reservations_.end())
+    EraseReservation(old);
+  auto [it, inserted] = reservations_.emplace(key, std::move(state));
+  (void)inserted;
+  std::map<std::string, ContainerKey>& by_id = reserved_[key.resource_name];
+  for (const std::string& id : it->second.ids) by_id.insert_or_assign(id, key);
+}
+
+Ledger::ReservationMap::iterator Ledger::EraseReservation(
+    ReservationMap::iterator it) {
+  auto by_id = reserved_.find(it->first.resource_name);
+  for (const std::string& id : it->second.ids) by_id->second.erase(id);
+  if (by_id->second.empty()) reserved_.erase(by_id);
+  return reservations_.erase(it);
+}
+
+std::pair<Ledger::RecordMap::const_iterator, Ledger::RecordMap::const_iterator>
+Ledger::PodRecords(const std::string& pod_uid) const {
+  auto first = records_.lower_bound(ContainerKey{pod_uid, "", ""});
+  auto last = first;
+  while (last != records_.end() && last->first.pod_uid == pod_uid) ++last;
+  return {first, last};
+}
+
+std::pair<Ledger::ReservationMap::const_iterator,
+          Ledger::ReservationMap::const_iterator>
+Ledger::PodReservations(const std::string& pod_uid) const {
+  auto first = reservations_.lower_bound(ContainerKey{pod_uid, "", ""});
+  auto last = first;
+  while (last != reservations_.end() && last->first.pod_uid == pod_uid) ++last;
+  return {first, last};
+}
+
+int Ledger::HolderCount(const std::string& resource,
+                        const std::string& id) const {
+  auto held = holders_.find(resource);
+  if (held == holders_.end()) return 0;
+  auto h = held->second.find(id);
+  return h == held->second.end() ? 0 : h->second;
+}
+
+const ContainerKey* Ledger::ReservedBy(const std::string& resource,
+                                       const std::string& id) const {
+  auto by_id = reserved_.find(resource);
+  if (by_id == reserved_.end()) return nullptr;
+  auto r = by_id->second.find(id);
+  return r == by_id->second.end() ? nullptr : &r->second;
+}
+
+const ContainerKey* Ledger::SomeHolder(const std::string& resource,
+                                       const std::string& id,
+                                       const std::string& pod_uid) const {
+  const ContainerKey* found = nullptr;
+  for (const auto& [key, record] : records_) {
+    if (key.resource_name != resource ||
+        std::find(record.ids.begin(), record.ids.end(), id) ==
+            record.ids.end()) {
+      continue;
+    }
+    if (key.pod_uid != pod_uid) return &key;
+    if (found == nullptr) found = &key;
+  }
+  return found;
 }
 
 std::vector<std::string> Ledger::FreeIds(const std::string& resource) const {
   std::vector<std::string> out;
   auto it = resources_.find(resource);
   if (it == resources_.end()) return out;
-  std::set<std::string> allocated = AllocatedIds(resource);
-  std::set<std::string> reserved = ReservedIds(resource);
+  static const std::map<std::string, int> kNoHolders;
+  static const std::map<std::string, ContainerKey> kNoReservations;
+  auto h = holders_.find(resource);
+  auto r = reserved_.find(resource);
+  const auto& held = h == holders_.end() ? kNoHolders : h->second;
+  const auto& reserved = r == reserved_.end() ? kNoReservations : r->second;
+  // All three maps are sorted by id: walk them together, no lookups.
+  std::vector<std::pair<size_t, const std::string*>> free;
+  auto hi = held.begin();
+  auto ri = reserved.begin();
   for (const auto& [id, info] : it->second.devices) {
-    if (info.healthy && !allocated.count(id) && !reserved.count(id))
-      out.push_back(id);
+    while (hi != held.end() && hi->first < id) ++hi;
+    while (ri != reserved.end() && ri->first < id) ++ri;
+    const bool taken = (hi != held.end() && hi->first == id) ||
+                       (ri != reserved.end() && ri->first == id);
+    if (info.healthy && !taken) free.emplace_back(info.rank, &id);
   }
-  SortNatural(&out);
+  std::sort(free.begin(), free.end());
+  out.reserve(free.size());
+  for (const auto& [rank, id] : free) out.push_back(*id);
   return out;
 }
 
@@ -246,11 +328,12 @@ std::vector<std::string> Ledger::HandOverPool(
     if (!c.restartable) givers.insert(c.name);
   }
   std::set<std::string> pool;
-  std::set<std::string>
-      taken;  // held by running containers of the pod (or unknown ones)
-  for (const auto& [key, record] : records_) {
-    if (key.pod_uid != pod.uid || key.resource_name != resource ||
-        key.container_name == container) {
+  // Held by running containers of the pod (or by ones the spec lacks).
+  std::set<std::string> taken;
+  auto [first, last] = PodRecords(pod.uid);
+  for (auto it = first; it != last; ++it) {
+    const auto& [key, record] = *it;
+    if (key.resource_name != resource || key.container_name == container) {
       continue;
     }
     if (givers.count(key.container_name)) {
@@ -261,14 +344,13 @@ std::vector<std::string> Ledger::HandOverPool(
     if (!holder || *holder != ContainerKind::kInit)
       taken.insert(record.ids.begin(), record.ids.end());
   }
-  for (const auto& [key, reservation] : reservations_) {
-    if (key.resource_name == resource &&
-        !(key.pod_uid == pod.uid && key.container_name == container)) {
-      taken.insert(reservation.ids.begin(), reservation.ids.end());
-    }
-  }
   for (const std::string& id : pool) {
     if (taken.count(id)) continue;
+    const ContainerKey* reserver = ReservedBy(resource, id);
+    if (reserver != nullptr && !(reserver->pod_uid == pod.uid &&
+                                 reserver->container_name == container)) {
+      continue;
+    }
     auto dev = res->second.devices.find(id);
     if (dev == res->second.devices.end() || !dev->second.healthy) continue;
     out.push_back(id);
@@ -553,15 +635,10 @@ Status Ledger::Reserve(const AllocationPlan& plan,
     return FailedPreconditionError("cannot allocate unregistered device " +
                                    resource);
   }
-  std::set<std::string> reserved_by_others;
-  for (const auto& [other, reservation] : reservations_) {
-    if (other != key && other.resource_name == resource) {
-      reserved_by_others.insert(reservation.ids.begin(), reservation.ids.end());
-    }
-  }
   std::set<std::string> must(plan.must_include.begin(),
                              plan.must_include.end());
   std::set<std::string> handed_over;
+  auto [pod_first, pod_last] = PodRecords(key.pod_uid);
   for (const std::string& id : ids) {
     auto d = res->second.devices.find(id);
     if (d == res->second.devices.end()) {
@@ -572,41 +649,52 @@ Status Ledger::Reserve(const AllocationPlan& plan,
       return FailedPreconditionError("device " + Quote(id) + " of resource " +
                                      Quote(resource) + " is unhealthy");
     }
-    if (reserved_by_others.count(id)) {
+    if (const ContainerKey* other = ReservedBy(resource, id);
+        other != nullptr && *other != key) {
       return FailedPreconditionError("device " + Quote(id) + " of resource " +
                                      Quote(resource) +
                                      " is reserved by another allocation");
     }
-    bool held = false;
-    for (const auto& [holder, record] : records_) {
+    const int holders = HolderCount(resource, id);
+    if (holders == 0) continue;
+    // Held: only a hand-over from finished init containers of this pod.
+    const ContainerKey* refused = nullptr;
+    int init_holders = 0;
+    for (auto it = pod_first; it != pod_last && must.count(id); ++it) {
+      const auto& [holder, record] = *it;
       if (holder.resource_name != resource ||
           std::find(record.ids.begin(), record.ids.end(), id) ==
               record.ids.end()) {
         continue;
       }
-      held = true;
-      const bool may_hand_over =
-          must.count(id) && holder.pod_uid == key.pod_uid &&
-          (!record.kind || *record.kind == ContainerKind::kInit);
-      if (!may_hand_over) {
-        return FailedPreconditionError(
-            "device " + Quote(id) + " of resource " + Quote(resource) +
-            " is allocated to pod " + Quote(holder.pod_uid) + " container " +
-            Quote(holder.container_name));
+      if (record.kind && *record.kind != ContainerKind::kInit) {
+        refused = &holder;
+        break;
       }
+      ++init_holders;
     }
-    if (held) handed_over.insert(id);
+    if (refused == nullptr && init_holders != holders) {
+      refused = SomeHolder(resource, id, key.pod_uid);
+    }
+    if (refused != nullptr) {
+      return FailedPreconditionError("device " + Quote(id) + " of resource " +
+                                     Quote(resource) + " is allocated to pod " +
+                                     Quote(refused->pod_uid) + " container " +
+                                     Quote(refused->container_name));
+    }
+    handed_over.insert(id);
   }
   ReservationState state;
   state.kind = plan.kind;
   state.ids = ids;
   state.handed_over = std::move(handed_over);
-  reservations_[key] = std::move(state);
+  InsertReservation(key, std::move(state));
   return OkStatus();
 }
 
 void Ledger::ReleaseReservation(const ContainerKey& key) {
-  reservations_.erase(key);
+  if (auto it = reservations_.find(key); it != reservations_.end())
+    EraseReservation(it);
 }
 
 std::optional<std::vector<std::string>> Ledger::Reservation(
@@ -648,11 +736,11 @@ StatusOr<Change> Ledger::Commit(const ContainerKey& key,
       for (int64_t n : info->numa_nodes) record.by_numa[n].push_back(id);
     }
   }
-  reservations_.erase(it);
+  EraseReservation(it);
   Change change;
   change.upserts.push_back({key.pod_uid, key.container_name, key.resource_name,
                             record.by_numa, record.alloc_response});
-  records_[key] = std::move(record);
+  InsertRecord(key, std::move(record));
   last_commit_ = key;
   return change;
 }
@@ -667,8 +755,8 @@ Status Ledger::UndoCommit(const ContainerKey& key) {
   state.kind = it->second.kind.value_or(ContainerKind::kApp);
   state.ids = it->second.ids;
   state.handed_over = it->second.handed_over;
-  reservations_[key] = std::move(state);
-  records_.erase(it);
+  EraseRecord(it);
+  InsertReservation(key, std::move(state));
   last_commit_.reset();
   return OkStatus();
 }
@@ -676,16 +764,14 @@ Status Ledger::UndoCommit(const ContainerKey& key) {
 Change Ledger::RemovePod(const std::string& pod_uid) {
   Change change;
   bool had_records = false;
-  for (auto it = records_.begin(); it != records_.end();) {
-    if (it->first.pod_uid == pod_uid) {
-      had_records = true;
-      it = records_.erase(it);
-    } else {
-      ++it;
-    }
+  for (auto it = records_.lower_bound(ContainerKey{pod_uid, "", ""});
+       it != records_.end() && it->first.pod_uid == pod_uid;) {
+    had_records = true;
+    it = EraseRecord(it);
   }
-  for (auto it = reservations_.begin(); it != reservations_.end();) {
-    it = it->first.pod_uid == pod_uid ? reservations_.erase(it) : std::next(it);
+  for (auto it = reservations_.lower_bound(ContainerKey{pod_uid, "", ""});
+       it != reservations_.end() && it->first.pod_uid == pod_uid;) {
+    it = EraseReservation(it);
   }
   if (last_commit_ && last_commit_->pod_uid == pod_uid) last_commit_.reset();
   if (had_records) change.removed_pods.push_back(pod_uid);
@@ -697,7 +783,7 @@ Change Ledger::RetainOnlyPods(const std::set<std::string>& active_pod_uids) {
   for (auto it = records_.begin(); it != records_.end();) {
     if (!active_pod_uids.count(it->first.pod_uid)) {
       gone.insert(it->first.pod_uid);
-      it = records_.erase(it);
+      it = EraseRecord(it);
     } else {
       ++it;
     }
@@ -720,8 +806,10 @@ std::optional<PodDevicesEntry> Ledger::Entry(const ContainerKey& key) const {
 std::vector<PodDevicesEntry> Ledger::ContainerEntries(
     const std::string& pod_uid, const std::string& container) const {
   std::vector<PodDevicesEntry> out;
-  for (const auto& [key, record] : records_) {
-    if (key.pod_uid == pod_uid && key.container_name == container) {
+  auto [first, last] = PodRecords(pod_uid);
+  for (auto it = first; it != last; ++it) {
+    const auto& [key, record] = *it;
+    if (key.container_name == container) {
       out.push_back({key.pod_uid, key.container_name, key.resource_name,
                      record.by_numa, record.alloc_response});
     }
@@ -732,11 +820,11 @@ std::vector<PodDevicesEntry> Ledger::ContainerEntries(
 std::vector<PodDevicesEntry> Ledger::PodEntries(
     const std::string& pod_uid) const {
   std::vector<PodDevicesEntry> out;
-  for (const auto& [key, record] : records_) {
-    if (key.pod_uid == pod_uid) {
-      out.push_back({key.pod_uid, key.container_name, key.resource_name,
-                     record.by_numa, record.alloc_response});
-    }
+  auto [first, last] = PodRecords(pod_uid);
+  for (auto it = first; it != last; ++it) {
+    const auto& [key, record] = *it;
+    out.push_back({key.pod_uid, key.container_name, key.resource_name,
+                   record.by_numa, record.alloc_response});
   }
   return out;
 }
@@ -893,9 +981,10 @@ StatusOr<std::map<std::string, ResourceHints>> Ledger::PodTopologyHints(
       continue;
     }
     std::set<std::string> held;
-    for (const auto& [key, record] : records_) {
-      if (key.pod_uid == pod.uid && key.resource_name == resource) {
-        held.insert(record.ids.begin(), record.ids.end());
+    auto [first, last] = PodRecords(pod.uid);
+    for (auto it = first; it != last; ++it) {
+      if (it->first.resource_name == resource) {
+        held.insert(it->second.ids.begin(), it->second.ids.end());
       }
     }
     if (!held.empty()) {
@@ -924,6 +1013,9 @@ int64_t Ledger::Restore(const checkpoint::CheckpointData& data) {
   deleted_.clear();
   records_.clear();
   reservations_.clear();
+  holders_.clear();
+  reserved_.clear();
+  records_per_resource_.clear();
   last_commit_.reset();
   int64_t skipped = 0;
   // resource -> device id -> pod holding it, to refuse cross-pod sharing.
@@ -950,7 +1042,9 @@ int64_t Ledger::Restore(const checkpoint::CheckpointData& data) {
     record.ids = std::move(ids);
     record.by_numa = e.device_ids;
     record.alloc_response = e.alloc_response;
-    records_[e.key()] = std::move(record);
+    if (auto old = records_.find(e.key()); old != records_.end())
+      EraseRecord(old);  // a repeated key: the last entry wins
+    InsertRecord(e.key(), std::move(record));
   }
   for (const auto& [resource, ids] : data.registered_devices) {
     if (!resource.empty()) resources_[resource];
@@ -976,6 +1070,35 @@ Status Ledger::CheckInvariants() const {
   for (const std::string& r : deleted_) {
     if (resources_.count(r))
       return fail("resource " + Quote(r) + " is both registered and deleted");
+  }
+  for (const auto& [r, state] : resources_) {
+    std::vector<std::string> ids;
+    for (const auto& [id, info] : state.devices) ids.push_back(id);
+    SortNatural(&ids);
+    if (ids != state.order)
+      return fail("device order of " + Quote(r) + " is out of date");
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (state.devices.at(ids[i]).rank != i)
+        return fail("device rank of " + Quote(ids[i]) + " is out of date");
+    }
+  }
+  {
+    // The indexes match a recomputation from records_ and reservations_.
+    std::map<std::string, std::map<std::string, int>> holders;
+    std::map<std::string, std::map<std::string, ContainerKey>> reserved;
+    std::map<std::string, int> per_resource;
+    for (const auto& [key, record] : records_) {
+      for (const std::string& id : record.ids) ++holders[key.resource_name][id];
+      ++per_resource[key.resource_name];
+    }
+    for (const auto& [key, reservation] : reservations_) {
+      for (const std::string& id : reservation.ids)
+        reserved[key.resource_name].insert_or_assign(id, key);
+    }
+    if (holders != holders_) return fail("holder index is out of date");
+    if (reserved != reserved_) return fail("reservation index is out of date");
+    if (per_resource != records_per_resource_)
+      return fail("per-resource record count is out of date");
   }
   // resource -> device id -> records holding it
   std::map<std::string, std::map<std::string, std::vector<const ContainerKey*>>>

@@ -47,6 +47,7 @@
 #ifndef KDM_DEVICEMANAGER_LEDGER_H_
 #define KDM_DEVICEMANAGER_LEDGER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -329,9 +330,11 @@ class Ledger {
   struct DeviceInfo {
     bool healthy = false;
     std::vector<int64_t> numa_nodes;  // sorted, unique, non-negative
+    size_t rank = 0;                  // position in ResourceState::order
   };
   struct ResourceState {
     std::map<std::string, DeviceInfo> devices;
+    std::vector<std::string> order;  // the ids of `devices`, natural order
   };
   struct Record {
     std::vector<std::string> ids;  // natural order, unique
@@ -348,9 +351,32 @@ class Ledger {
         handed_over;  // subset of ids taken from init containers
   };
 
-  // Devices of `resource` recorded for any container / reserved by anyone.
-  std::set<std::string> AllocatedIds(const std::string& resource) const;
-  std::set<std::string> ReservedIds(const std::string& resource) const;
+  using RecordMap = std::map<checkpoint::ContainerKey, Record>;
+  using ReservationMap = std::map<checkpoint::ContainerKey, ReservationState>;
+
+  // Every change to records_ and reservations_ goes through these, which
+  // keep the indexes below in step.
+  void InsertRecord(const checkpoint::ContainerKey& key, Record record);
+  RecordMap::iterator EraseRecord(RecordMap::iterator it);
+  void InsertReservation(const checkpoint::ContainerKey& key,
+                         ReservationState state);
+  ReservationMap::iterator EraseReservation(ReservationMap::iterator it);
+  // The range of records_ / reservations_ of one pod.
+  std::pair<RecordMap::const_iterator, RecordMap::const_iterator> PodRecords(
+      const std::string& pod_uid) const;
+  std::pair<ReservationMap::const_iterator, ReservationMap::const_iterator>
+  PodReservations(const std::string& pod_uid) const;
+
+  // How many records hold device `id` of `resource`.
+  int HolderCount(const std::string& resource, const std::string& id) const;
+  // The reservation holding device `id` of `resource`, or nullptr.
+  const checkpoint::ContainerKey* ReservedBy(const std::string& resource,
+                                             const std::string& id) const;
+  // Some record holding `id` of `resource`, preferring other pods than
+  // `pod_uid` (for error messages), or nullptr.
+  const checkpoint::ContainerKey* SomeHolder(const std::string& resource,
+                                             const std::string& id,
+                                             const std::string& pod_uid) const;
   // Free devices of `resource` (healthy − allocated − reserved), natural order.
   std::vector<std::string> FreeIds(const std::string& resource) const;
   // Hand-over pool for `container` of `pod` (SPEC.md §3.3), healthy only,
@@ -366,8 +392,16 @@ class Ledger {
 
   std::map<std::string, ResourceState> resources_;
   std::set<std::string> deleted_;
-  std::map<checkpoint::ContainerKey, Record> records_;
-  std::map<checkpoint::ContainerKey, ReservationState> reservations_;
+  RecordMap records_;
+  ReservationMap reservations_;
+  // Indexes (CheckInvariants() recomputes and compares them):
+  // resource -> device id -> number of records holding it;
+  std::map<std::string, std::map<std::string, int>> holders_;
+  // resource -> device id -> the reservation holding it;
+  std::map<std::string, std::map<std::string, checkpoint::ContainerKey>>
+      reserved_;
+  // resource -> number of records of it.
+  std::map<std::string, int> records_per_resource_;
   // The key of the latest Commit(), the only one UndoCommit() may revert.
   std::optional<checkpoint::ContainerKey> last_commit_;
 };
