@@ -1,0 +1,482 @@
+#include "kdm/fakes/node_agent.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+
+#include "kdm/devicemanager/manager.h"
+#include "kdm/devicemanager/metrics.h"
+#include "kdm/fakes/manifest_watcher.h"
+#include "kdm/fakes/pod_manifest.h"
+#include "kdm/fakes/status_writer.h"
+
+namespace kdm::fakes {
+namespace {
+
+namespace asio = boost::asio;
+namespace dm = devicemanager;
+using namespace std::chrono_literals;
+
+constexpr auto kNodeRefreshInterval = 250ms;
+
+Status MakeDir(const std::string& dir, mode_t mode) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return UnavailableError("cannot create directory " + dir + ": " + ec.message());
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return FailedPreconditionError(dir + " exists and is not a directory");
+  }
+  ::chmod(dir.c_str(), mode);
+  return OkStatus();
+}
+
+std::string DevicesText(const std::map<std::string, std::vector<std::string>>& devices) {
+  std::string out;
+  for (const auto& [resource, ids] : devices) {
+    if (!out.empty()) out += ";";
+    out += resource + "=";
+    for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + ids[i];
+  }
+  return out;
+}
+
+class NodeAgentImpl final : public NodeAgent {
+ public:
+  explicit NodeAgentImpl(Options options) : options_(std::move(options)) {
+    status_dir_ = options_.root + "/status";
+    manifest_dir_ = options_.root + "/manifests";
+  }
+  ~NodeAgentImpl() override { Stop(); }
+
+  Status Init();
+  void Stop() override;
+  int metrics_port() const override { return metrics_server_ ? metrics_server_->port() : 0; }
+  std::vector<dm::ActivePod> ActivePods() const override {
+    std::lock_guard<std::mutex> lock(active_mu_);
+    std::vector<dm::ActivePod> out;
+    for (const auto& [uid, pod] : active_) out.push_back(pod);
+    return out;
+  }
+
+ private:
+  enum class PodState { kAdmitted, kRejected, kRecovering };
+  // One manifest file, as last acted on.
+  struct FileEntry {
+    size_t content_hash = 0;
+    std::string status_file;        // file name under status/
+    std::optional<dm::Pod> pod;     // set when the manifest parsed
+    PodState state = PodState::kRejected;
+  };
+
+  std::set<std::string> ActiveUids() const {
+    std::lock_guard<std::mutex> lock(active_mu_);
+    std::set<std::string> out = startup_uids_;
+    for (const auto& [uid, pod] : active_) out.insert(uid);
+    return out;
+  }
+  void SetActive(const dm::Pod& pod) {
+    std::lock_guard<std::mutex> lock(active_mu_);
+    active_[pod.uid] = dm::ActivePodOf(pod);
+  }
+  void ClearActive(const std::string& uid) {
+    std::lock_guard<std::mutex> lock(active_mu_);
+    active_.erase(uid);
+  }
+
+  // All below run on the io thread.
+  void OnManifestEvent(const ManifestWatcher::Event& e);
+  void ForgetFile(const std::string& file_name, bool delete_status);
+  void AdmitFile(const std::string& file_name, FileEntry& entry);
+  // OK: admitted. UNAVAILABLE while recovering: retry later. Else rejected.
+  Status AdmitPod(const dm::Pod& pod);
+  void WritePodStatus(const std::string& file_name, const PodStatus& status);
+  void Reject(const std::string& file_name, FileEntry& entry, const char* reason,
+              const std::string& message);
+  void RetryRecovering();
+  void RefreshNode();
+  void ScheduleNodeRefresh();
+  void FinishStartup();
+
+  const Options options_;
+  std::string status_dir_;
+  std::string manifest_dir_;
+
+  std::shared_ptr<checkpoint::Store> store_;
+  std::unique_ptr<dm::Manager> manager_;
+  std::unique_ptr<dm::PodResourcesServer> pod_resources_;
+  std::shared_ptr<dm::Metrics> metrics_;
+  std::unique_ptr<dm::MetricsServer> metrics_server_;
+  int64_t health_subscription_ = -1;
+
+  asio::io_context io_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  std::unique_ptr<ManifestWatcher> watcher_;
+  std::unique_ptr<asio::steady_timer> node_timer_;
+  std::thread io_thread_;
+  bool stopped_ = false;
+
+  // io thread only.
+  std::map<std::string, FileEntry> files_;          // by manifest file name
+  std::set<std::string> recovered_uids_;            // held devices at start
+  std::string last_node_json_;
+
+  mutable std::mutex active_mu_;
+  std::map<std::string, dm::ActivePod> active_;     // guarded by active_mu_
+  std::set<std::string> startup_uids_;              // guarded by active_mu_
+};
+
+Status NodeAgentImpl::Init() {
+  if (options_.root.empty()) return InvalidArgumentError("--root: empty directory");
+  KDM_RETURN_IF_ERROR(MakeDir(options_.root, 0755));
+  KDM_RETURN_IF_ERROR(MakeDir(manifest_dir_, 0755));
+  KDM_RETURN_IF_ERROR(MakeDir(status_dir_, 0755));
+
+  auto opened = checkpoint::OpenStoreForRoot(options_.root, options_.checkpoint);
+  if (!opened.ok()) return opened.status().WithPrefix("checkpoint");
+  if (!opened->recovered.ok()) {
+    spdlog::warn("event=checkpoint_quarantined path={} error=\"{}\"", opened->quarantined_path,
+                 opened->recovered.message());
+  }
+  store_ = std::move(opened->store);
+
+  // The pods of the manifests present now count as active while the
+  // Manager starts (after a reboot it keeps only active pods' devices) and
+  // until the first scan has admitted them.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(manifest_dir_, ec)) {
+    std::string name = entry.path().filename().string();
+    if (!IsManifestFileName(name)) continue;
+    auto pod = LoadPodManifest(entry.path().string());
+    if (pod.ok()) startup_uids_.insert(pod->uid);
+  }
+
+  dm::Manager::Options mo;
+  mo.plugin_dir = options_.root + "/device-plugins";
+  mo.store = store_;
+  mo.rpc_timeout = options_.rpc_timeout;
+  mo.registration_timeout = options_.rpc_timeout;
+  mo.grace_period = options_.grace_period;
+  mo.active_pods = [this] { return ActiveUids(); };
+  KDM_ASSIGN_OR_RETURN(manager_, dm::Manager::Create(std::move(mo)));
+  KDM_RETURN_IF_ERROR(manager_->Start().WithPrefix("device manager"));
+  for (const auto& uid : manager_->GetPodsWithDevices()) recovered_uids_.insert(uid);
+  spdlog::info("event=manager_started plugin_dir={}/device-plugins checkpoint={} recovered_pods={}",
+               options_.root, checkpoint::StoreKindName(options_.checkpoint),
+               recovered_uids_.size());
+
+  dm::PodResourcesServer::Options po;
+  po.socket_path = options_.root + "/pod-resources/kubelet.sock";
+  po.manager = manager_.get();
+  po.active_pods = [this] { return ActivePods(); };
+  KDM_ASSIGN_OR_RETURN(pod_resources_, dm::PodResourcesServer::Start(std::move(po)));
+  spdlog::info("event=pod_resources_serving socket={}", pod_resources_->socket_path());
+
+  if (!options_.metrics_addr.empty()) {
+    metrics_ = dm::Metrics::Create();
+    auto server = dm::MetricsServer::Start(options_.metrics_addr, metrics_, manager_.get());
+    if (!server.ok()) return server.status().WithPrefix("--metrics-addr");
+    metrics_server_ = std::move(*server);
+    spdlog::info("event=metrics_serving addr={} port={}", options_.metrics_addr,
+                 metrics_server_->port());
+  }
+
+  ManifestWatcher::Options wo;
+  wo.dir = manifest_dir_;
+  wo.debounce = options_.manifest_debounce;
+  wo.on_event = [this](const ManifestWatcher::Event& e) { OnManifestEvent(e); };
+  KDM_ASSIGN_OR_RETURN(watcher_, ManifestWatcher::Create(io_, std::move(wo)));
+  KDM_RETURN_IF_ERROR(watcher_->Start());
+  // Runs after the watcher's initial full scan (posted by Start, FIFO).
+  asio::post(io_, [this] { FinishStartup(); });
+
+  health_subscription_ = manager_->Subscribe([this](const std::vector<dm::DeviceHealthEvent>& events) {
+    for (const auto& e : events) {
+      spdlog::info("event=device_health resource={} device={} healthy={}", e.resource_name,
+                   e.device_id, e.healthy);
+    }
+    asio::post(io_, [this] {
+      RefreshNode();
+      RetryRecovering();
+    });
+  });
+
+  node_timer_ = std::make_unique<asio::steady_timer>(io_);
+  work_.emplace(asio::make_work_guard(io_));
+  asio::post(io_, [this] { RefreshNode(); });
+  ScheduleNodeRefresh();
+  io_thread_ = std::thread([this] { io_.run(); });
+  spdlog::info("event=agent_started root={} manifests={} status={}", options_.root, manifest_dir_,
+               status_dir_);
+  return OkStatus();
+}
+
+void NodeAgentImpl::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (manager_ && health_subscription_ >= 0) manager_->Unsubscribe(health_subscription_);
+  work_.reset();
+  io_.stop();
+  if (io_thread_.joinable()) io_thread_.join();
+  if (watcher_) watcher_->Stop();
+  node_timer_.reset();
+  if (metrics_server_) metrics_server_->Stop();
+  if (pod_resources_) pod_resources_->Stop();
+  if (manager_) manager_->Stop();
+  spdlog::info("event=agent_stopped root={}", options_.root);
+}
+
+void NodeAgentImpl::ScheduleNodeRefresh() {
+  node_timer_->expires_after(kNodeRefreshInterval);
+  node_timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    RefreshNode();
+    RetryRecovering();
+    ScheduleNodeRefresh();
+  });
+}
+
+void NodeAgentImpl::FinishStartup() {
+  {
+    std::lock_guard<std::mutex> lock(active_mu_);
+    startup_uids_.clear();
+  }
+  // Pods whose manifests went away while the agent was down.
+  if (Status s = manager_->UpdateAllocatedDevices(); !s.ok()) {
+    spdlog::warn("event=gc_failed error=\"{}\"", s.message());
+  }
+  RefreshNode();
+  spdlog::info("event=initial_scan_done pods={}", files_.size());
+}
+
+void NodeAgentImpl::RefreshNode() {
+  NodeStatus node;
+  node.capacity = manager_->GetCapacity();
+  node.registrations = manager_->GetStats().registrations_accepted;
+  std::string text = RenderNodeStatus(node);
+  if (text == last_node_json_) return;
+  if (Status s = WriteFileAtomically(status_dir_ + "/node.json", text); !s.ok()) {
+    spdlog::error("event=status_write_failed file=node.json error=\"{}\"", s.message());
+    return;
+  }
+  last_node_json_ = std::move(text);
+  for (const auto& [resource, amounts] : node.capacity.resources) {
+    spdlog::debug("event=node_status resource={} capacity={} allocatable={}", resource,
+                  amounts.capacity, amounts.allocatable);
+  }
+}
+
+void NodeAgentImpl::WritePodStatus(const std::string& file_name, const PodStatus& status) {
+  if (Status s = WriteFileAtomically(status_dir_ + "/" + file_name, RenderPodStatus(status));
+      !s.ok()) {
+    spdlog::error("event=status_write_failed file={} error=\"{}\"", file_name, s.message());
+  }
+}
+
+void NodeAgentImpl::OnManifestEvent(const ManifestWatcher::Event& e) {
+  if (e.kind == ManifestWatcher::EventKind::kGone) {
+    spdlog::info("event=manifest_removed file={}", e.file_name);
+    ForgetFile(e.file_name, /*delete_status=*/true);
+    if (Status s = manager_->UpdateAllocatedDevices(); !s.ok()) {
+      spdlog::warn("event=gc_failed error=\"{}\"", s.message());
+    }
+    RefreshNode();
+    return;
+  }
+  auto bytes = ReadManifestBytes(e.path);
+  if (!bytes.ok()) {
+    if (bytes.status().code() == StatusCode::kNotFound) return;  // gone again; its event follows
+    spdlog::warn("event=manifest_unreadable file={} error=\"{}\"", e.file_name,
+                 bytes.status().message());
+    return;
+  }
+  size_t hash = std::hash<std::string>{}(*bytes);
+  auto it = files_.find(e.file_name);
+  if (it != files_.end() && it->second.content_hash == hash) {
+    spdlog::debug("event=manifest_unchanged file={}", e.file_name);
+    return;
+  }
+  if (it != files_.end()) {
+    spdlog::info("event=manifest_changed file={}", e.file_name);
+    ForgetFile(e.file_name, /*delete_status=*/false);
+  } else {
+    spdlog::info("event=manifest_added file={}", e.file_name);
+  }
+  FileEntry& entry = files_[e.file_name];
+  entry.content_hash = hash;
+  PodIdentity identity;
+  auto pod = ParsePodManifest(*bytes, e.file_name, &identity);
+  entry.status_file = identity.name.empty()
+                          ? ManifestStatusFileName(e.file_name)
+                          : PodStatusFileName(identity.namespace_name, identity.name);
+  if (!pod.ok()) {
+    Reject(e.file_name, entry, kReasonInvalidManifest, pod.status().message());
+    return;
+  }
+  for (const auto& [other_name, other] : files_) {
+    if (other_name != e.file_name && other.pod && other.state != PodState::kRejected &&
+        other.pod->namespace_name == pod->namespace_name && other.pod->name == pod->name) {
+      entry.status_file = ManifestStatusFileName(e.file_name);
+      Reject(e.file_name, entry, kReasonDuplicatePod,
+             e.file_name + ": pod " + pod->namespace_name + "/" + pod->name +
+                 " is already defined by " + other_name);
+      return;
+    }
+  }
+  entry.pod = std::move(*pod);
+  AdmitFile(e.file_name, entry);
+}
+
+void NodeAgentImpl::Reject(const std::string& file_name, FileEntry& entry, const char* reason,
+                           const std::string& message) {
+  entry.state = PodState::kRejected;
+  if (entry.pod) {
+    ClearActive(entry.pod->uid);
+    recovered_uids_.erase(entry.pod->uid);
+  }
+  spdlog::warn("event=pod_rejected file={} status={} reason={} message=\"{}\"", file_name,
+               entry.status_file, reason, message);
+  PodStatus status;
+  status.phase = kPhaseRejected;
+  status.reason = reason;
+  status.message = message;
+  WritePodStatus(entry.status_file, status);
+}
+
+void NodeAgentImpl::ForgetFile(const std::string& file_name, bool delete_status) {
+  auto it = files_.find(file_name);
+  if (it == files_.end()) return;
+  FileEntry& entry = it->second;
+  if (entry.pod && entry.state != PodState::kRejected) {
+    const dm::Pod& pod = *entry.pod;
+    ClearActive(pod.uid);
+    recovered_uids_.erase(pod.uid);
+    if (Status s = manager_->RemovePod(pod.uid); !s.ok()) {
+      spdlog::warn("event=pod_remove_failed pod={}/{} uid={} error=\"{}\"", pod.namespace_name,
+                   pod.name, pod.uid, s.message());
+    }
+    spdlog::info("event=pod_deleted file={} pod={}/{} uid={}", file_name, pod.namespace_name,
+                 pod.name, pod.uid);
+  }
+  if (delete_status && !entry.status_file.empty()) {
+    ::unlink((status_dir_ + "/" + entry.status_file).c_str());
+  }
+  files_.erase(it);
+}
+
+Status NodeAgentImpl::AdmitPod(const dm::Pod& pod) {
+  // The Manager skips resources no plugin ever registered (like the
+  // kubelet's device manager); the kubelet then rejects the pod for lack
+  // of the resource. Say so with the device manager's text.
+  dm::CapacityReport capacity = manager_->GetCapacity();
+  auto check = [&](const dm::Container& c) -> Status {
+    for (const auto& [resource, limit] : c.limits) {
+      if (!IsExtendedResourceName(resource) || limit.IsZero()) continue;
+      if (!capacity.resources.count(resource)) {
+        return FailedPreconditionError("cannot allocate unregistered device " + resource);
+      }
+    }
+    return OkStatus();
+  };
+  for (const auto& c : pod.init_containers) KDM_RETURN_IF_ERROR(check(c));
+  for (const auto& c : pod.containers) KDM_RETURN_IF_ERROR(check(c));
+  for (const auto& c : pod.init_containers) KDM_RETURN_IF_ERROR(manager_->Allocate(pod, c.name));
+  for (const auto& c : pod.containers) KDM_RETURN_IF_ERROR(manager_->Allocate(pod, c.name));
+  return OkStatus();
+}
+
+void NodeAgentImpl::AdmitFile(const std::string& file_name, FileEntry& entry) {
+  const dm::Pod& pod = *entry.pod;
+  const bool recovering = recovered_uids_.count(pod.uid) > 0;
+  // Active while admitting, so that no garbage collection drops devices the
+  // pod is being given (or held before a restart).
+  SetActive(pod);
+  Status s = AdmitPod(pod);
+  if (!s.ok() && recovering && s.code() == StatusCode::kUnavailable) {
+    if (entry.state != PodState::kRecovering) {
+      spdlog::info("event=pod_waiting_for_plugins file={} pod={}/{} uid={} reason=\"{}\"",
+                   file_name, pod.namespace_name, pod.name, pod.uid, s.message());
+    }
+    entry.state = PodState::kRecovering;
+    return;
+  }
+  PodStatus status;
+  if (s.ok()) {
+    for (const auto* list : {&pod.init_containers, &pod.containers}) {
+      for (const auto& c : *list) {
+        ContainerStatus cs;
+        cs.name = c.name;
+        for (const auto& cd : manager_->GetDevices(pod.uid, c.name)) {
+          auto& ids = cs.devices[cd.resource_name];
+          ids.insert(ids.end(), cd.device_ids.begin(), cd.device_ids.end());
+        }
+        for (auto& [resource, ids] : cs.devices) std::sort(ids.begin(), ids.end());
+        auto run = manager_->GetDeviceRunContainerOptions(pod, c.name);
+        if (!run.ok()) {
+          s = run.status();
+          break;
+        }
+        cs.run = std::move(*run);
+        status.containers.push_back(std::move(cs));
+      }
+      if (!s.ok()) break;
+    }
+  }
+  recovered_uids_.erase(pod.uid);
+  if (!s.ok()) {
+    if (Status r = manager_->RemovePod(pod.uid); !r.ok()) {
+      spdlog::warn("event=pod_remove_failed uid={} error=\"{}\"", pod.uid, r.message());
+    }
+    Reject(file_name, entry, kReasonUnexpectedAdmissionError,
+           AdmissionFailureMessage(s.message()));
+    return;
+  }
+  entry.state = PodState::kAdmitted;
+  status.phase = kPhaseAdmitted;
+  WritePodStatus(entry.status_file, status);
+  std::map<std::string, std::vector<std::string>> all;
+  for (const auto& c : status.containers) {
+    for (const auto& [resource, ids] : c.devices) {
+      all[c.name + ":" + resource] = ids;
+    }
+  }
+  spdlog::info("event=pod_admitted file={} pod={}/{} uid={} recovered={} devices=\"{}\"",
+               file_name, pod.namespace_name, pod.name, pod.uid, recovering, DevicesText(all));
+}
+
+void NodeAgentImpl::RetryRecovering() {
+  for (auto& [file_name, entry] : files_) {
+    if (entry.state == PodState::kRecovering && entry.pod) AdmitFile(file_name, entry);
+  }
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<NodeAgent>> NodeAgent::Start(Options options) {
+  auto agent = std::make_unique<NodeAgentImpl>(std::move(options));
+  if (Status s = agent->Init(); !s.ok()) {
+    agent->Stop();
+    return s;
+  }
+  return std::unique_ptr<NodeAgent>(std::move(agent));
+}
+
+}  // namespace kdm::fakes

@@ -1,0 +1,93 @@
+// kdm::fakes::NodeAgent: the fake kubelet behind `kdm kubelet --root DIR`, a
+// reference node agent built on the device manager.
+//
+// Under DIR it runs:
+//   device-plugins/kubelet.sock  device plugin registration (the Manager)
+//   pod-resources/kubelet.sock   pod-resources v1 (PodResourcesServer)
+//   state/                       the checkpoint (SQLite or kubelet JSON)
+//   manifests/                   static pod manifests, watched (inotify)
+//   status/                      <namespace>_<name>.json per pod, node.json
+// and optionally Prometheus metrics on HOST:PORT.
+//
+// Pods come from manifests (see pod_manifest.h): a new file admits its pod
+// (Manager::Allocate for the init containers in order, then the app
+// containers), a changed file frees the old version and admits the new one,
+// a removed file frees the pod's devices (Manager::RemovePod, then
+// Manager::UpdateAllocatedDevices) and deletes its status file. A rejected
+// pod stays rejected until its file changes. The Manager's active pods are
+// the pods admitted from manifests.
+//
+// Restart: the Manager restores every allocation from the store. A pod that
+// held devices before the restart is re-admitted with the same devices once
+// its plugins have registered again; until then it stays active (its
+// devices are not collected) and its old status file is left as it was.
+//
+// Threads: one Asio thread runs the watcher, admission and status writes;
+// the Manager, the pod-resources server and the metrics server own theirs.
+// Stop() joins them all.
+//
+// Thread-safety: Start/Stop from one thread; ActivePods() from any thread.
+//
+// Example:
+//   kdm::fakes::NodeAgent::Options o;
+//   o.root = "/tmp/node";
+//   auto agent = kdm::fakes::NodeAgent::Start(o);
+//   if (!agent.ok()) return Fail(agent.status());
+//   WaitForSignal();
+//   (*agent)->Stop();
+#ifndef KDM_FAKES_NODE_AGENT_H_
+#define KDM_FAKES_NODE_AGENT_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kdm/base/status.h"
+#include "kdm/checkpoint/paths.h"
+#include "kdm/devicemanager/pod_resources_server.h"
+
+namespace kdm::fakes {
+
+class NodeAgent {
+ public:
+  struct Options {
+    // Required. Created (0755) when missing.
+    std::string root;
+    checkpoint::StoreKind checkpoint = checkpoint::StoreKind::kSqlite;
+    // HOST:PORT for /metrics and /healthz; empty: no metrics server.
+    std::string metrics_addr;
+    // How long a resource whose plugin went away stays before it is deleted.
+    std::chrono::milliseconds grace_period{std::chrono::minutes(5)};
+    // Deadline of every plugin RPC (GetPreferredAllocation, Allocate,
+    // registration steps).
+    std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};
+    // Quiet time before a manifest change is acted on.
+    std::chrono::milliseconds manifest_debounce{std::chrono::milliseconds(100)};
+  };
+
+  // Creates the directories, opens the checkpoint, starts the Manager, the
+  // pod-resources server, the optional metrics server and the manifest
+  // watcher, and admits the manifests already present. Errors name the
+  // failing part (bad options, an unusable directory or store, a socket or
+  // port that cannot be served); nothing is left running on error.
+  static StatusOr<std::unique_ptr<NodeAgent>> Start(Options options);
+
+  // Stops if running.
+  virtual ~NodeAgent() = default;
+
+  // Stops the watcher, the servers and the Manager and joins every thread.
+  // Idempotent.
+  virtual void Stop() = 0;
+
+  // The metrics server's port (0 when there is none).
+  virtual int metrics_port() const = 0;
+
+  // The pods admitted now (and those waiting for their plugins after a
+  // restart), as the pod-resources API reports them.
+  virtual std::vector<devicemanager::ActivePod> ActivePods() const = 0;
+};
+
+}  // namespace kdm::fakes
+
+#endif  // KDM_FAKES_NODE_AGENT_H_

@@ -1,0 +1,90 @@
+// kdm::fakes status files: what `kdm kubelet` writes under DIR/status/.
+//
+//   <namespace>_<name>.json   one pod's admission result:
+//     {"phase": "Admitted" | "Rejected", "reason": "...", "message": "...",
+//      "containers": [{"name": ..., "devices": {"<resource>": ["id", ...]},
+//                      "envs": {...}, "mounts": [...], "device_specs": [...],
+//                      "annotations": {...}, "cdi_devices": [...]}]}
+//   node.json                 the node: capacity and allocatable per
+//                             resource, plugins and their state, deleted
+//                             resources, registrations accepted.
+// Every file is written atomically (temp file, fsync, rename, fsync of the
+// directory): a reader sees the old or the new content, whole.
+//
+// Thread-safety: pure functions, except WriteFileAtomically (file system).
+//
+// Example:
+//   PodStatus s{.phase = "Rejected", .reason = "UnexpectedAdmissionError",
+//               .message = "Allocate failed due to ..., which is unexpected"};
+//   KDM_RETURN_IF_ERROR(WriteFileAtomically(dir + "/" +
+//       PodStatusFileName("default", "train"), RenderPodStatus(s)));
+#ifndef KDM_FAKES_STATUS_WRITER_H_
+#define KDM_FAKES_STATUS_WRITER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kdm/base/status.h"
+#include "kdm/devicemanager/manager.h"
+
+namespace kdm::fakes {
+
+inline constexpr char kPhaseAdmitted[] = "Admitted";
+inline constexpr char kPhaseRejected[] = "Rejected";
+// The kubelet's reason for a device manager admission failure.
+inline constexpr char kReasonUnexpectedAdmissionError[] = "UnexpectedAdmissionError";
+// kdm's reason for a manifest that cannot be read as a valid Pod.
+inline constexpr char kReasonInvalidManifest[] = "InvalidManifest";
+// kdm's reason for a second manifest defining an already-defined pod.
+inline constexpr char kReasonDuplicatePod[] = "DuplicatePod";
+
+// The kubelet's message for a device manager Allocate error:
+// "Allocate failed due to <error>, which is unexpected".
+std::string AdmissionFailureMessage(std::string_view error);
+
+struct ContainerStatus {
+  std::string name;
+  // Resource -> device ids (sorted).
+  std::map<std::string, std::vector<std::string>> devices;
+  devicemanager::RunContainerOptions run;
+};
+
+struct PodStatus {
+  std::string phase;    // kPhaseAdmitted or kPhaseRejected
+  std::string reason;   // empty when admitted
+  std::string message;  // empty when admitted
+  std::vector<ContainerStatus> containers;  // init containers, then app ones
+};
+
+// Pretty-printed JSON with exactly the keys above (plus a trailing newline).
+std::string RenderPodStatus(const PodStatus& status);
+
+// "<namespace>_<name>.json".
+std::string PodStatusFileName(std::string_view namespace_name, std::string_view name);
+// For a manifest whose pod name cannot be read: "manifest_<file name>.json".
+std::string ManifestStatusFileName(std::string_view manifest_file_name);
+
+struct NodeStatus {
+  devicemanager::CapacityReport capacity;
+  int64_t registrations = 0;  // registrations accepted since the agent started
+};
+
+// {"capacity": {"<r>": n}, "allocatable": {"<r>": n},
+//  "plugins": [{"resource": r, "state": s, "devices": n, "healthy": n}],
+//  "deleted_resources": [...], "registrations": n}
+// A plugin's state is derived from its resource's counts: "Healthy" (some
+// device allocatable), "Unhealthy" (devices, none healthy: the plugin
+// disconnected or reports every device unhealthy), "Pending" (no devices:
+// restored from the checkpoint and waiting for the plugin to register).
+std::string RenderNodeStatus(const NodeStatus& status);
+
+// Writes `contents` to `path` atomically (see above). On error `path` is
+// unchanged; the error names the path and the failing step.
+Status WriteFileAtomically(const std::string& path, std::string_view contents);
+
+}  // namespace kdm::fakes
+
+#endif  // KDM_FAKES_STATUS_WRITER_H_

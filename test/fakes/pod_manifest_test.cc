@@ -1,0 +1,297 @@
+// Pod manifest parser: every field, YAML and JSON, and every bad input the
+// fake kubelet must reject with a message naming the file and the field.
+#include "kdm/fakes/pod_manifest.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace kdm::fakes {
+namespace {
+
+using ::testing::HasSubstr;
+using devicemanager::Quantity;
+
+constexpr char kFullYaml[] = R"(apiVersion: v1
+kind: Pod
+metadata:
+  name: train
+  namespace: ml
+  uid: 11111111-2222-3333-4444-555555555555
+  labels: {app: x}
+spec:
+  nodeName: ignored
+  initContainers:
+  - name: fetch
+    image: busybox
+    resources:
+      limits:
+        nvidia.com/gpu: 1
+  - name: proxy
+    restartPolicy: Always
+    resources:
+      limits: {example.com/fpga: "1"}
+      requests: {example.com/fpga: "1"}
+  containers:
+  - name: main
+    resources:
+      limits:
+        nvidia.com/gpu: "2"
+        cpu: 500m
+        memory: 1Gi
+      requests:
+        nvidia.com/gpu: 2
+        cpu: 250m
+  - name: side
+)";
+
+TEST(PodManifestTest, ReadsEveryFieldFromYaml) {
+  PodIdentity id;
+  auto pod = ParsePodManifest(kFullYaml, "/x/train.yaml", &id);
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_EQ(pod->name, "train");
+  EXPECT_EQ(pod->namespace_name, "ml");
+  EXPECT_EQ(pod->uid, "11111111-2222-3333-4444-555555555555");
+  EXPECT_EQ(id.name, "train");
+  EXPECT_EQ(id.namespace_name, "ml");
+  ASSERT_EQ(pod->init_containers.size(), 2u);
+  EXPECT_EQ(pod->init_containers[0].name, "fetch");
+  EXPECT_FALSE(pod->init_containers[0].restartable);
+  EXPECT_EQ(pod->init_containers[0].limits.at("nvidia.com/gpu"), Quantity::FromInt(1));
+  // A missing request defaults to the limit.
+  EXPECT_EQ(pod->init_containers[0].requests.at("nvidia.com/gpu"), Quantity::FromInt(1));
+  EXPECT_EQ(pod->init_containers[1].name, "proxy");
+  EXPECT_TRUE(pod->init_containers[1].restartable);
+  ASSERT_EQ(pod->containers.size(), 2u);
+  const auto& main = pod->containers[0];
+  EXPECT_EQ(main.name, "main");
+  EXPECT_EQ(main.limits.at("nvidia.com/gpu"), Quantity::FromInt(2));
+  EXPECT_EQ(main.limits.at("cpu"), *Quantity::Parse("500m"));
+  EXPECT_EQ(main.limits.at("memory"), *Quantity::Parse("1Gi"));
+  EXPECT_EQ(main.requests.at("cpu"), *Quantity::Parse("250m"));
+  EXPECT_EQ(main.requests.at("memory"), *Quantity::Parse("1Gi"));
+  EXPECT_TRUE(pod->containers[1].limits.empty());
+}
+
+TEST(PodManifestTest, ReadsTheSamePodFromJson) {
+  constexpr char kJson[] = R"({"apiVersion": "v1", "kind": "Pod",
+    "metadata": {"name": "train", "namespace": "ml"},
+    "spec": {"initContainers": [{"name": "proxy", "restartPolicy": "Always"}],
+             "containers": [{"name": "main", "resources": {
+               "limits": {"nvidia.com/gpu": 2, "memory": "1Gi"},
+               "requests": {"nvidia.com/gpu": "2"}}}]}})";
+  auto pod = ParsePodManifest(kJson, "train.json");
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_EQ(pod->name, "train");
+  EXPECT_EQ(pod->uid, DerivePodUid("ml", "train"));
+  ASSERT_EQ(pod->init_containers.size(), 1u);
+  EXPECT_TRUE(pod->init_containers[0].restartable);
+  EXPECT_EQ(pod->containers[0].limits.at("nvidia.com/gpu"), Quantity::FromInt(2));
+  EXPECT_EQ(pod->containers[0].requests.at("nvidia.com/gpu"), Quantity::FromInt(2));
+  // JSON is YAML too: a .yaml file holding JSON parses the same.
+  auto as_yaml = ParsePodManifest(kJson, "train.yaml");
+  ASSERT_TRUE(as_yaml.ok()) << as_yaml.status();
+  EXPECT_EQ(as_yaml->uid, pod->uid);
+}
+
+TEST(PodManifestTest, NamespaceDefaultsAndUidIsDerivedStably) {
+  auto pod = ParsePodManifest("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n"
+                              "spec: {containers: [{name: c}]}\n",
+                              "a.yml");
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_EQ(pod->namespace_name, "default");
+  EXPECT_EQ(pod->uid, DerivePodUid("default", "a"));
+  EXPECT_THAT(pod->uid, ::testing::MatchesRegex(
+                            "[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"));
+  EXPECT_EQ(DerivePodUid("default", "a"), DerivePodUid("default", "a"));
+  EXPECT_NE(DerivePodUid("default", "a"), DerivePodUid("default", "b"));
+  EXPECT_NE(DerivePodUid("x", "ab"), DerivePodUid("xa", "b"));
+}
+
+TEST(PodManifestTest, ZeroDeviceLimitIsAccepted) {
+  auto pod = ParsePodManifest(
+      "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n"
+      "spec: {containers: [{name: c, resources: {limits: {nvidia.com/gpu: 0}}}]}\n",
+      "a.yaml");
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_TRUE(pod->containers[0].limits.at("nvidia.com/gpu").IsZero());
+}
+
+struct BadCase {
+  const char* label;
+  std::string text;
+  std::string file;
+  std::string message;  // expected substring
+};
+
+std::string PodWith(const std::string& container_resources) {
+  return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: c\n"
+         "    resources:\n" +
+         container_resources;
+}
+
+class BadManifestTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadManifestTest, IsRejectedNamingFileAndField) {
+  const BadCase& c = GetParam();
+  auto pod = ParsePodManifest(c.text, "/some/dir/" + c.file);
+  ASSERT_FALSE(pod.ok()) << c.label;
+  EXPECT_EQ(pod.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(pod.status().message(), HasSubstr(c.file + ": ")) << c.label;
+  EXPECT_THAT(pod.status().message(), HasSubstr(c.message)) << c.label;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllBadInputs, BadManifestTest,
+    ::testing::Values(
+        BadCase{"invalid yaml", "apiVersion: v1\nkind: [Pod\n", "bad.yaml",
+                "bad.yaml: invalid YAML at line"},
+        BadCase{"invalid json", "{\"apiVersion\": \"v1\",", "bad.json", "bad.json: invalid JSON"},
+        BadCase{"empty file", "", "empty.yaml", "not a Pod: the document is empty"},
+        BadCase{"a list", "- a\n- b\n", "list.yaml", "not a Pod: the document is a list"},
+        BadCase{"not a pod", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n",
+                "deploy.yaml", "kind: not a Pod: kind is \"Deployment\""},
+        BadCase{"no kind", "apiVersion: v1\nmetadata: {name: d}\n", "nokind.yaml",
+                "kind: missing"},
+        BadCase{"wrong api version", "apiVersion: v2\nkind: Pod\n", "v2.yaml",
+                "apiVersion: must be \"v1\" for a Pod, got \"v2\""},
+        BadCase{"no metadata.name",
+                "apiVersion: v1\nkind: Pod\nmetadata: {namespace: x}\nspec: {containers: [{name: "
+                "c}]}\n",
+                "noname.yaml", "metadata.name: missing"},
+        BadCase{"bad name", "apiVersion: v1\nkind: Pod\nmetadata: {name: Big_Name}\n", "n.yaml",
+                "metadata.name: \"Big_Name\" is not a DNS-1123 subdomain"},
+        BadCase{"bad namespace", "apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: A}\n",
+                "ns.yaml", "metadata.namespace: \"A\" is not a DNS-1123 label"},
+        BadCase{"no spec", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n", "nospec.yaml",
+                "spec: missing"},
+        BadCase{"no containers", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {}\n",
+                "noc.yaml", "spec.containers: a Pod needs at least one container"},
+        BadCase{"containers not a list",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: x}\n", "cl.yaml",
+                "spec.containers: must be a list, got a string"},
+        BadCase{"container without name",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{image: x}]}\n",
+                "cn.yaml", "spec.containers[0].name: missing"},
+        BadCase{"duplicate container names",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  initContainers: [{name: "
+                "c}]\n  containers: [{name: d}, {name: c}]\n",
+                "dup.yaml", "spec.containers[1].name: duplicate container name \"c\""},
+        BadCase{"restartPolicy on app container",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, "
+                "restartPolicy: Always}]}\n",
+                "rp.yaml", "spec.containers[0].restartPolicy: may only be set on init containers"},
+        BadCase{"bad init restartPolicy",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {initContainers: [{name: i, "
+                "restartPolicy: Never}], containers: [{name: c}]}\n",
+                "rpi.yaml",
+                "spec.initContainers[0].restartPolicy: must be \"Always\" when set, got \"Never\""},
+        BadCase{"missing limits for a device resource",
+                PodWith("      requests: {nvidia.com/gpu: 1}\n"), "nolimit.yaml",
+                "spec.containers[0].resources.requests[nvidia.com/gpu]: device resource "
+                "\"nvidia.com/gpu\" is requested without a limit"},
+        BadCase{"requests different from limits",
+                PodWith("      limits: {nvidia.com/gpu: 2}\n      requests: {nvidia.com/gpu: 1}\n"),
+                "neq.yaml",
+                "spec.containers[0].resources.requests[nvidia.com/gpu]: must be equal to the limit "
+                "\"2\" for device resource \"nvidia.com/gpu\", got \"1\""},
+        BadCase{"unknown resource", PodWith("      limits: {gpu: 1}\n"), "unknown.yaml",
+                "spec.containers[0].resources.limits[gpu]: unknown resource \"gpu\""},
+        BadCase{"unknown resource with bad domain", PodWith("      limits: {Vendor_X/gpu: 1}\n"),
+                "unknown2.yaml", "unknown resource \"Vendor_X/gpu\""},
+        BadCase{"negative count", PodWith("      limits: {nvidia.com/gpu: -1}\n"), "neg.yaml",
+                "spec.containers[0].resources.limits[nvidia.com/gpu]: must be greater than or "
+                "equal to 0, got \"-1\""},
+        BadCase{"negative cpu", PodWith("      limits: {cpu: -100m}\n"), "negcpu.yaml",
+                "limits[cpu]: must be greater than or equal to 0"},
+        BadCase{"fractional count", PodWith("      limits: {nvidia.com/gpu: 1.5}\n"), "frac.yaml",
+                "spec.containers[0].resources.limits[nvidia.com/gpu]: must be a whole number of "
+                "devices, got \"1.5\""},
+        BadCase{"milli count", PodWith("      limits: {nvidia.com/gpu: 500m}\n"), "milli.yaml",
+                "must be a whole number of devices, got \"500m\""},
+        BadCase{"garbage quantity", PodWith("      limits: {memory: 1Qi}\n"), "q.yaml",
+                "spec.containers[0].resources.limits[memory]: "},
+        BadCase{"quantity is a map", PodWith("      limits: {memory: {a: 1}}\n"), "qm.yaml",
+                "limits[memory]: must be a quantity, got a mapping"},
+        BadCase{"huge count", PodWith("      limits: {nvidia.com/gpu: 3000000000}\n"), "huge.yaml",
+                "limits[nvidia.com/gpu]: "},
+        BadCase{"json wrong type", R"({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": 7}})",
+                "t.json", "metadata.name: must be a string, got a number"},
+        BadCase{"too large", std::string(kMaxManifestBytes + 1, '#'), "big.yaml",
+                "big.yaml: file is larger than the 1048576-byte manifest limit"}),
+    [](const ::testing::TestParamInfo<BadCase>& info) {
+      std::string name;
+      for (char ch : std::string(info.param.label)) name += std::isalnum(ch) ? ch : '_';
+      return name;
+    });
+
+TEST(PodManifestTest, IdentityIsKnownWhenALaterFieldIsBad) {
+  PodIdentity id;
+  auto pod = ParsePodManifest(PodWith("      limits: {gpu: 1}\n"), "p.yaml", &id);
+  ASSERT_FALSE(pod.ok());
+  EXPECT_EQ(id.namespace_name, "default");
+  EXPECT_EQ(id.name, "p");
+}
+
+TEST(PodManifestTest, DeeplyNestedYamlIsRefusedNotCrashed) {
+  std::string deep = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {x: " +
+                     std::string(200, '[') + std::string(200, ']') + "}\n";
+  auto pod = ParsePodManifest(deep, "deep.yaml");
+  ASSERT_FALSE(pod.ok());
+  EXPECT_THAT(pod.status().message(), HasSubstr("deep.yaml: "));
+}
+
+TEST(PodManifestTest, LoadCapsTheBytesReadFromAHugeFile) {
+  char tmpl[] = "/tmp/kdm-manifest-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  std::string path = std::string(tmpl) + "/huge.yaml";
+  {
+    std::ofstream out(path);
+    std::string line = "# " + std::string(1022, 'x') + "\n";
+    for (int i = 0; i < 10 * 1024; ++i) out << line;  // 10 MiB
+  }
+  auto bytes = ReadManifestBytes(path);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(bytes->size(), kMaxManifestBytes + 1);
+  auto pod = LoadPodManifest(path);
+  ASSERT_FALSE(pod.ok());
+  EXPECT_THAT(pod.status().message(),
+              HasSubstr("huge.yaml: file is larger than the 1048576-byte manifest limit"));
+  auto missing = LoadPodManifest(std::string(tmpl) + "/missing.yaml");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("missing.yaml"));
+  std::filesystem::remove_all(tmpl);
+}
+
+TEST(PodManifestTest, ManifestFileNames) {
+  EXPECT_TRUE(IsManifestFileName("a.yaml"));
+  EXPECT_TRUE(IsManifestFileName("a.yml"));
+  EXPECT_TRUE(IsManifestFileName("a.json"));
+  EXPECT_FALSE(IsManifestFileName(".a.yaml"));
+  EXPECT_FALSE(IsManifestFileName(".a.yaml.swp"));
+  EXPECT_FALSE(IsManifestFileName("a.yaml~"));
+  EXPECT_FALSE(IsManifestFileName(".#a.yaml"));
+  EXPECT_FALSE(IsManifestFileName("4913"));
+  EXPECT_FALSE(IsManifestFileName("a.yaml.tmp"));
+  EXPECT_FALSE(IsManifestFileName("a.txt"));
+  EXPECT_FALSE(IsManifestFileName(""));
+}
+
+TEST(PodManifestTest, ExtendedResourceNames) {
+  EXPECT_TRUE(IsExtendedResourceName("nvidia.com/gpu"));
+  EXPECT_TRUE(IsExtendedResourceName("example.com/fpga"));
+  EXPECT_FALSE(IsExtendedResourceName("cpu"));
+  EXPECT_FALSE(IsExtendedResourceName("kubernetes.io/x"));
+  EXPECT_FALSE(IsExtendedResourceName("requests.example.com/x"));
+  EXPECT_FALSE(IsExtendedResourceName("a/b/c"));
+  EXPECT_FALSE(IsExtendedResourceName("Example.com/x"));
+  EXPECT_FALSE(IsExtendedResourceName("example.com/-x"));
+}
+
+}  // namespace
+}  // namespace kdm::fakes
