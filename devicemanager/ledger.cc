@@ -1205,4 +1205,16 @@ Status Ledger::CheckInvariants() const {
   return OkStatus();
 }
 
+void Ledger::ForceRecordForTest(const PodDevicesEntry& entry,
+                                ContainerKind kind) {
+  Record record;
+  record.ids = FlattenDeviceIds(entry.device_ids);
+  record.by_numa = entry.device_ids;
+  record.alloc_response = entry.alloc_response;
+  record.kind = kind;
+  if (auto old = records_.find(entry.key()); old != records_.end())
+    EraseRecord(old);
+  InsertRecord(entry.key(), std::move(record));
+}
+
 }  // namespace kdm::devicemanager

@@ -326,6 +326,11 @@ class Ledger {
   // devices. INTERNAL naming the first violation.
   Status CheckInvariants() const;
 
+  // Test only: records `entry` for a container of `kind` without any check,
+  // so tests can show that CheckInvariants() catches a broken state.
+  void ForceRecordForTest(const checkpoint::PodDevicesEntry& entry,
+                          ContainerKind kind);
+
  private:
   struct DeviceInfo {
     bool healthy = false;

@@ -1144,8 +1144,51 @@ TEST(LedgerBadInputTest, ContainerHintsForUnknownContainer) {
             StatusCode::kNotFound);
 }
 
-// ------------------------------------------------------------------ property
-// test
+// ---------------------------------------------------------- the checker
+
+TEST(LedgerInvariantTest, CatchesADeviceInTwoPods) {
+  Ledger ledger;
+  Register(ledger, kGpu, Gpus(2));
+  Admit(ledger, OneContainerPod("a", 1), "main", 1);  // gpu0
+  ledger.ForceRecordForTest({"b", "main", kGpu, {{kNoNumaNode, {"gpu0"}}}, "r"},
+                            ContainerKind::kApp);
+  Status s = ledger.CheckInvariants();
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_THAT(s.message(), HasSubstr("device \"gpu0\" of \"vendor.com/gpu\" is "
+                                     "held by pods \"a\" and \"b\""));
+}
+
+TEST(LedgerInvariantTest, CatchesTwoRunningContainersSharingADevice) {
+  Ledger ledger;
+  Register(ledger, kGpu, Gpus(2));
+  ledger.ForceRecordForTest({"p", "a", kGpu, {{kNoNumaNode, {"gpu1"}}}, "r"},
+                            ContainerKind::kApp);
+  ledger.ForceRecordForTest({"p", "init", kGpu, {{kNoNumaNode, {"gpu1"}}}, "r"},
+                            ContainerKind::kInit);
+  EXPECT_TRUE(
+      ledger.CheckInvariants().ok());  // hand-over from an init container
+  ledger.ForceRecordForTest({"p", "side", kGpu, {{kNoNumaNode, {"gpu1"}}}, "r"},
+                            ContainerKind::kSidecar);
+  EXPECT_THAT(ledger.CheckInvariants().message(),
+              HasSubstr("held by two running containers of pod \"p\""));
+}
+
+TEST(LedgerInvariantTest, CatchesAReservedDeviceThatIsAlsoAllocated) {
+  Ledger ledger;
+  Register(ledger, kGpu, Gpus(2));
+  Pod pod = OneContainerPod("p", 1);
+  StatusOr<AllocationPlan> plan =
+      ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_TRUE(ledger.Reserve(*plan, {"gpu1"}).ok());
+  ledger.ForceRecordForTest({"q", "main", kGpu, {{kNoNumaNode, {"gpu1"}}}, "r"},
+                            ContainerKind::kApp);
+  EXPECT_THAT(ledger.CheckInvariants().message(),
+              HasSubstr("reserved by pod \"p\" container \"main\" resource "
+                        "\"vendor.com/gpu\" is also allocated"));
+}
+
+// ---------------------------------------------------------- property test
 
 // Random sequences of every mutating operation, with CheckInvariants() and an
 // independent check of "no device in two running containers" after each step.
@@ -1299,6 +1342,24 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
         break;
       }
       case 8: {
+        if (!pods.empty()) {
+          // Hints are well formed: sorted nodes, preferred = smallest.
+          auto it = pods.begin();
+          std::advance(it, pick(static_cast<int>(pods.size())));
+          const Container& c = it->second.containers[0];
+          ResourceHints h =
+              ledger.TopologyHints(it->second, c.name, resource, 1 + pick(3));
+          if (h && !h->empty()) {
+            size_t smallest = h->front().nodes.size();
+            for (const NumaHint& hint : *h) {
+              ASSERT_TRUE(std::is_sorted(hint.nodes.begin(), hint.nodes.end()));
+              ASSERT_GE(hint.nodes.size(), smallest);
+              if (hint.preferred) {
+                ASSERT_EQ(hint.nodes.size(), smallest);
+              }
+            }
+          }
+        }
         if (pick(10) == 0) {
           // Restart: only committed state survives.
           in_flight.clear();
