@@ -1,5 +1,6 @@
 #include "kdm/devicemanager/clock.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <thread>
@@ -47,13 +48,20 @@ class TimerQueue {
   }
 
   // Runs every timer due at or before `now`, one at a time, without the lock.
-  void RunDue(TimePoint now) ABSL_LOCKS_EXCLUDED(mu_) {
+  // With `move_fake_time`, the fake time first steps to each timer's due
+  // time, so a callback sees Now() == its due time (and a timer it schedules
+  // within the window runs too); at the end the fake time is `now`.
+  void RunDue(TimePoint now, bool move_fake_time = false) ABSL_LOCKS_EXCLUDED(mu_) {
     while (true) {
       std::function<void()> fn;
       {
         absl::MutexLock lock(&mu_);
-        if (timers_.empty() || timers_.begin()->first.when > now) return;
+        if (timers_.empty() || timers_.begin()->first.when > now) {
+          if (move_fake_time) fake_now_ = std::max(fake_now_, now);
+          return;
+        }
         auto it = timers_.begin();
+        if (move_fake_time) fake_now_ = std::max(fake_now_, it->first.when);
         TimerId id = it->first.id;
         fn = std::move(it->second);
         timers_.erase(it);
@@ -99,10 +107,10 @@ class TimerQueue {
     absl::MutexLock lock(&mu_);
     return fake_now_;
   }
-  TimePoint AdvanceFakeNow(Clock::Duration d) ABSL_LOCKS_EXCLUDED(mu_) {
+  // The fake time `d` from now (not moved yet: RunDue moves it).
+  TimePoint FakeTarget(Clock::Duration d) const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    fake_now_ += d;
-    return fake_now_;
+    return fake_now_ + d;
   }
 
  private:
@@ -159,6 +167,8 @@ Clock::TimerId FakeClock::ScheduleAt(TimePoint when, std::function<void()> fn) {
 }
 bool FakeClock::Cancel(TimerId id) { return queue_->Cancel(id); }
 std::size_t FakeClock::PendingTimers() const { return queue_->Pending(); }
-void FakeClock::Advance(Duration d) { queue_->RunDue(queue_->AdvanceFakeNow(d)); }
+void FakeClock::Advance(Duration d) {
+  queue_->RunDue(queue_->FakeTarget(d), /*move_fake_time=*/true);
+}
 
 }  // namespace kdm::devicemanager

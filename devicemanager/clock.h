@@ -72,8 +72,9 @@ class FakeClock : public Clock {
   std::size_t PendingTimers() const override;
 
   // Moves the time forward by `d` and runs, on this thread and in due-time
-  // order, every timer due at the new time (including timers that callbacks
-  // schedule within the window).
+  // order, every timer due by then. The time steps to each timer's due time
+  // before its callback runs, so timers that callbacks schedule within the
+  // window run too; on return Now() is the old time + d.
   void Advance(Duration d);
 
  private:
