@@ -171,16 +171,7 @@ int64_t Search::UpperBound(uint64_t mask) const {
   }
   return std::min(hsum / 2, bsum / scale_);
 }
-Search::Pack Search::Best(uint64_t mask) {
-  if (mask == 0) return {0, kNoGroup};
-  if (expired_) return {0, kNoGroup};
-  if (n_ <= kFlatMemoBits) {
-    if (flat_.empty()) flat_.assign(size_t{1} << n_, Pack{-1, 0});
-    if (flat_[mask].sum >= 0) return flat_[mask];
-  } else if (auto it = hashed_.find(mask); it != hashed_.end()) {
-    return it->second;
-  }
-  Frame f;
+void Search::InitFrame(Frame& f, uint64_t mask) const {
   f.mask = mask;
   const int k = std::popcount(mask);
   const int low = std::countr_zero(mask);
@@ -200,6 +191,28 @@ Search::Pack Search::Best(uint64_t mask) {
     f.sub = Slack(mask, d_);
     f.bsub = Slack(mask, e_);
   }
+}
+
+int64_t Search::GroupBound(const Frame& f, int64_t score, int64_t hs, int64_t bs) const {
+  const bool rem = f.full && f.rem;  // what the group leaves still holds the remainder
+  const int64_t hub = (f.hsum - hs - (rem ? f.sub : 0)) * scale_;
+  const int64_t bub = (f.bsum - bs - (rem ? f.bsub : 0)) * 2;
+  return score * 2 * scale_ + std::min(hub, bub);
+}
+
+Search::Pack Search::Best(uint64_t mask) {
+  if (mask == 0) return {0, kNoGroup};
+  if (expired_) return {0, kNoGroup};
+  if (n_ <= kFlatMemoBits) {
+    if (flat_.empty()) flat_.assign(size_t{1} << n_, Pack{-1, 0});
+    if (flat_[mask].sum >= 0) return flat_[mask];
+  } else if (auto it = hashed_.find(mask); it != hashed_.end()) {
+    return it->second;
+  }
+  Frame f;
+  InitFrame(f, mask);
+  const int k = std::popcount(mask);
+  const int low = f.members[0];
   const uint64_t low_bit = uint64_t{1} << low;
   // The group holding `low` is a full group, or the smaller remainder group
   // when one is still left in the mask.
@@ -222,17 +235,8 @@ Search::Pack Search::Best(uint64_t mask) {
 
 void Search::EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t gscore,
                         int64_t ghsum, int64_t gbsum) {
-  const bool rem = f.full && f.rem;  // what a group leaves still holds the remainder
-  // An upper bound on the total of a finished group, its score plus the
-  // bounds on what it leaves, in units of 1 / (2 x scale_) so that no
-  // division is needed (the total is an integer, so comparing the unrounded
-  // bound with an integer total cuts exactly as much).
   const int64_t unit = 2 * scale_;
-  const int64_t hbase = f.hsum - (rem ? f.sub : 0);
-  const int64_t bbase = f.bsum - (rem ? f.bsub : 0);
-  auto bound = [&](int64_t score, int64_t hs, int64_t bs) {
-    return score * unit + std::min((hbase - hs) * scale_, (bbase - bs) * 2);
-  };
+  auto bound = [&](int64_t score, int64_t hs, int64_t bs) { return GroupBound(f, score, hs, bs); };
   auto finish = [&](uint64_t g, int64_t score) {
     Pack rest = Best(f.mask & ~g);
     Pack cand{score + rest.sum, f.full ? std::min(score, rest.min_full) : rest.min_full};
@@ -334,8 +338,7 @@ void Search::PackedDfs(size_t start, int need, uint64_t gmask, int64_t own) {
   if (need == 0) {
     if (Tick()) return;
     const uint64_t rest_mask = full_ & ~gmask;
-    const int64_t bar = have_best_ ? best_pack_.sum : target_;
-    if (own + UpperBound(rest_mask) < bar) return;
+    if (have_best_ && own + UpperBound(rest_mask) < best_pack_.sum) return;
     Pack rest = Best(rest_mask);
     if (expired_) return;
     Pack total{own + rest.sum, std::min(own, rest.min_full)};
@@ -368,12 +371,94 @@ void Search::PackedDfs(size_t start, int need, uint64_t gmask, int64_t own) {
   }
 }
 
+void Search::Walk(uint64_t mask) {
+  if (mask == 0 || expired_) return;
+  if (n_ <= kFlatMemoBits) {
+    if (walked_flat_.empty()) walked_flat_.assign(size_t{1} << n_, 0);
+    if (walked_flat_[mask]) return;
+    walked_flat_[mask] = 1;
+  } else if (!walked_.insert(mask).second) {
+    return;
+  }
+  const Pack here = Best(mask);
+  Frame f;
+  InitFrame(f, mask);
+  const int k = std::popcount(mask);
+  const int low = f.members[0];
+  const uint64_t low_bit = uint64_t{1} << low;
+  if (k >= size_) {
+    f.full = true;
+    WalkGroups(f, 0, size_ - 1, low_bit, 0, h_[low], b_[low], here);
+  }
+  if (k % size_ != 0) {
+    f.full = false;
+    WalkGroups(f, 0, k % size_ - 1, low_bit, 0, h_[low], b_[low], here);
+  }
+}
+
+void Search::WalkGroups(Frame& f, int start, int need, uint64_t gmask, int64_t gscore,
+                        int64_t ghsum, int64_t gbsum, const Pack& here) {
+  if (expired_) return;
+  if (need == 0) {
+    if (Tick()) return;
+    // Groups the packing search cut are cut here too (same bound, and the
+    // best total is at least what it was then), so no new state is solved.
+    if (GroupBound(f, gscore, ghsum, gbsum) < here.sum * 2 * scale_) return;
+    const uint64_t rest_mask = f.mask & ~gmask;
+    const Pack rest = Best(rest_mask);
+    if (gscore + rest.sum != here.sum) return;
+    if (rest.min_full < target_pack_.min_full) return;
+    if (f.full && gscore < target_pack_.min_full) return;
+    if (f.full) ConsiderPackedGroup(gmask, gscore);
+    Walk(rest_mask);
+    return;
+  }
+  for (int i = start; i <= f.m - need; ++i) {
+    if (expired_) return;
+    const int p = f.pos[i];
+    const int32_t* row = &w_[p * n_];
+    int64_t add = 0;
+    for (int q = 0; q < f.count; ++q) add += row[f.members[q]];
+    f.members[f.count++] = p;
+    WalkGroups(f, i + 1, need - 1, gmask | (uint64_t{1} << p), gscore + add, ghsum + h_[p],
+               gbsum + b_[p], here);
+    --f.count;
+  }
+}
+
+void Search::ConsiderPackedGroup(uint64_t g, int64_t own) {
+  std::vector<int> local;
+  for (uint64_t b = g; b != 0; b &= b - 1) local.push_back(std::countr_zero(b));
+  const int numa = NumaCount(local);
+  bool better = !have_best_ || own > best_own_;
+  if (have_best_ && own == best_own_) {
+    const uint64_t diff = g ^ best_mask_;
+    better = numa < best_numa_ ||
+             (numa == best_numa_ && diff != 0 && (g & (diff & -diff)) != 0);
+  }
+  if (better) {
+    have_best_ = true;
+    best_mask_ = g;
+    best_ = local;
+    best_own_ = own;
+    best_numa_ = numa;
+  }
+}
+
 Result Search::Packed() {
   if (!exact_) return Finish(GreedyGroup(), -1, false);
   ComputeTop(/*group_bound=*/true);
-  // Without must_include the best packing of everything is reachable by some
-  // set, so its total is a bar no set can beat.
-  if (must_.empty()) target_ = Best(full_).sum;
+  if (must_.empty()) {
+    // Without must_include the answer is a full group of some best packing
+    // of everything: walk the best packings through the memo and keep the
+    // best of their full groups.
+    target_pack_ = Best(full_);
+    Walk(full_);
+    if (expired_ || !have_best_) return Finish(GreedyGroup(), -1, false);
+    Result r = Finish(best_, best_own_, true);
+    r.packed_score = target_pack_.sum;
+    return r;
+  }
   gain_.assign(n_, 0);
   int64_t own = 0;
   for (int c : must_) {

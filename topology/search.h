@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstdint>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "kdm/topology/topology.h"
@@ -75,6 +76,21 @@ class Search {
   };
 
   bool Tick();
+  void InitFrame(Frame& f, uint64_t mask) const;
+  // An upper bound on the total of the packing that puts a group (score,
+  // sums of h_ and b_ over its members) first in f's mask, in units of
+  // 1 / (2 x scale_), so that no division is needed: the total is an integer,
+  // so comparing the unrounded bound with an integer total cuts as much.
+  int64_t GroupBound(const Frame& f, int64_t score, int64_t hs, int64_t bs) const;
+  // Visits every state on a best packing of the mask (by total, then weakest
+  // full group, against target_pack_) and offers each full group met to
+  // ConsiderPackedGroup.
+  void Walk(uint64_t mask);
+  void WalkGroups(Frame& f, int start, int need, uint64_t gmask, int64_t gscore, int64_t ghsum,
+                  int64_t gbsum, const Pack& here);
+  // Keeps the group if it beats the best: own score, fewer NUMA nodes, lower
+  // indices.
+  void ConsiderPackedGroup(uint64_t g, int64_t own);
   Pack Best(uint64_t mask);
   void EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t gscore, int64_t ghsum,
                   int64_t gbsum);
@@ -141,7 +157,10 @@ class Search {
   std::vector<int64_t> b_;
   std::vector<int64_t> e_;
   int64_t scale_ = 1;
-  int64_t target_ = -1;           // Packed: no set can beat this total
+  Pack target_pack_;              // Packed without must_include: Best(full_)
+  std::vector<char> walked_flat_;
+  std::unordered_set<uint64_t> walked_;
+  uint64_t best_mask_ = 0;
   std::vector<int64_t> scratch_;
   bool have_best_ = false;
   std::vector<int> best_;
