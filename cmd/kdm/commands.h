@@ -13,6 +13,7 @@ namespace kdm::cli {
 void AddVersionCommand(CLI::App& app, int& exit_code);
 void AddTopoCommand(CLI::App& app, int& exit_code);
 void AddCheckpointCommand(CLI::App& app, int& exit_code);
+void AddGetCommand(CLI::App& app, int& exit_code);
 void AddPluginCommand(CLI::App& app, int& exit_code);
 
 }  // namespace kdm::cli

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   kdm::cli::AddVersionCommand(app, exit_code);
   kdm::cli::AddTopoCommand(app, exit_code);
   kdm::cli::AddCheckpointCommand(app, exit_code);
+  kdm::cli::AddGetCommand(app, exit_code);
   kdm::cli::AddPluginCommand(app, exit_code);
   try {
     app.parse(argc, argv);
