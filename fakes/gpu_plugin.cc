@@ -25,6 +25,23 @@ std::string Join(const std::vector<std::string>& items, const char* sep = ",") {
   return out;
 }
 
+// A log field value in double quotes, with quotes, backslashes and newlines
+// escaped, so that one event stays one parseable line.
+std::string Quoted(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 template <typename Repeated>
 std::vector<std::string> ToVector(const Repeated& r) {
   return std::vector<std::string>(r.begin(), r.end());
@@ -159,9 +176,9 @@ FakeDevicePlugin::~FakeDevicePlugin() { Stop(); }
 
 Status FakeDevicePlugin::Start() {
   KDM_RETURN_IF_ERROR(server_->Start());
-  spdlog::info("event=serving resource={} socket={} devices={} source=\"{}\" policy={} "
+  spdlog::info("event=serving resource={} socket={} devices={} source={} policy={} "
                "pre_start={} cdi={}",
-               config_.resource_name, server_->SocketPath(), topology_->size(), source_,
+               config_.resource_name, server_->SocketPath(), topology_->size(), Quoted(source_),
                config_.policy ? topology::PolicyName(*config_.policy) : "none",
                config_.pre_start, config_.cdi);
   return OkStatus();
@@ -247,9 +264,9 @@ StatusOr<v1beta1::ContainerPreferredAllocationResponse> FakeDevicePlugin::Prefer
       *topology_, available, must, request.allocation_size(), *config_.policy);
   if (!chosen.ok()) {
     spdlog::warn("event=preferred_allocation_refused resource={} available={} must_include={} "
-                 "size={} error=\"{}\"",
+                 "size={} error={}",
                  config_.resource_name, Join(available), Join(must), request.allocation_size(),
-                 chosen.status().message());
+                 Quoted(chosen.status().message()));
     return chosen.status();
   }
   v1beta1::ContainerPreferredAllocationResponse r;

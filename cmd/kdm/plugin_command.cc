@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -50,6 +51,23 @@ struct PluginFlags {
   bool cdi = false;
   bool verbose = false;
 };
+
+// A log field value in double quotes, with quotes, backslashes and newlines
+// escaped, so that one event stays one parseable line.
+std::string Quoted(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
 
 int Fail(int code, const std::string& message) {
   std::cerr << "kdm plugin: " << message << "\n";
@@ -172,13 +190,13 @@ int RunPlugin(const PluginFlags& f) {
         },
         [path, resource](const Status& error) {
           if (error.code() == StatusCode::kNotFound) {
-            spdlog::info("event=health_file_missing resource={} path={} detail=\"{}\" "
+            spdlog::info("event=health_file_missing resource={} path={} detail={} "
                          "action=keep_last_state",
-                         resource, path, error.message());
+                         resource, path, Quoted(error.message()));
           } else {
-            spdlog::warn("event=health_file_rejected resource={} path={} error=\"{}\" "
+            spdlog::warn("event=health_file_rejected resource={} path={} error={} "
                          "action=keep_last_state",
-                         resource, path, error.message());
+                         resource, path, Quoted(error.message()));
           }
         });
     if (!w.ok()) return Fail(kUsageError, w.status().message());
@@ -195,12 +213,8 @@ int RunPlugin(const PluginFlags& f) {
 
   int registrations = 0;
   std::string last_error;
-  int sig = 0;
-  while (true) {
-    // Bounded wait: registration changes are logged between waits.
-    timespec wait{0, 200'000'000};
-    sig = sigtimedwait(&stop_signals, nullptr, &wait);
-    if (sig == SIGTERM || sig == SIGINT) break;
+  // Logs registrations (and failures) since the last call.
+  auto log_registration = [&] {
     int now = plugin->server().RegistrationCount();
     if (now != registrations) {
       spdlog::info("event=registered resource={} kubelet={}/{} registrations={}", resource,
@@ -209,11 +223,20 @@ int RunPlugin(const PluginFlags& f) {
     }
     Status err = plugin->server().LastRegistrationError();
     if (!err.ok() && err.message() != last_error) {
-      spdlog::warn("event=registration_failed resource={} error=\"{}\" action=retry", resource,
-                   err.message());
+      spdlog::warn("event=registration_failed resource={} error={} action=retry", resource,
+                   Quoted(err.message()));
     }
     last_error = err.ok() ? "" : err.message();
+  };
+  int sig = 0;
+  while (true) {
+    // Bounded wait: registration changes are logged between waits.
+    timespec wait{0, 100'000'000};
+    sig = sigtimedwait(&stop_signals, nullptr, &wait);
+    if (sig == SIGTERM || sig == SIGINT) break;
+    log_registration();
   }
+  log_registration();
   spdlog::info("event=stopping resource={} signal={}", resource, SignalName(sig));
   if (watcher) watcher->Stop();
   plugin->Stop();
