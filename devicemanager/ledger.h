@@ -25,7 +25,8 @@
 // - devices handed over from init containers must be healthy;
 // - a reserved device is never offered to anyone else, and a device removed
 //   from a snapshot while reserved is still committed (the plugin already
-//   allocated it), like the kubelet's allocated-but-unknown devices.
+//   allocated it), like the kubelet's allocated-but-unknown devices;
+// - Restore() drops a checkpoint entry that would put a device in two pods.
 //
 // Thread-safety: none. A value type; the owner serialises every call. Copying
 // a Ledger copies the whole state (a cheap way to make a multi-step change
@@ -33,16 +34,20 @@
 //
 // Example (one container, one resource, no plugin preference):
 //   Ledger ledger;
-//   (void)ledger.SetDevices("vendor.com/gpu", {{"gpu0", true, {0}}, {"gpu1",
-//   true, {1}}}); KDM_ASSIGN_OR_RETURN(AllocationPlan plan,
-//                        ledger.Plan(pod, "main", "vendor.com/gpu", 1,
-//                        std::nullopt));
+//   (void)ledger.SetDevices("vendor.com/gpu",
+//                           {{"gpu0", true, {0}}, {"gpu1", true, {1}}});
+//   KDM_ASSIGN_OR_RETURN(
+//       AllocationPlan plan,
+//       ledger.Plan(pod, "main", "vendor.com/gpu", 1, std::nullopt));
 //   if (!plan.reuse) {
 //     KDM_RETURN_IF_ERROR(ledger.Reserve(plan, ledger.DefaultChoice(plan)));
-//     ... Allocate RPC; on failure: ledger.ReleaseReservation(plan.key) ...
-//     KDM_ASSIGN_OR_RETURN(checkpoint::Change change, ledger.Commit(plan.key,
-//     response_bytes)); if (!store->Apply(change).ok())
-//     ledger.UndoCommit(plan.key) ...
+//     // ... Allocate RPC; on failure: ledger.ReleaseReservation(plan.key)
+//     KDM_ASSIGN_OR_RETURN(checkpoint::Change change,
+//                          ledger.Commit(plan.key, response_bytes));
+//     if (!store->Apply(change).ok()) {
+//       (void)ledger.UndoCommit(plan.key);
+//       ledger.ReleaseReservation(plan.key);
+//     }
 //   }
 #ifndef KDM_DEVICEMANAGER_LEDGER_H_
 #define KDM_DEVICEMANAGER_LEDGER_H_
@@ -133,8 +138,8 @@ struct SnapshotReport {
   checkpoint::Change change;
 };
 
-// All device ids of an entry, sorted and unique (a device on two NUMA nodes
-// is listed under both).
+// All device ids of an entry, unique, in natural order (a device on two NUMA
+// nodes is listed under both).
 std::vector<std::string> FlattenDeviceIds(
     const checkpoint::DevicesPerNuma& ids);
 
