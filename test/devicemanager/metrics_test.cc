@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -19,6 +20,8 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -319,6 +322,25 @@ TEST_F(MetricsServerTest, ATruncatedRequestIsDroppedWithoutHarm) {
     EXPECT_THAT(std::string(buf, static_cast<std::size_t>(n)), StartsWith("HTTP/1.1 400"));
   }
   EXPECT_THAT(Exchange(server_->port(), GetRequest("/healthz")), StartsWith("HTTP/1.1 200 OK"));
+}
+
+TEST_F(MetricsServerTest, ConcurrentScrapesAllSucceed) {
+  // Observations race with scrapes from several clients.
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 10; ++i) {
+        metrics_->ObserveAllocation(kGpu, 0.001 * (t + 1));
+        std::string r = Exchange(server_->port(), GetRequest(i % 2 ? "/metrics" : "/healthz"));
+        if (r.rfind("HTTP/1.1 200 OK\r\n", 0) == 0) ok++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok.load(), 60);
+  EXPECT_THAT(metrics_->Render(nullptr),
+              HasSubstr("kubelet_device_plugin_alloc_duration_seconds_count{resource_name=\"example.com/gpu\"} 60"));
 }
 
 TEST_F(MetricsServerTest, StopIsIdempotentAndClosesThePort) {
