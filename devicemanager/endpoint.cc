@@ -65,32 +65,32 @@ StatusOr<std::shared_ptr<Endpoint>> Endpoint::Connect(
     }
   }
   ep->reader_ = std::thread([raw = ep.get()] { raw->ReadLoop(); });
-  bool got_first = false;
-  std::string why;
-  {
-    absl::MutexLock lock(&ep->mu_);
-    auto ready = [e = ep.get()]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
-      return e->latest_.seq > 0 || e->stream_ended_;
-    };
-    ep->mu_.AwaitWithTimeout(absl::Condition(&ready), absl::FromChrono(deadlines.first_snapshot));
-    got_first = ep->latest_.seq > 0;
-    if (!got_first && ep->stream_ended_) {
-      why = FromGrpc(ep->stream_status_.ok()
-                         ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed")
-                         : ep->stream_status_,
-                     "ListAndWatch of " + ep->resource_ + " ended before its first device list")
-                .message();
-    }
-  }
-  if (!got_first) {
+  if (Status s = ep->WaitForFirstSnapshot(); !s.ok()) {
     ep->Stop();
-    if (!why.empty()) return UnavailableError(why);
-    ep->CountError(kListAndWatch);
-    return DeadlineExceededError("ListAndWatch of " + ep->resource_ + " at " + ep->socket_path_ +
-                                 " sent no device list within " +
-                                 std::to_string(deadlines.first_snapshot.count()) + " ms");
+    return s;
   }
   return ep;
+}
+
+bool Endpoint::HasFirstSnapshotOrEnded() const { return latest_.seq > 0 || stream_ended_; }
+
+Status Endpoint::WaitForFirstSnapshot() {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(this, &Endpoint::HasFirstSnapshotOrEnded),
+                       absl::FromChrono(deadlines_.first_snapshot));
+  if (latest_.seq > 0) return OkStatus();
+  if (stream_ended_) {
+    grpc::Status why = stream_status_.ok()
+                           ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed")
+                           : stream_status_;
+    return UnavailableError(
+        FromGrpc(why, "ListAndWatch of " + resource_ + " ended before its first device list")
+            .message());
+  }
+  CountError(kListAndWatch);
+  return DeadlineExceededError("ListAndWatch of " + resource_ + " at " + socket_path_ +
+                               " sent no device list within " +
+                               std::to_string(deadlines_.first_snapshot.count()) + " ms");
 }
 
 void Endpoint::ReadLoop() {

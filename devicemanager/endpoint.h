@@ -119,6 +119,9 @@ class Endpoint {
            Callbacks callbacks);
 
   void ReadLoop();
+  // Waits (deadlines_.first_snapshot) for the first ListAndWatch message.
+  Status WaitForFirstSnapshot() ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasFirstSnapshotOrEnded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status StoppedError() const;
   void CountError(const char* method) const;
 

@@ -144,7 +144,9 @@ class ManagerImpl : public Manager {
   Ledger ledger_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, ResourceState> resources_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<Endpoint>> retired_ ABSL_GUARDED_BY(mu_);
-  const std::shared_ptr<checkpoint::Store> store_ ABSL_PT_GUARDED_BY(mu_);
+  // A Store is not thread-safe: used only with mu_ held (not expressible as
+  // an annotation on a shared_ptr).
+  const std::shared_ptr<checkpoint::Store> store_;
   uint64_t next_order_ ABSL_GUARDED_BY(mu_) = 0;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
