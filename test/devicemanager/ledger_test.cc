@@ -1214,6 +1214,7 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
   int errors = 0;
   int handovers = 0;
   int preferred = 0;
+  int forged_accepted = 0;
 
   auto random_snapshot = [&]() {
     std::vector<LedgerDevice> snap;
@@ -1227,7 +1228,7 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
     return snap;
   };
 
-  for (int step = 0; step < 1500; ++step) {
+  for (int step = 0; step < 3000; ++step) {
     const std::string& resource = resources[pick(2)];
     switch (pick(9)) {
       case 0: {
@@ -1258,6 +1259,16 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
         for (const Container& c : pod.init_containers) all.push_back(&c);
         for (const Container& c : pod.containers) all.push_back(&c);
         const Container* c = all[pick(static_cast<int>(all.size()))];
+        if (pick(2) == 0) {
+          // Mostly admit in start order, as a node agent does: the first
+          // container without devices of this resource yet.
+          for (const Container* next : all) {
+            if (!ledger.Entry({pod.uid, next->name, resource})) {
+              c = next;
+              break;
+            }
+          }
+        }
         int64_t count = c->limits.at(kGpu).FloorUnits();
         std::optional<NumaHint> hint;
         if (pick(2) == 0) hint = NumaHint{{pick(2)}, true};
@@ -1292,6 +1303,29 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
             choice = answer;
             ++preferred;
           }
+        }
+        if (pick(6) == 0) {
+          // A forged reservation: random ids, some claimed as hand-over.
+          // Reserve must refuse anything unsafe; the invariant check below
+          // catches it if it does not.
+          AllocationPlan forged = *plan;
+          std::vector<std::string> ids;
+          while (static_cast<int64_t>(ids.size()) < plan->size) {
+            std::string id = pick(10) == 0
+                                 ? std::string("bogus")
+                                 : "dev" + std::to_string(pick(kDevices));
+            if (std::find(ids.begin(), ids.end(), id) == ids.end())
+              ids.push_back(id);
+          }
+          forged.must_include.clear();
+          for (const std::string& id : ids) {
+            if (pick(2) == 0) forged.must_include.push_back(id);
+          }
+          if (ledger.Reserve(forged, ids).ok()) {
+            ++forged_accepted;
+            in_flight.push_back({forged});
+          }
+          break;
         }
         ASSERT_TRUE(ledger.Reserve(*plan, choice).ok());
         if (pick(2) == 0) {
@@ -1391,12 +1425,19 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
   // The sequence exercised the interesting paths.
   EXPECT_GT(commits, 50);
   EXPECT_GT(errors, 10);
+  RecordProperty("commits", commits);
+  RecordProperty("errors", errors);
+  RecordProperty("handovers", handovers);
+  RecordProperty("preferred", preferred);
+  RecordProperty("forged_accepted", forged_accepted);
   EXPECT_GT(handovers, 0);
   EXPECT_GT(preferred, 0);
+  EXPECT_GT(forged_accepted, 0);  // safe forged picks are fine
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, LedgerPropertyTest,
-                         ::testing::Values(1u, 2u, 3u, 42u, 2026u, 90210u));
+                         ::testing::Values(1u, 2u, 3u, 4u, 5u, 42u, 2026u,
+                                           90210u));
 
 }  // namespace
 }  // namespace kdm::devicemanager
