@@ -101,8 +101,12 @@ class PodResourcesServerImpl final : public PodResourcesServer {
   Status Serve() {
     grpc::ServerBuilder builder;
     int bound_port = 0;
-    builder.AddListeningPort("unix://" + socket_path_, grpc::InsecureServerCredentials(),
-                             &bound_port);
+    // "unix://" + a relative path would read its first component as an
+    // authority; an absolute path is unambiguous.
+    std::error_code ec;
+    std::filesystem::path abs = std::filesystem::absolute(socket_path_, ec);
+    builder.AddListeningPort("unix://" + (ec ? socket_path_ : abs.lexically_normal().string()),
+                             grpc::InsecureServerCredentials(), &bound_port);
     builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();

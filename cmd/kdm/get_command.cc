@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -144,7 +145,15 @@ class PodResourcesClient {
       : socket_(std::move(socket)),
         timeout_seconds_(timeout_seconds),
         stub_(v1::PodResourcesLister::NewStub(
-            grpc::CreateChannel("unix://" + socket_, grpc::InsecureChannelCredentials()))) {}
+            grpc::CreateChannel(UnixTarget(socket_), grpc::InsecureChannelCredentials()))) {}
+
+  // "unix://" + a relative path would read its first component as an
+  // authority; an absolute path is unambiguous.
+  static std::string UnixTarget(const std::string& path) {
+    std::error_code ec;
+    std::filesystem::path abs = std::filesystem::absolute(path, ec);
+    return "unix://" + (ec ? path : abs.lexically_normal().string());
+  }
 
   void SetDeadline(grpc::ClientContext& ctx) const {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_seconds_));

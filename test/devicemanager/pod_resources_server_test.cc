@@ -445,6 +445,21 @@ TEST_F(PodResourcesServerTest, StartRefusesBadOptionsWithClearErrors) {
   EXPECT_THAT(s.status().message(), HasSubstr(root_ + "/file"));
 }
 
+TEST_F(PodResourcesServerTest, ARelativeSocketPathIsServed) {
+  PodResourcesServer::Options o;
+  o.socket_path = std::filesystem::relative(socket()).string();
+  ASSERT_NE(o.socket_path.front(), '/');
+  o.manager = manager_.get();
+  auto s = PodResourcesServer::Start(std::move(o));
+  ASSERT_TRUE(s.ok()) << s.status();
+  server_ = std::move(*s);
+  stub_ = v1::PodResourcesLister::NewStub(
+      grpc::CreateChannel("unix://" + socket(), grpc::InsecureChannelCredentials()));
+  v1::ListPodResourcesResponse list;
+  grpc::Status st = List(&list);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+}
+
 TEST_F(PodResourcesServerTest, NoActivePodsCallbackListsNothing) {
   PodResourcesServer::Options o;
   o.socket_path = socket();

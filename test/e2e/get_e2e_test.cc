@@ -213,6 +213,16 @@ TEST_F(GetE2eTest, GetPodsPrintsAnAlignedTable) {
   EXPECT_THAT(lines[4], StartsWith("ml         infer-long-name  srv        example.com/gpu  gpu"));
 }
 
+TEST_F(GetE2eTest, ARelativeRootWorks) {
+  StartNode();
+  Admit(MakePod("default", "train", {}, {MakeContainer("main", 1)}));
+  const std::string relative = std::filesystem::relative(root_).string();
+  ASSERT_NE(relative.front(), '/');
+  Result r = Kdm({"get", "pods", "--root", relative});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("default    train  main       example.com/gpu  gpu0"));
+}
+
 TEST_F(GetE2eTest, GetPodsJson) {
   StartNode();
   Admit(MakePod("default", "train", {MakeContainer("setup", 1)}, {MakeContainer("main", 2)}));
