@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -268,7 +269,20 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
   cmd->add_flag("--pre-start", flags->pre_start, "Offer PreStartContainer and log each call");
   cmd->add_flag("--cdi", flags->cdi, "Answer CDI device names <vendor>/<class>=<id>");
   cmd->add_flag("-v,--verbose", flags->verbose, "Debug logging");
-  cmd->callback([&exit_code, flags] { exit_code = RunPlugin(*flags); });
+  // Unknown arguments are a usage error (exit 2) like every other bad flag,
+  // not CLI11's own exit code.
+  cmd->allow_extras();
+  cmd->callback([&exit_code, flags, cmd] {
+    std::vector<std::string> extras = cmd->remaining();
+    if (!extras.empty()) {
+      std::string list;
+      for (const std::string& e : extras) list += (list.empty() ? "'" : ", '") + e + "'";
+      exit_code = Fail(kUsageError, std::string("unknown argument") +
+                                        (extras.size() > 1 ? "s " : " ") + list);
+      return;
+    }
+    exit_code = RunPlugin(*flags);
+  });
 }
 
 }  // namespace kdm::cli
