@@ -10,6 +10,10 @@
 // the value of what remains is memoised. A packing is valued by its total
 // score, then by its weakest full group (max-min), compared in that order.
 //
+// Choosing the group (packed). Without must_include, Walk() visits every state
+// on a best packing of everything, reading the memo, and keeps the best full
+// group met; with must_include, every set holding it is scored.
+//
 // Best set. Branch and bound over sets holding must_include, in index order;
 // a subtree is cut when an admissible bound (the score so far, plus for each
 // place left the best candidate's links to the set and half its best links to
