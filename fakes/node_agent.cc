@@ -108,6 +108,10 @@ class NodeAgentImpl final : public NodeAgent {
   void AdmitFile(const std::string& file_name, FileEntry& entry);
   // OK: admitted. UNAVAILABLE while recovering: retry later. Else rejected.
   Status AdmitPod(const dm::Pod& pod);
+  bool AsksForResourceWithoutDevices(const dm::Pod& pod) const;
+  // At startup: true when the pod's status file says Rejected and is not
+  // older than its manifest (the rejection stands until the file changes).
+  bool StillRejected(const std::string& manifest_path, const std::string& status_file) const;
   void WritePodStatus(const std::string& file_name, const PodStatus& status);
   void Reject(const std::string& file_name, FileEntry& entry, const char* reason,
               const std::string& message);
@@ -138,6 +142,7 @@ class NodeAgentImpl final : public NodeAgent {
   std::map<std::string, FileEntry> files_;          // by manifest file name
   std::set<std::string> recovered_uids_;            // held devices at start
   std::string last_node_json_;
+  bool startup_done_ = false;
 
   mutable std::mutex active_mu_;
   std::map<std::string, dm::ActivePod> active_;     // guarded by active_mu_
@@ -188,7 +193,6 @@ Status NodeAgentImpl::Init() {
   po.manager = manager_.get();
   po.active_pods = [this] { return ActivePods(); };
   KDM_ASSIGN_OR_RETURN(pod_resources_, dm::PodResourcesServer::Start(std::move(po)));
-  spdlog::info("event=pod_resources_serving socket={}", pod_resources_->socket_path());
 
   if (!options_.metrics_addr.empty()) {
     metrics_ = dm::Metrics::Create();
@@ -249,12 +253,12 @@ void NodeAgentImpl::ScheduleNodeRefresh() {
   node_timer_->async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
     RefreshNode();
-    RetryRecovering();
     ScheduleNodeRefresh();
   });
 }
 
 void NodeAgentImpl::FinishStartup() {
+  startup_done_ = true;
   {
     std::lock_guard<std::mutex> lock(active_mu_);
     startup_uids_.clear();
@@ -262,6 +266,17 @@ void NodeAgentImpl::FinishStartup() {
   // Pods whose manifests went away while the agent was down.
   if (Status s = manager_->UpdateAllocatedDevices(); !s.ok()) {
     spdlog::warn("event=gc_failed error=\"{}\"", s.message());
+  }
+  // Status files of pods whose manifests went away while the agent was down.
+  std::set<std::string> owned = {"node.json"};
+  for (const auto& [name, entry] : files_) owned.insert(entry.status_file);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(status_dir_, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.size() > 5 && name.ends_with(".json") && name.front() != '.' && !owned.count(name)) {
+      std::filesystem::remove(e.path(), ec);
+      spdlog::info("event=stale_status_removed file={}", name);
+    }
   }
   RefreshNode();
   spdlog::info("event=initial_scan_done pods={}", files_.size());
@@ -342,7 +357,27 @@ void NodeAgentImpl::OnManifestEvent(const ManifestWatcher::Event& e) {
     }
   }
   entry.pod = std::move(*pod);
+  if (!startup_done_ && StillRejected(e.path, entry.status_file)) {
+    entry.state = PodState::kRejected;
+    spdlog::info("event=pod_still_rejected file={} pod={}/{} status={}", e.file_name,
+                 entry.pod->namespace_name, entry.pod->name, entry.status_file);
+    return;
+  }
   AdmitFile(e.file_name, entry);
+}
+
+bool NodeAgentImpl::StillRejected(const std::string& manifest_path,
+                                  const std::string& status_file) const {
+  const std::string status_path = status_dir_ + "/" + status_file;
+  struct stat manifest_st, status_st;
+  if (::stat(manifest_path.c_str(), &manifest_st) != 0 ||
+      ::stat(status_path.c_str(), &status_st) != 0) {
+    return false;
+  }
+  auto ns = [](const struct timespec& t) { return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; };
+  if (ns(status_st.st_mtim) < ns(manifest_st.st_mtim)) return false;
+  auto bytes = ReadManifestBytes(status_path);
+  return bytes.ok() && bytes->find("\"phase\": \"Rejected\"") != std::string::npos;
 }
 
 void NodeAgentImpl::Reject(const std::string& file_name, FileEntry& entry, const char* reason,
@@ -403,6 +438,21 @@ Status NodeAgentImpl::AdmitPod(const dm::Pod& pod) {
   return OkStatus();
 }
 
+bool NodeAgentImpl::AsksForResourceWithoutDevices(const dm::Pod& pod) const {
+  dm::CapacityReport capacity = manager_->GetCapacity();
+  for (const auto* list : {&pod.init_containers, &pod.containers}) {
+    for (const auto& c : *list) {
+      for (const auto& [resource, limit] : c.limits) {
+        auto it = capacity.resources.find(resource);
+        if (!limit.IsZero() && it != capacity.resources.end() && it->second.capacity == 0) {
+          return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
 void NodeAgentImpl::AdmitFile(const std::string& file_name, FileEntry& entry) {
   const dm::Pod& pod = *entry.pod;
   const bool recovering = recovered_uids_.count(pod.uid) > 0;
@@ -410,7 +460,14 @@ void NodeAgentImpl::AdmitFile(const std::string& file_name, FileEntry& entry) {
   // pod is being given (or held before a restart).
   SetActive(pod);
   Status s = AdmitPod(pod);
-  if (!s.ok() && recovering && s.code() == StatusCode::kUnavailable) {
+  // After a restart the resources come back from the checkpoint with no
+  // devices until their plugins register again. A pod that held devices, or
+  // that asks for such a resource, waits for the plugin instead of being
+  // rejected (the kubelet rejects it: a known kubelet restart race). If the
+  // plugin never returns, the resource is deleted after the grace period and
+  // the retry rejects the pod as unregistered.
+  if (!s.ok() && s.code() == StatusCode::kUnavailable &&
+      (recovering || AsksForResourceWithoutDevices(pod))) {
     if (entry.state != PodState::kRecovering) {
       spdlog::info("event=pod_waiting_for_plugins file={} pod={}/{} uid={} reason=\"{}\"",
                    file_name, pod.namespace_name, pod.name, pod.uid, s.message());

@@ -15,6 +15,7 @@ void AddTopoCommand(CLI::App& app, int& exit_code);
 void AddCheckpointCommand(CLI::App& app, int& exit_code);
 void AddGetCommand(CLI::App& app, int& exit_code);
 void AddPluginCommand(CLI::App& app, int& exit_code);
+void AddKubeletCommand(CLI::App& app, int& exit_code);
 
 }  // namespace kdm::cli
 

@@ -1,0 +1,162 @@
+// `kdm kubelet --root DIR`: the fake kubelet (kdm::fakes::NodeAgent) as a
+// process. Flag parsing, logging and signals only.
+//
+// Exit codes: 0 after SIGTERM/SIGINT (clean shutdown), 1 when the agent
+// cannot start (message on stderr), 2 usage.
+#include <signal.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "commands.h"
+#include "kdm/checkpoint/paths.h"
+#include "kdm/fakes/node_agent.h"
+
+namespace kdm::cli {
+namespace {
+
+struct KubeletFlags {
+  std::string root;
+  std::string checkpoint = "sqlite";
+  std::string metrics_addr;
+  std::string grace = "5m";
+  std::string rpc_timeout = "10s";
+  int verbosity = 0;
+};
+
+constexpr int kUsageError = 2;
+
+// "300ms", "10s", "5m", "1h", "1m30s" (Go's time.ParseDuration units ms,
+// s, m, h, with whole numbers). INVALID_ARGUMENT naming the text.
+StatusOr<std::chrono::milliseconds> ParseDurationFlag(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgumentError("invalid duration \"" + text + "\": " + why +
+                                " (examples: 300ms, 10s, 5m, 1h30m)");
+  };
+  if (text.empty()) return bad("empty");
+  int64_t total = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    if (!std::isdigit(static_cast<unsigned char>(text[i]))) return bad("expected a number");
+    int64_t n = 0;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+      n = n * 10 + (text[i] - '0');
+      if (n > 1'000'000'000) return bad("too large");
+      ++i;
+    }
+    size_t unit_start = i;
+    while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i]))) ++i;
+    std::string unit = text.substr(unit_start, i - unit_start);
+    int64_t ms;
+    if (unit == "ms") {
+      ms = 1;
+    } else if (unit == "s") {
+      ms = 1000;
+    } else if (unit == "m") {
+      ms = 60'000;
+    } else if (unit == "h") {
+      ms = 3'600'000;
+    } else if (unit.empty()) {
+      return bad("missing unit");
+    } else {
+      return bad("unknown unit \"" + unit + "\"");
+    }
+    total += n * ms;
+    if (total > int64_t{1'000'000'000'000}) return bad("too large");
+  }
+  return std::chrono::milliseconds(total);
+}
+
+void SetUpLogging(int verbosity) {
+  auto logger = spdlog::stderr_logger_mt("kdm-kubelet");
+  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %L %v", spdlog::pattern_time_type::utc);
+  logger->set_level(verbosity >= 2   ? spdlog::level::trace
+                    : verbosity == 1 ? spdlog::level::debug
+                                     : spdlog::level::info);
+  logger->flush_on(spdlog::level::trace);
+  spdlog::set_default_logger(logger);
+}
+
+int RunKubelet(const KubeletFlags& flags) {
+  auto usage = [](const std::string& message) {
+    std::cerr << "kdm kubelet: " << message << "\nRun 'kdm kubelet --help' for usage.\n";
+    return kUsageError;
+  };
+  if (flags.root.empty()) return usage("--root is required");
+  fakes::NodeAgent::Options options;
+  options.root = flags.root;
+  auto kind = checkpoint::ParseStoreKind(flags.checkpoint);
+  if (!kind.ok()) return usage("--checkpoint: " + kind.status().message());
+  options.checkpoint = *kind;
+  auto grace = ParseDurationFlag(flags.grace);
+  if (!grace.ok()) return usage("--grace: " + grace.status().message());
+  options.grace_period = *grace;
+  auto rpc = ParseDurationFlag(flags.rpc_timeout);
+  if (!rpc.ok()) return usage("--rpc-timeout: " + rpc.status().message());
+  if (rpc->count() == 0) return usage("--rpc-timeout: must be more than 0");
+  options.rpc_timeout = *rpc;
+  options.metrics_addr = flags.metrics_addr;
+  if (flags.verbosity < 0) return usage("-v: must be 0 or more");
+
+  // Block the stop signals before any thread exists: every thread inherits
+  // the mask and only sigwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  SetUpLogging(flags.verbosity);
+  spdlog::info("event=starting root={} checkpoint={} grace={}ms rpc_timeout={}ms metrics_addr={}",
+               options.root, flags.checkpoint, options.grace_period.count(),
+               options.rpc_timeout.count(), options.metrics_addr.empty() ? "off" : options.metrics_addr);
+  auto agent = fakes::NodeAgent::Start(options);
+  if (!agent.ok()) {
+    spdlog::error("event=start_failed error=\"{}\"", agent.status().message());
+    std::cerr << "kdm kubelet: " << agent.status().message() << "\n";
+    return 1;
+  }
+  int sig = 0;
+  while (sigwait(&stop_signals, &sig) != 0) {
+  }
+  spdlog::info("event=stopping signal={}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*agent)->Stop();
+  spdlog::info("event=stopped");
+  return 0;
+}
+
+}  // namespace
+
+void AddKubeletCommand(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<KubeletFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "kubelet",
+      "Fake kubelet: device plugin registration, pod-resources API, static pod manifests "
+      "(DIR/manifests) and their admission results (DIR/status)");
+  cmd->add_option("--root", flags->root,
+                  "Root directory (required): device-plugins/, pod-resources/, state/, "
+                  "manifests/, status/");
+  cmd->add_option("--checkpoint", flags->checkpoint, "Checkpoint format: sqlite | kubelet-json")
+      ->capture_default_str();
+  cmd->add_option("--metrics-addr", flags->metrics_addr,
+                  "Serve /metrics and /healthz on HOST:PORT (port 0: any free port); off by default");
+  cmd->add_option("--grace", flags->grace,
+                  "How long a resource whose plugin went away stays before it is deleted (e.g. 5m)")
+      ->capture_default_str();
+  cmd->add_option("--rpc-timeout", flags->rpc_timeout,
+                  "Deadline of every device plugin RPC (e.g. 300ms, 10s)")
+      ->capture_default_str();
+  cmd->add_option("-v", flags->verbosity, "Log verbosity: 0 info, 1 debug, 2 trace")
+      ->capture_default_str();
+  cmd->callback([flags, &exit_code] { exit_code = RunKubelet(*flags); });
+}
+
+}  // namespace kdm::cli

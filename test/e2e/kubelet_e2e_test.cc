@@ -1,0 +1,544 @@
+// `kdm kubelet` end to end: the built binary with `kdm plugin` processes,
+// driven through files as a user would (manifests in, status files out):
+// admission, the kubelet's rejection text, delete frees, change re-admits,
+// init containers and sidecars, bad manifests keep the agent running,
+// node.json, health drop, grace deletion, SIGKILL + restart recovers (both
+// checkpoint formats), SIGTERM/SIGINT exit 0, usage errors, metrics.
+// Every wait is a bounded poll on a file or a log line; nothing asserts on
+// time.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace kdm {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+constexpr auto kBound = 30s;  // upper bound of every wait
+constexpr char kGpu[] = "nvidia.com/gpu";
+constexpr char kFpga[] = "example.com/fpga";
+
+std::string KdmBinary() {
+  const char* dir = std::getenv("KDM_BINARY_DIR");
+  return std::string(dir && *dir ? dir : KDM_TEST_BINARY_DIR) + "/bin/kdm";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  // Written beside and renamed in, as editors do, so the agent never sees
+  // half a file.
+  std::string tmp = fs::path(path).parent_path().string() + "/." +
+                    fs::path(path).filename().string() + ".tmp";
+  std::ofstream(tmp) << text;
+  fs::rename(tmp, path);
+}
+
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds bound = kBound) {
+  auto end = std::chrono::steady_clock::now() + bound;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+// One process; stdout and stderr go to `log_path`.
+class Process {
+ public:
+  Process(const std::vector<std::string>& args, const std::string& log_path) : log_(log_path) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+    std::vector<std::string> argv_s = {KdmBinary()};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Process() {
+    if (pid_ > 0 && !exit_code_) {
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+  }
+  bool started() const { return pid_ > 0; }
+  void Signal(int sig) { ::kill(pid_, sig); }
+  bool Running() {
+    if (exit_code_) return false;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return false;
+    }
+    return true;
+  }
+  // Exit code (128+signal when killed), or nullopt if it did not exit in time.
+  std::optional<int> Wait() {
+    if (!WaitFor([&] { return !Running(); })) return std::nullopt;
+    return exit_code_;
+  }
+  std::string Log() const { return ReadFile(log_); }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+};
+
+class KubeletE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kdm-kl-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override {
+    plugins_.clear();
+    kubelet_.reset();
+    if (HasFailure()) {
+      for (const auto& e : fs::directory_iterator(root_)) {
+        if (e.path().extension() == ".log") {
+          std::cerr << "---- " << e.path() << "\n" << ReadFile(e.path()) << "\n";
+        }
+      }
+    }
+    fs::remove_all(root_);
+  }
+
+  std::string Manifests() const { return root_ + "/manifests"; }
+  std::string StatusPath(const std::string& ns_name) const {
+    return root_ + "/status/" + ns_name + ".json";
+  }
+
+  void StartKubelet(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"kubelet", "--root", root_, "--rpc-timeout", "5s", "-v", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    // One log per start, so that a restarted agent's log holds only its own lines.
+    kubelet_ = std::make_unique<Process>(
+        args, root_ + "/kubelet" + std::to_string(kubelet_starts_++) + ".log");
+    ASSERT_TRUE(kubelet_->started());
+    ASSERT_TRUE(WaitFor([&] { return fs::exists(root_ + "/status/node.json"); }))
+        << kubelet_->Log();
+  }
+
+  Process& StartPlugin(std::vector<std::string> args) {
+    std::vector<std::string> all = {"plugin", "--root", root_};
+    all.insert(all.end(), args.begin(), args.end());
+    plugins_.push_back(std::make_unique<Process>(
+        all, root_ + "/plugin" + std::to_string(plugins_.size()) + ".log"));
+    return *plugins_.back();
+  }
+  void StartGpuPlugin() {
+    StartPlugin({"--resource", kGpu, "--preset", "dgx1-v100", "--policy", "packed",
+                 "--health-file", root_ + "/health.json"});
+  }
+
+  json Node() {
+    try {
+      return json::parse(ReadFile(root_ + "/status/node.json"));
+    } catch (const json::exception&) {
+      return json::object();
+    }
+  }
+  bool Allocatable(const std::string& resource, int n) {
+    json node = Node();
+    return node.contains("allocatable") && node["allocatable"].value(resource, -1) == n;
+  }
+
+  // Waits for the pod's status file to exist and satisfy `pred`.
+  template <typename Pred>
+  json WaitStatus(const std::string& ns_name, Pred pred) {
+    json out;
+    bool ok = WaitFor([&] {
+      if (!fs::exists(StatusPath(ns_name))) return false;
+      try {
+        out = json::parse(ReadFile(StatusPath(ns_name)));
+      } catch (const json::exception&) {
+        return false;
+      }
+      return pred(out);
+    });
+    EXPECT_TRUE(ok) << ns_name << " status: " << out.dump() << "\n" << kubelet_->Log();
+    return out;
+  }
+  json WaitPhase(const std::string& ns_name, const std::string& phase) {
+    return WaitStatus(ns_name, [&](const json& j) { return j.value("phase", "") == phase; });
+  }
+
+  std::string root_;
+  std::unique_ptr<Process> kubelet_;
+  int kubelet_starts_ = 0;
+  std::vector<std::unique_ptr<Process>> plugins_;
+};
+
+std::string PodYaml(const std::string& name, int gpus, const std::string& extra_label = "") {
+  return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name +
+         (extra_label.empty() ? "" : "\n  labels: {v: \"" + extra_label + "\"}") +
+         "\nspec:\n  containers:\n  - name: main\n    resources:\n      limits:\n        "
+         "nvidia.com/gpu: " +
+         std::to_string(gpus) + "\n";
+}
+
+std::vector<std::string> Gpus(const json& status, const std::string& container = "main") {
+  for (const auto& c : status["containers"]) {
+    if (c["name"] == container && c["devices"].contains(kGpu)) {
+      return c["devices"][kGpu].get<std::vector<std::string>>();
+    }
+  }
+  return {};
+}
+
+TEST_F(KubeletE2eTest, AdmitRejectDeleteAndChange) {
+  StartKubelet();
+  StartGpuPlugin();
+  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8); })) << kubelet_->Log();
+
+  WriteFile(Manifests() + "/a.yaml", PodYaml("a", 2));
+  json a = WaitPhase("default_a", "Admitted");
+  EXPECT_EQ(Gpus(a).size(), 2u);
+  EXPECT_EQ(a["containers"][0]["envs"]["NVIDIA_VISIBLE_DEVICES"].get<std::string>().size() > 0,
+            true);
+  EXPECT_FALSE(a["containers"][0]["device_specs"].empty());
+
+  WriteFile(Manifests() + "/b.yaml", PodYaml("b", 7));
+  json b = WaitPhase("default_b", "Rejected");
+  EXPECT_EQ(b["reason"], "UnexpectedAdmissionError");
+  EXPECT_EQ(b["message"],
+            "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. "
+            "Requested: 7, Available: 6, which is unexpected");
+  EXPECT_EQ(b["containers"], json::array());
+
+  // Deleting a frees its GPUs and its status file.
+  fs::remove(Manifests() + "/a.yaml");
+  ASSERT_TRUE(WaitFor([&] { return !fs::exists(StatusPath("default_a")); }));
+  // b stays rejected until its file changes: a later pod is handled first.
+  WriteFile(Manifests() + "/c.yaml", PodYaml("c", 1));
+  json c = WaitPhase("default_c", "Admitted");
+  EXPECT_EQ(WaitPhase("default_b", "Rejected")["message"], b["message"]);
+
+  // A changed file is admitted again (7 of the 7 now free).
+  WriteFile(Manifests() + "/b.yaml", PodYaml("b", 7, "2"));
+  b = WaitPhase("default_b", "Admitted");
+  std::vector<std::string> b_gpus = Gpus(b);
+  EXPECT_EQ(b_gpus.size(), 7u);
+  for (const auto& id : Gpus(c)) EXPECT_THAT(b_gpus, ::testing::Not(::testing::Contains(id)));
+  // Changed again: the old version is freed first, then the new admitted.
+  WriteFile(Manifests() + "/b.yaml", PodYaml("b", 3));
+  b = WaitStatus("default_b", [](const json& j) { return Gpus(j).size() == 3; });
+  EXPECT_EQ(b["phase"], "Admitted");
+  EXPECT_TRUE(kubelet_->Running());
+}
+
+TEST_F(KubeletE2eTest, InitContainerDevicesPassToTheAppContainerAndSidecarsKeepTheirs) {
+  StartKubelet();
+  StartGpuPlugin();
+  StartPlugin({"--resource", kFpga, "--count", "4"});
+  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8) && Allocatable(kFpga, 4); }));
+  WriteFile(Manifests() + "/p.yaml", R"(apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: ml}
+spec:
+  initContainers:
+  - name: fetch
+    resources: {limits: {nvidia.com/gpu: 1}}
+  - name: proxy
+    restartPolicy: Always
+    resources: {limits: {example.com/fpga: 1}}
+  containers:
+  - name: main
+    resources:
+      limits: {nvidia.com/gpu: 2, example.com/fpga: 1}
+      requests: {nvidia.com/gpu: 2, example.com/fpga: 1}
+)");
+  json p = WaitPhase("ml_p", "Admitted");
+  ASSERT_EQ(p["containers"].size(), 3u);
+  EXPECT_EQ(p["containers"][0]["name"], "fetch");
+  EXPECT_EQ(p["containers"][1]["name"], "proxy");
+  EXPECT_EQ(p["containers"][2]["name"], "main");
+  auto init = Gpus(p, "fetch");
+  auto main = Gpus(p, "main");
+  ASSERT_EQ(init.size(), 1u);
+  ASSERT_EQ(main.size(), 2u);
+  EXPECT_THAT(main, ::testing::Contains(init[0]));  // reused from the init container
+  auto proxy_fpga = p["containers"][1]["devices"][kFpga];
+  auto main_fpga = p["containers"][2]["devices"][kFpga];
+  ASSERT_EQ(proxy_fpga.size(), 1u);
+  ASSERT_EQ(main_fpga.size(), 1u);
+  EXPECT_NE(proxy_fpga[0], main_fpga[0]);  // a sidecar keeps its device
+}
+
+TEST_F(KubeletE2eTest, BadManifestsAreRejectedAndTheAgentKeepsRunning) {
+  StartKubelet();
+  StartGpuPlugin();
+  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8); }));
+  const std::string pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: NAME}\nspec:\n"
+                          "  containers:\n  - name: c\n    resources:\n";
+  auto named = [&](const std::string& name, const std::string& resources) {
+    return std::regex_replace(pod, std::regex("NAME"), name) + resources;
+  };
+  struct Bad {
+    std::string file, status, text, message;
+  };
+  std::vector<Bad> bad = {
+      {"yaml.yaml", "manifest_yaml.yaml", "kind: [Pod\n",
+       "yaml.yaml: invalid YAML at line 2, column 1"},
+      {"notpod.yaml", "manifest_notpod.yaml",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n",
+       "notpod.yaml: kind: not a Pod: kind is \"Deployment\""},
+      {"noname.json", "manifest_noname.json",
+       R"({"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {"containers": []}})",
+       "noname.json: metadata.name: missing"},
+      {"nolimit.yaml", "default_nolimit",
+       named("nolimit", "      requests: {nvidia.com/gpu: 1}\n"),
+       "nolimit.yaml: spec.containers[0].resources.requests[nvidia.com/gpu]: device resource "
+       "\"nvidia.com/gpu\" is requested without a limit"},
+      {"neq.yaml", "default_neq",
+       named("neq", "      limits: {nvidia.com/gpu: 2}\n      requests: {nvidia.com/gpu: 1}\n"),
+       "neq.yaml: spec.containers[0].resources.requests[nvidia.com/gpu]: must be equal to the "
+       "limit \"2\""},
+      {"unknown.yaml", "default_unknown", named("unknown", "      limits: {gpu: 1}\n"),
+       "unknown.yaml: spec.containers[0].resources.limits[gpu]: unknown resource \"gpu\""},
+      {"neg.yaml", "default_neg", named("neg", "      limits: {nvidia.com/gpu: -2}\n"),
+       "neg.yaml: spec.containers[0].resources.limits[nvidia.com/gpu]: must be greater than or "
+       "equal to 0"},
+      {"frac.yaml", "default_frac", named("frac", "      limits: {nvidia.com/gpu: 0.5}\n"),
+       "frac.yaml: spec.containers[0].resources.limits[nvidia.com/gpu]: must be a whole number "
+       "of devices, got \"0.5\""},
+      {"dup.yaml", "default_dup",
+       "apiVersion: v1\nkind: Pod\nmetadata: {name: dup}\nspec: {containers: [{name: x}, {name: "
+       "x}]}\n",
+       "dup.yaml: spec.containers[1].name: duplicate container name \"x\""},
+  };
+  for (const auto& b : bad) WriteFile(Manifests() + "/" + b.file, b.text);
+  {
+    // 10 MB: refused without being read whole.
+    std::ofstream out(Manifests() + "/.huge.tmp");
+    std::string line = "# " + std::string(1000, 'x') + "\n";
+    for (int i = 0; i < 10 * 1000; ++i) out << line;
+  }
+  fs::rename(Manifests() + "/.huge.tmp", Manifests() + "/huge.yaml");
+  bad.push_back({"huge.yaml", "manifest_huge.yaml", "",
+                 "huge.yaml: file is larger than the 1048576-byte manifest limit"});
+  // A pod asking for a resource no plugin registered.
+  WriteFile(Manifests() + "/unreg.yaml", named("unreg", "      limits: {example.com/nic: 1}\n"));
+  bad.push_back({"unreg.yaml", "default_unreg", "",
+                 "Allocate failed due to cannot allocate unregistered device example.com/nic, "
+                 "which is unexpected"});
+  for (const auto& b : bad) {
+    json s = WaitPhase(b.status, "Rejected");
+    EXPECT_THAT(s.value("message", ""), HasSubstr(b.message)) << b.file;
+    EXPECT_EQ(s["reason"], b.file == "unreg.yaml" ? "UnexpectedAdmissionError" : "InvalidManifest")
+        << b.file;
+  }
+  EXPECT_TRUE(kubelet_->Running());
+  // Still admitting, and fixing a bad file admits it.
+  WriteFile(Manifests() + "/good.yaml", PodYaml("good", 1));
+  WaitPhase("default_good", "Admitted");
+  WriteFile(Manifests() + "/frac.yaml", named("frac", "      limits: {nvidia.com/gpu: 1}\n"));
+  WaitPhase("default_frac", "Admitted");
+  // Removing a bad manifest removes its status.
+  fs::remove(Manifests() + "/yaml.yaml");
+  EXPECT_TRUE(WaitFor([&] { return !fs::exists(StatusPath("manifest_yaml.yaml")); }));
+  // Editors' temporary files are not manifests.
+  WriteFile(Manifests() + "/good.yaml~", PodYaml("backup", 1));
+  WriteFile(Manifests() + "/last.yaml", PodYaml("last", 1));
+  WaitPhase("default_last", "Admitted");
+  EXPECT_FALSE(fs::exists(StatusPath("default_backup")));
+}
+
+TEST_F(KubeletE2eTest, NodeJsonHealthDropAndGraceDeletion) {
+  StartKubelet({"--grace", "300ms"});
+  StartGpuPlugin();
+  Process& fpga = StartPlugin({"--resource", kFpga, "--count", "4"});
+  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8) && Allocatable(kFpga, 4); }));
+  json node = Node();
+  EXPECT_EQ(node["capacity"][kGpu], 8);
+  EXPECT_EQ(node["plugins"][1], json({{"resource", kGpu}, {"state", "Healthy"}, {"devices", 8},
+                                      {"healthy", 8}}));
+  EXPECT_EQ(node["deleted_resources"], json::array());
+  EXPECT_GE(node["registrations"].get<int>(), 2);
+
+  WriteFile(root_ + "/health.json", R"({"GPU3": "Unhealthy"})");
+  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 7); })) << Node().dump();
+  EXPECT_EQ(Node()["capacity"][kGpu], 8);
+
+  fpga.Signal(SIGTERM);
+  EXPECT_EQ(fpga.Wait(), 0);
+  ASSERT_TRUE(WaitFor([&] {
+    json n = Node();
+    return n.contains("deleted_resources") && n["deleted_resources"] == json({kFpga});
+  })) << Node().dump();
+  EXPECT_FALSE(Node()["capacity"].contains(kFpga));
+}
+
+class KubeletRestartTest : public KubeletE2eTest,
+                           public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(KubeletRestartTest, SigkillAndRestartRecoversEveryAllocation) {
+  StartKubelet({"--checkpoint", GetParam()});
+  StartGpuPlugin();
+  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8); }));
+  WriteFile(Manifests() + "/a.yaml", PodYaml("a", 2));
+  WriteFile(Manifests() + "/b.yaml", PodYaml("b", 4));
+  auto a = Gpus(WaitPhase("default_a", "Admitted"));
+  auto b = Gpus(WaitPhase("default_b", "Admitted"));
+  ASSERT_EQ(a.size() + b.size(), 6u);
+
+  kubelet_->Signal(SIGKILL);
+  EXPECT_EQ(kubelet_->Wait(), 128 + SIGKILL);
+  // While it is down: b's manifest goes away, c arrives.
+  fs::remove(Manifests() + "/b.yaml");
+  WriteFile(Manifests() + "/c.yaml", PodYaml("c", 6));
+  StartKubelet({"--checkpoint", GetParam()});
+
+  // The plugin registers again; a keeps its GPUs, b's are collected and
+  // given to c.
+  ASSERT_TRUE(WaitFor([&] {
+    return kubelet_->Log().find("event=pod_admitted file=a.yaml pod=default/a") !=
+           std::string::npos;
+  })) << kubelet_->Log();
+  EXPECT_THAT(kubelet_->Log(), HasSubstr("recovered=true"));
+  EXPECT_EQ(Gpus(WaitPhase("default_a", "Admitted")), a);
+  json c = WaitPhase("default_c", "Admitted");
+  auto c_gpus = Gpus(c);
+  EXPECT_EQ(c_gpus.size(), 6u);
+  for (const auto& id : a) EXPECT_THAT(c_gpus, ::testing::Not(::testing::Contains(id)));
+  // b's status file went with its manifest.
+  EXPECT_TRUE(WaitFor([&] { return !fs::exists(StatusPath("default_b")); }));
+  EXPECT_TRUE(Allocatable(kGpu, 8));
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, KubeletRestartTest,
+                         ::testing::Values("sqlite", "kubelet-json"),
+                         [](const auto& info) {
+                           return std::string(info.param) == "sqlite" ? "Sqlite" : "KubeletJson";
+                         });
+
+TEST_F(KubeletE2eTest, RejectedPodStaysRejectedAcrossARestart) {
+  StartKubelet();
+  StartGpuPlugin();
+  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8); }));
+  WriteFile(Manifests() + "/big.yaml", PodYaml("big", 9));
+  std::string message = WaitPhase("default_big", "Rejected")["message"];
+  kubelet_->Signal(SIGTERM);
+  ASSERT_EQ(kubelet_->Wait(), 0);
+  StartKubelet();
+  ASSERT_TRUE(WaitFor([&] {
+    return kubelet_->Log().find("event=pod_still_rejected file=big.yaml") != std::string::npos;
+  })) << kubelet_->Log();
+  EXPECT_EQ(WaitPhase("default_big", "Rejected")["message"], message);
+}
+
+TEST_F(KubeletE2eTest, SigtermAndSigintExitZero) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    StartKubelet();
+    ASSERT_TRUE(WaitFor([&] { return fs::exists(root_ + "/pod-resources/kubelet.sock"); }));
+    ASSERT_TRUE(fs::exists(root_ + "/device-plugins/kubelet.sock"));
+    kubelet_->Signal(sig);
+    EXPECT_EQ(kubelet_->Wait(), 0) << kubelet_->Log();
+    EXPECT_THAT(kubelet_->Log(), HasSubstr("event=stopped"));
+    fs::remove(root_ + "/status/node.json");
+  }
+}
+
+TEST_F(KubeletE2eTest, UsageErrorsExitTwo) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {{"kubelet"}, "--root is required"},
+      {{"kubelet", "--root", root_, "--checkpoint", "xml"}, "--checkpoint"},
+      {{"kubelet", "--root", root_, "--grace", "5 minutes"}, "--grace: invalid duration"},
+      {{"kubelet", "--root", root_, "--rpc-timeout", "10"}, "missing unit"},
+      {{"kubelet", "--root", root_, "--rpc-timeout", "3d"}, "unknown unit \"d\""},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Process p(cases[i].args, root_ + "/usage" + std::to_string(i) + ".out");
+    EXPECT_EQ(p.Wait(), 2) << p.Log();
+    EXPECT_THAT(p.Log(), HasSubstr(cases[i].message));
+  }
+  // A root that cannot be created: runtime error, exit 1.
+  std::ofstream(root_ + "/file") << "x";
+  Process p({"kubelet", "--root", root_ + "/file/sub"}, root_ + "/usage-root.out");
+  EXPECT_EQ(p.Wait(), 1) << p.Log();
+  EXPECT_THAT(p.Log(), HasSubstr(root_ + "/file/sub"));
+}
+
+std::string HttpGet(int port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  (void)!::write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
+  ::close(fd);
+  return out;
+}
+
+TEST_F(KubeletE2eTest, MetricsServedWhenAsked) {
+  StartKubelet({"--metrics-addr", "127.0.0.1:0"});
+  StartGpuPlugin();
+  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8); }));
+  std::smatch m;
+  std::string log = kubelet_->Log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("event=metrics_serving addr=\\S+ port=(\\d+)")))
+      << log;
+  int port = std::stoi(m[1]);
+  EXPECT_THAT(HttpGet(port, "/healthz"), HasSubstr("ok"));
+  std::string metrics = HttpGet(port, "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("kdm_resource_allocatable_devices{resource_name=\"nvidia.com/gpu\"} 8"));
+  EXPECT_THAT(HttpGet(port, "/nope"), HasSubstr("404"));
+}
+
+}  // namespace
+}  // namespace kdm
