@@ -16,7 +16,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints help (exit 0) or the usage error; every usage error
+    // exits 2, whichever CLI11 code it carries.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   return exit_code;
 }
