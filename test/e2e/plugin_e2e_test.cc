@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <ostream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -417,6 +418,9 @@ struct BadFlagsCase {
   std::string needle;
 };
 
+// Keeps test listings (and ctest's names) readable.
+void PrintTo(const BadFlagsCase& c, std::ostream* os) { *os << c.name; }
+
 class PluginBadFlagsTest : public ::testing::TestWithParam<BadFlagsCase> {};
 
 TEST_P(PluginBadFlagsTest, ExitsWithCodeAndClearMessage) {
@@ -523,6 +527,11 @@ INSTANTIATE_TEST_SUITE_P(
                       "--health-file", "{ROOT}/no/such/dir/health.json"},
                      1,
                      "{ROOT}/no/such/dir"},
+        BadFlagsCase{"UnknownFlag",
+                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100",
+                      "--gpus", "8"},
+                     2,
+                     "unknown arguments '--gpus', '8'"},
         BadFlagsCase{"PluginDirMissing",
                      {"--plugin-dir", "{ROOT}/missing", "--resource", kGpu, "--preset",
                       "dgx1-v100"},
