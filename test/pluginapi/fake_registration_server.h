@@ -123,6 +123,12 @@ class FakeRegistrationServer final : public v1beta1::Registration::Service {
       grpc::Status s = stub->GetDevicePluginOptions(&ctx, empty, &options);
       if (!s.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "dial back: " + s.error_message());
     }
+    {
+      // Recorded before the stream starts, so a test that saw a snapshot
+      // also sees the options.
+      std::lock_guard lock(mu_);
+      options_.push_back(options);
+    }
     auto reader = std::make_unique<Reader>();
     Reader* r = reader.get();
     r->stub = std::move(stub);
@@ -138,7 +144,6 @@ class FakeRegistrationServer final : public v1beta1::Registration::Service {
       stream->Finish();
     });
     std::lock_guard lock(mu_);
-    options_.push_back(options);
     readers_.push_back(std::move(reader));
     return grpc::Status::OK;
   }
