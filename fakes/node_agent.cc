@@ -183,6 +183,11 @@ Status NodeAgentImpl::Init() {
   mo.active_pods = [this] { return ActiveUids(); };
   KDM_ASSIGN_OR_RETURN(manager_, dm::Manager::Create(std::move(mo)));
   KDM_RETURN_IF_ERROR(manager_->Start().WithPrefix("device manager"));
+  // Devices of pods whose manifests went away while the agent was down are
+  // collected before any pod is admitted, so that new pods can have them.
+  if (Status gc = manager_->UpdateAllocatedDevices(); !gc.ok()) {
+    spdlog::warn("event=gc_failed error=\"{}\"", gc.message());
+  }
   for (const auto& uid : manager_->GetPodsWithDevices()) recovered_uids_.insert(uid);
   spdlog::info("event=manager_started plugin_dir={}/device-plugins checkpoint={} recovered_pods={}",
                options_.root, checkpoint::StoreKindName(options_.checkpoint),
