@@ -542,6 +542,14 @@ TEST_F(KubeletE2eTest, MetricsServedWhenAsked) {
   std::string metrics = HttpGet(port, "/metrics");
   EXPECT_THAT(metrics, HasSubstr("kdm_resource_allocatable_devices{resource_name=\"nvidia.com/gpu\"} 8"));
   EXPECT_THAT(HttpGet(port, "/nope"), HasSubstr("404"));
+  // The live agent's exposition passes promtool (Debian package prometheus,
+  // installed by ./run; a missing promtool fails here).
+  size_t body = metrics.find("\r\n\r\n");
+  ASSERT_NE(body, std::string::npos);
+  std::ofstream(root_ + "/metrics.txt") << metrics.substr(body + 4);
+  std::string cmd = "promtool check metrics < " + root_ + "/metrics.txt > " + root_ +
+                    "/promtool.out 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << ReadFile(root_ + "/promtool.out");
 }
 
 }  // namespace
