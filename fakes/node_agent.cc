@@ -334,8 +334,10 @@ void NodeAgentImpl::OnManifestEvent(const ManifestWatcher::Event& e) {
     spdlog::debug("event=manifest_unchanged file={}", e.file_name);
     return;
   }
+  std::string old_status_file;
   if (it != files_.end()) {
     spdlog::info("event=manifest_changed file={}", e.file_name);
+    old_status_file = it->second.status_file;
     ForgetFile(e.file_name, /*delete_status=*/false);
   } else {
     spdlog::info("event=manifest_added file={}", e.file_name);
@@ -347,6 +349,10 @@ void NodeAgentImpl::OnManifestEvent(const ManifestWatcher::Event& e) {
   entry.status_file = identity.name.empty()
                           ? ManifestStatusFileName(e.file_name)
                           : PodStatusFileName(identity.namespace_name, identity.name);
+  if (!old_status_file.empty() && old_status_file != entry.status_file) {
+    // The edit renamed the pod (or made it unreadable): its old status goes.
+    ::unlink((status_dir_ + "/" + old_status_file).c_str());
+  }
   if (!pod.ok()) {
     Reject(e.file_name, entry, kReasonInvalidManifest, pod.status().message());
     return;

@@ -266,6 +266,10 @@ TEST_F(KubeletE2eTest, AdmitRejectDeleteAndChange) {
   WriteFile(Manifests() + "/b.yaml", PodYaml("b", 3));
   b = WaitStatus("default_b", [](const json& j) { return Gpus(j).size() == 3; });
   EXPECT_EQ(b["phase"], "Admitted");
+  // Renamed inside its file: the old name's status goes, the new one comes.
+  WriteFile(Manifests() + "/b.yaml", PodYaml("b2", 3));
+  EXPECT_EQ(Gpus(WaitPhase("default_b2", "Admitted")).size(), 3u);
+  EXPECT_TRUE(WaitFor([&] { return !fs::exists(StatusPath("default_b")); }));
   EXPECT_TRUE(kubelet_->Running());
 }
 
