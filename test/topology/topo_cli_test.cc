@@ -164,5 +164,15 @@ TEST_F(TopoCliTest, BadInputGivesAClearErrorAndExitCode) {
   }
 }
 
+// Flags CLI11 rejects (main.cc maps every usage error to exit 2).
+TEST_F(TopoCliTest, UnknownFlagOrMissingValueIsBadUsage) {
+  CliRun unknown = Kdm("topo --preset dgx1-v100 --size 1 --fastest");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("--fastest"));
+  CliRun no_value = Kdm("topo --preset dgx1-v100 --size");
+  EXPECT_EQ(no_value.code, 2);
+  EXPECT_THAT(no_value.err, HasSubstr("--size"));
+}
+
 }  // namespace
 }  // namespace kdm::topology
