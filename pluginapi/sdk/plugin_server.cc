@@ -462,6 +462,12 @@ class PluginServerImpl final : public PluginServer {
         need_register = options_.register_with_kubelet && !registered_ && kid.has_value();
       }
       if (need_register) {
+        // This registration answers every kubelet.sock creation seen so
+        // far: consume them, so that one restart causes one registration.
+        // A creation after this point is seen on the next round.
+        DrainDirectoryEvents();
+        kubelet_recreated_ = false;
+        kubelet_id = StatFile(kubelet_socket_path_);
         Status s = RegisterOnce();
         {
           absl::MutexLock lock(&mu_);

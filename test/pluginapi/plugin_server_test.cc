@@ -347,6 +347,23 @@ TEST_F(PluginServerTest, ReRegistersWhenKubeletSockIsCreatedAgain) {
   server->Stop();
 }
 
+// A restarting kubelet gives both signals at once (plugin sockets deleted,
+// kubelet.sock created again); the plugin answers with one registration.
+TEST_F(PluginServerTest, RegressionOneKubeletRestartCausesOneRegistration) {
+  auto server = MustCreate(BaseOptions(dir_.path()));
+  ASSERT_TRUE(server->Start().ok());
+  ASSERT_TRUE(server->WaitForRegistrationCount(1, 10s));
+  kubelet_->Stop();
+  ASSERT_EQ(::unlink(server->SocketPath().c_str()), 0);
+  kubelet_ = std::make_unique<FakeRegistrationServer>(dir_.path());
+  ASSERT_TRUE(kubelet_->Start());
+  ASSERT_TRUE(server->WaitForRegistrationCount(2, 10s));
+  // Give a spurious second registration the chance to happen.
+  EXPECT_FALSE(server->WaitForRegistrationCount(3, 1s));
+  EXPECT_EQ(kubelet_->Requests().size(), 1u);
+  server->Stop();
+}
+
 TEST_F(PluginServerTest, ServesAgainWhenItsOwnSocketIsDeleted) {
   auto server = MustCreate(BaseOptions(dir_.path()));
   ASSERT_TRUE(server->Start().ok());
