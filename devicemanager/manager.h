@@ -47,6 +47,7 @@
 #include "kdm/base/status.h"
 #include "kdm/checkpoint/store.h"
 #include "kdm/devicemanager/clock.h"
+#include "kdm/devicemanager/metrics.h"
 #include "kdm/devicemanager/pod.h"
 
 namespace kdm::devicemanager {
@@ -162,6 +163,9 @@ class Manager {
     std::shared_ptr<Clock> clock;
     // Null: reads /proc/sys/kernel/random/boot_id.
     std::function<StatusOr<std::string>()> boot_id_provider;
+    // Where registrations, Allocate durations and checkpoint write times are
+    // reported (docs/metrics.md). Null: nowhere.
+    std::shared_ptr<Metrics> metrics;
   };
 
   using HealthCallback = std::function<void(const std::vector<DeviceHealthEvent>& events)>;

@@ -268,6 +268,7 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
   RunDeferred(std::move(deferred));
   if (refused_for_stop) return refuse(UnavailableError("device manager is stopping"));
   UpdateStats([](ManagerStats& st) { st.registrations_accepted++; });
+  if (options_.metrics) options_.metrics->ObserveRegistration(resource);
   spdlog::info("event=plugin_registered resource={} socket={} pre_start_required={} "
                "get_preferred_allocation_available={}",
                resource, socket_path, (*ep)->options().pre_start_required(),
@@ -480,7 +481,13 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
     UpdateStats([](ManagerStats& s) { s.preferred_not_asked++; });
   }
 
+  const auto allocate_start = std::chrono::steady_clock::now();
   StatusOr<v1beta1::ContainerAllocateResponse> response = ep->Allocate(choice);
+  if (options_.metrics) {
+    options_.metrics->ObserveAllocation(
+        resource,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - allocate_start).count());
+  }
   if (!response.ok()) return release(response.status());
   std::string bytes;
   if (!response->SerializeToString(&bytes)) {
@@ -506,7 +513,12 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
 
 Status ManagerImpl::PersistLocked(const checkpoint::Change& change, const char* what) {
   if (change.empty()) return OkStatus();
+  const auto write_start = std::chrono::steady_clock::now();
   Status s = store_->Apply(change);
+  if (options_.metrics) {
+    options_.metrics->ObserveCheckpointWrite(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - write_start).count());
+  }
   if (!s.ok()) {
     UpdateStats([](ManagerStats& st) { st.checkpoint_errors++; });
     spdlog::error("event=checkpoint_write_failed what=\"{}\" store=\"{}\" error=\"{}\"", what,

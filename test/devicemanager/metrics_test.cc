@@ -142,6 +142,7 @@ class MetricsWithManagerTest : public ::testing::Test {
     mo.plugin_dir = root_ + "/dp";
     mo.registration_timeout = 5s;
     mo.rpc_timeout = 5s;
+    mo.metrics = wired_;
     auto m = Manager::Create(std::move(mo));
     ASSERT_TRUE(m.ok()) << m.status();
     manager_ = std::move(*m);
@@ -176,9 +177,31 @@ class MetricsWithManagerTest : public ::testing::Test {
   }
 
   std::string root_;
+  // Given to the Manager (Options::metrics): it reports into it.
+  std::shared_ptr<Metrics> wired_ = Metrics::Create();
   std::unique_ptr<Manager> manager_;
   std::unique_ptr<plugin::PluginServer> plugin_;
 };
+
+TEST_F(MetricsWithManagerTest, TheManagerReportsRegistrationsAllocationsAndCheckpointWrites) {
+  Pod pod;
+  pod.uid = "uid-1";
+  pod.namespace_name = "default";
+  pod.name = "train";
+  Container c;
+  c.name = "main";
+  c.limits[kGpu] = Quantity::FromInt(2);
+  c.requests[kGpu] = Quantity::FromInt(2);
+  pod.containers.push_back(c);
+  ASSERT_TRUE(manager_->Allocate(pod, "main").ok());
+  std::string text = wired_->Render(manager_.get());
+  EXPECT_THAT(text, HasSubstr("kubelet_device_plugin_registration_total{resource_name=\"example.com/gpu\"} 1"));
+  EXPECT_THAT(text, HasSubstr("kubelet_device_plugin_alloc_duration_seconds_count{resource_name=\"example.com/gpu\"} 1"));
+  // The allocation is one checkpoint transaction (the in-memory store).
+  EXPECT_THAT(text, ::testing::ContainsRegex("kdm_checkpoint_write_seconds_count [1-9]"));
+  auto [rc, out] = Promtool(text);
+  EXPECT_EQ(rc, 0) << out << "\n--- exposition ---\n" << text;
+}
 
 TEST_F(MetricsWithManagerTest, KdmMetricsFollowTheManagersState) {
   Pod pod;
