@@ -171,10 +171,12 @@ Status ManagerImpl::Start() {
 void ManagerImpl::Stop() {
   absl::MutexLock lifecycle(&lifecycle_mu_);
   Deferred deferred;
+  bool was_started;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
+    was_started = started_;
   }
   // Register calls in flight finish first; they see stopping_ and refuse.
   if (registration_) registration_->Stop();
@@ -190,7 +192,7 @@ void ManagerImpl::Stop() {
     retired_.clear();
   }
   RunDeferred(std::move(deferred));
-  spdlog::info("event=device_manager_stopped dir={}", options_.plugin_dir);
+  if (was_started) spdlog::info("event=device_manager_stopped dir={}", options_.plugin_dir);
 }
 
 void ManagerImpl::RunDeferred(Deferred deferred, bool reap_retired) {

@@ -18,7 +18,7 @@ cmake --build "$work/consumer-build" >/dev/null
 out=$("$work/consumer-build/consumer")
 echo "consumer printed: $out"
 case "$out" in
-  "v1beta1 plugin options: resource_name is empty") ;;
+  "v1beta1 plugin options: resource_name is empty manager=1 pick=0,3") ;;
   *) echo "unexpected consumer output"; exit 1 ;;
 esac
 

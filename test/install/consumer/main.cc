@@ -1,12 +1,16 @@
-// A ten-line consumer of an installed kdm: uses the SDK and the generated API.
+// A small consumer of an installed kdm: the SDK, the Manager, the allocator, a store.
 #include <iostream>
-#include "kdm/pluginapi/constants.h"
+#include "kdm/checkpoint/store.h"
+#include "kdm/devicemanager/manager.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
+#include "kdm/topology/allocator.h"
+#include "kdm/topology/presets.h"
 int main() {
-  kdm::plugin::PluginServer::Options o;  // no resource name: Create must refuse
-  auto server = kdm::plugin::PluginServer::Create(std::move(o));
-  v1beta1::RegisterRequest r;
-  r.set_version(std::string(kdm::pluginapi::kVersion));
-  std::cout << r.version() << " " << server.status().message() << "\n";
-  return server.ok() ? 1 : 0;
+  auto server = kdm::plugin::PluginServer::Create({});  // no resource name: refused
+  auto manager = kdm::devicemanager::Manager::Create({.store = kdm::checkpoint::NewMemoryStore()});
+  auto dgx = kdm::topology::Preset("dgx1-v100");
+  auto pick = kdm::topology::Allocate(*dgx, {0, 1, 2, 3, 4, 5, 6, 7}, {}, 2, kdm::topology::Policy::kPacked);
+  std::cout << kdm::pluginapi::kVersion << " " << server.status().message() << " manager="
+            << manager.ok() << " pick=" << pick->chosen[0] << "," << pick->chosen[1] << "\n";
+  return server.ok() || !manager.ok() ? 1 : 0;
 }
