@@ -181,6 +181,12 @@ Status NodeAgentImpl::Init() {
   mo.registration_timeout = options_.rpc_timeout;
   mo.grace_period = options_.grace_period;
   mo.active_pods = [this] { return ActiveUids(); };
+  // The Manager reports registrations, allocation and checkpoint latencies
+  // as they happen, so the registry exists before it does.
+  if (!options_.metrics_addr.empty()) {
+    metrics_ = dm::Metrics::Create();
+    mo.metrics = metrics_;
+  }
   KDM_ASSIGN_OR_RETURN(manager_, dm::Manager::Create(std::move(mo)));
   KDM_RETURN_IF_ERROR(manager_->Start().WithPrefix("device manager"));
   // Devices of pods whose manifests went away while the agent was down are
@@ -199,8 +205,7 @@ Status NodeAgentImpl::Init() {
   po.active_pods = [this] { return ActivePods(); };
   KDM_ASSIGN_OR_RETURN(pod_resources_, dm::PodResourcesServer::Start(std::move(po)));
 
-  if (!options_.metrics_addr.empty()) {
-    metrics_ = dm::Metrics::Create();
+  if (metrics_) {
     auto server = dm::MetricsServer::Start(options_.metrics_addr, metrics_, manager_.get());
     if (!server.ok()) return server.status().WithPrefix("--metrics-addr");
     metrics_server_ = std::move(*server);

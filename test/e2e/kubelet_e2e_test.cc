@@ -542,9 +542,17 @@ TEST_F(KubeletE2eTest, MetricsServedWhenAsked) {
   ASSERT_TRUE(std::regex_search(log, m, std::regex("event=metrics_serving addr=\\S+ port=(\\d+)")))
       << log;
   int port = std::stoi(m[1]);
+  WriteFile(Manifests() + "/a.yaml", PodYaml("a", 2));
+  WaitPhase("default_a", "Admitted");
   EXPECT_THAT(HttpGet(port, "/healthz"), HasSubstr("ok"));
   std::string metrics = HttpGet(port, "/metrics");
   EXPECT_THAT(metrics, HasSubstr("kdm_resource_allocatable_devices{resource_name=\"nvidia.com/gpu\"} 8"));
+  EXPECT_THAT(metrics, HasSubstr("kdm_allocations_total 1"));
+  // The kubelet's own metric names, fed by the Manager as events happen.
+  EXPECT_THAT(metrics,
+              HasSubstr("kubelet_device_plugin_registration_total{resource_name=\"nvidia.com/gpu\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("kubelet_device_plugin_alloc_duration_seconds_count{resource_name=\"nvidia.com/gpu\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("kdm_checkpoint_write_seconds_count"));
   EXPECT_THAT(HttpGet(port, "/nope"), HasSubstr("404"));
   // The live agent's exposition passes promtool (Debian package prometheus,
   // installed by ./run; a missing promtool fails here).
