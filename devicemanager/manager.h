@@ -163,6 +163,13 @@ class Manager {
     std::shared_ptr<Clock> clock;
     // Null: reads /proc/sys/kernel/random/boot_id.
     std::function<StatusOr<std::string>()> boot_id_provider;
+    // NUMA alignment without a topology manager. Off (the kubelet's default,
+    // topology manager policy "none"): candidates in device order. On: for
+    // each resource the Manager takes the preferred topology hint with the
+    // fewest, then lowest, NUMA nodes (SPEC.md §3), and devices on those
+    // nodes are offered first (only those, to GetPreferredAllocation, when
+    // they suffice).
+    bool align_numa = false;
     // Where registrations, Allocate durations and checkpoint write times are
     // reported (docs/metrics.md). Null: nowhere.
     std::shared_ptr<Metrics> metrics;

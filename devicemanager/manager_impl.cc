@@ -427,6 +427,23 @@ Status ManagerImpl::Allocate(const Pod& pod, const std::string& container) {
   return OkStatus();
 }
 
+namespace {
+// The preferred hint with the fewest NUMA nodes, then the lowest ones; none
+// when there is no preference or no preferred hint.
+std::optional<NumaHint> BestHint(const ResourceHints& hints) {
+  if (!hints) return std::nullopt;
+  std::optional<NumaHint> best;
+  for (const NumaHint& h : *hints) {
+    if (!h.preferred) continue;
+    if (!best || h.nodes.size() < best->nodes.size() ||
+        (h.nodes.size() == best->nodes.size() && h.nodes < best->nodes)) {
+      best = h;
+    }
+  }
+  return best;
+}
+}  // namespace
+
 Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& container,
                                      const std::string& resource, int64_t count) {
   AllocationPlan plan;
@@ -434,7 +451,9 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
   std::shared_ptr<Endpoint> ep;
   {
     absl::MutexLock lock(&mu_);
-    KDM_ASSIGN_OR_RETURN(plan, ledger_.Plan(pod, container, resource, count, std::nullopt));
+    std::optional<NumaHint> hint;
+    if (options_.align_numa) hint = BestHint(ledger_.TopologyHints(pod, container, resource, count));
+    KDM_ASSIGN_OR_RETURN(plan, ledger_.Plan(pod, container, resource, count, hint));
     if (plan.reuse) return OkStatus();
     auto it = resources_.find(resource);
     if (it != resources_.end()) ep = it->second.current;

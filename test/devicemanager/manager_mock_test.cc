@@ -288,6 +288,29 @@ TEST_F(ManagerMockTest, RegistrationReportsCapacityAndAllocates) {
   EXPECT_TRUE(manager_->CheckInvariantsForTest().ok());
 }
 
+TEST_F(ManagerMockTest, AlignNumaTakesDevicesOfThePreferredNumaNodeFirst) {
+  Manager::Options o = BaseOptions();
+  o.align_numa = true;
+  MakeManager(std::move(o));
+  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(4));  // gpu0, gpu2 on NUMA 0; gpu1, gpu3 on 1
+  EchoAllocate(p);
+  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  ASSERT_TRUE(manager_->Allocate(MakePod("p1", {{"main", {{kGpu, 2}}}}), "main").ok());
+  EXPECT_THAT(DevicesOf("p1", "main"), ElementsAre("gpu0", "gpu2"));  // first-fit: gpu0, gpu1
+  ASSERT_TRUE(manager_->Allocate(MakePod("p2", {{"main", {{kGpu, 1}}}}), "main").ok());
+  EXPECT_THAT(DevicesOf("p2", "main"), ElementsAre("gpu1"));
+  EXPECT_TRUE(manager_->CheckInvariantsForTest().ok());
+}
+
+TEST_F(ManagerMockTest, WithoutAlignNumaCandidatesAreInDeviceOrder) {
+  MakeManager();
+  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(4));
+  EchoAllocate(p);
+  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  ASSERT_TRUE(manager_->Allocate(MakePod("p1", {{"main", {{kGpu, 2}}}}), "main").ok());
+  EXPECT_THAT(DevicesOf("p1", "main"), ElementsAre("gpu0", "gpu1"));
+}
+
 TEST_F(ManagerMockTest, AllocateRpcErrorReleasesTheReservation) {
   MakeManager();
   FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
