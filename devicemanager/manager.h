@@ -137,6 +137,10 @@ struct ManagerStats {
   int64_t allocations = 0;             // (container, resource) allocations committed
   int64_t allocation_failures = 0;     // Allocate() calls that returned an error
   int64_t checkpoint_errors = 0;       // store writes that failed
+  // Not a counter: plugin endpoints now, by state. "connected": a live
+  // ListAndWatch stream; "stopped": the resource's last endpoint went away
+  // and its grace period runs.
+  std::map<std::string, int64_t> endpoints_by_state;
 };
 
 class Manager {

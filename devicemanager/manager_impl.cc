@@ -783,8 +783,18 @@ void ManagerImpl::CountRpcError(const char* method) {
 }
 
 ManagerStats ManagerImpl::GetStats() const {
+  std::map<std::string, int64_t> endpoints = {{"connected", 0}, {"stopped", 0}};
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [resource, state] : resources_) {
+      endpoints["connected"] += static_cast<int64_t>(state.endpoints.size());
+      if (state.endpoints.empty() && state.current) endpoints["stopped"]++;
+    }
+  }
   absl::MutexLock lock(&stats_mu_);
-  return stats_;
+  ManagerStats out = stats_;
+  out.endpoints_by_state = std::move(endpoints);
+  return out;
 }
 
 Status ManagerImpl::CheckInvariantsForTest() const {

@@ -100,6 +100,12 @@ class MetricsImpl final : public Metrics {
                                       "(known, no device advertised yet), removed (grace "
                                       "period expired).")
                                 .Register(*registry_)),
+        endpoints_by_state_(prometheus::BuildGauge()
+                                .Name("kdm_plugin_endpoints")
+                                .Help("Plugin endpoints by state: connected (a live "
+                                      "ListAndWatch stream), stopped (the resource's last "
+                                      "plugin went away; its grace period runs).")
+                                .Register(*registry_)),
         capacity_(prometheus::BuildGauge()
                       .Name("kdm_resource_capacity_devices")
                       .Help("Devices of a resource, healthy or not (node capacity).")
@@ -117,6 +123,7 @@ class MetricsImpl final : public Metrics {
     for (const char* state : {"serving", "unhealthy", "no_devices", "removed"}) {
       resources_by_state_.Add({{"state", state}});
     }
+    for (const char* state : {"connected", "stopped"}) endpoints_by_state_.Add({{"state", state}});
     allocations_.Add({});
     allocation_failures_.Add({});
     checkpoint_errors_.Add({});
@@ -158,6 +165,9 @@ class MetricsImpl final : public Metrics {
     RaiseTo(allocations_.Add({}), static_cast<double>(stats.allocations));
     RaiseTo(allocation_failures_.Add({}), static_cast<double>(stats.allocation_failures));
     RaiseTo(checkpoint_errors_.Add({}), static_cast<double>(stats.checkpoint_errors));
+    for (const auto& [state, n] : stats.endpoints_by_state) {
+      endpoints_by_state_.Add({{"state", state}}).Set(static_cast<double>(n));
+    }
 
     const CapacityReport capacity = manager.GetCapacity();
     std::map<std::string, double> states = {
@@ -201,6 +211,7 @@ class MetricsImpl final : public Metrics {
   Family<Counter>& allocation_failures_;
   Family<Counter>& checkpoint_errors_;
   Family<Gauge>& resources_by_state_;
+  Family<Gauge>& endpoints_by_state_;
   Family<Gauge>& capacity_;
   Family<Gauge>& allocatable_;
 

@@ -545,9 +545,13 @@ TEST_F(ManagerMockTest, StreamEndMarksUnhealthyAndGraceExpiryDeletes) {
   MakeManager();
   FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
   ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  EXPECT_EQ(manager_->GetStats().endpoints_by_state,
+            (std::map<std::string, int64_t>{{"connected", 1}, {"stopped", 0}}));
   SubscribeToHealth();
   p.stream->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "plugin died"));
   ASSERT_TRUE(WaitUntil([&] { return clock_->PendingTimers() == 1; }));
+  EXPECT_EQ(manager_->GetStats().endpoints_by_state,
+            (std::map<std::string, int64_t>{{"connected", 0}, {"stopped", 1}}));
   EXPECT_EQ(manager_->GetCapacity().resources.at(kGpu), (CapacityReport::Amounts{2, 0}));
   EXPECT_THAT(Seen(), UnorderedElementsAre(DeviceHealthEvent{kGpu, "gpu0", false},
                                            DeviceHealthEvent{kGpu, "gpu1", false}));
@@ -562,6 +566,7 @@ TEST_F(ManagerMockTest, StreamEndMarksUnhealthyAndGraceExpiryDeletes) {
   CapacityReport cap = manager_->GetCapacity();
   EXPECT_EQ(cap.resources.count(kGpu), 0u);
   EXPECT_THAT(cap.deleted, ElementsAre(kGpu));
+  EXPECT_EQ(manager_->GetStats().endpoints_by_state.at("stopped"), 0);
   // No longer a device resource: nothing to allocate.
   EXPECT_TRUE(manager_->Allocate(MakePod("y", {{"main", {{kGpu, 1}}}}), "main").ok());
 }

@@ -548,6 +548,8 @@ TEST_F(KubeletE2eTest, MetricsServedWhenAsked) {
   std::string metrics = HttpGet(port, "/metrics");
   EXPECT_THAT(metrics, HasSubstr("kdm_resource_allocatable_devices{resource_name=\"nvidia.com/gpu\"} 8"));
   EXPECT_THAT(metrics, HasSubstr("kdm_allocations_total 1"));
+  EXPECT_THAT(metrics, HasSubstr("kdm_plugin_endpoints{state=\"connected\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("kdm_plugin_endpoints{state=\"stopped\"} 0"));
   // The kubelet's own metric names, fed by the Manager as events happen.
   EXPECT_THAT(metrics,
               HasSubstr("kubelet_device_plugin_registration_total{resource_name=\"nvidia.com/gpu\"} 1"));
