@@ -25,22 +25,7 @@ std::string Join(const std::vector<std::string>& items, const char* sep = ",") {
   return out;
 }
 
-// A log field value in double quotes, with quotes, backslashes and newlines
-// escaped, so that one event stays one parseable line.
-std::string Quoted(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+std::string Quoted(std::string_view text) { return QuoteLogValue(text); }
 
 template <typename Repeated>
 std::vector<std::string> ToVector(const Repeated& r) {
@@ -276,6 +261,21 @@ StatusOr<v1beta1::ContainerPreferredAllocationResponse> FakeDevicePlugin::Prefer
                config_.resource_name, topology::PolicyName(*config_.policy), Join(available),
                Join(must), request.allocation_size(), Join(*chosen));
   return r;
+}
+
+std::string QuoteLogValue(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
 }
 
 }  // namespace kdm::fakes

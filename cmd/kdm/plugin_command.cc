@@ -53,22 +53,7 @@ struct PluginFlags {
   bool verbose = false;
 };
 
-// A log field value in double quotes, with quotes, backslashes and newlines
-// escaped, so that one event stays one parseable line.
-std::string Quoted(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+std::string Quoted(std::string_view text) { return fakes::QuoteLogValue(text); }
 
 int Fail(int code, const std::string& message) {
   std::cerr << "kdm plugin: " << message << "\n";
