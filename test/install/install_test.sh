@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs the kdm build tree into a temporary prefix, then builds and runs a
 # ten-line consumer project with find_package(kdm CONFIG), and checks kdm.pc.
-# Usage: install_test.sh <kdm build dir> <consumer source dir>
+# Usage: install_test.sh <kdm build dir> <consumer source dir> [compiler flags]
 set -euo pipefail
 build=$1
 consumer=$2
+flags=${3:-}
 work=$(mktemp -d /tmp/kdm-install-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
@@ -13,7 +14,8 @@ test -f "$work/prefix/lib/cmake/kdm/kdmConfig.cmake"
 test -f "$work/prefix/lib/cmake/kdm/kdmConfigVersion.cmake"
 test -x "$work/prefix/bin/kdm"
 
-cmake -S "$consumer" -B "$work/consumer-build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake -S "$consumer" -B "$work/consumer-build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" >/dev/null
 cmake --build "$work/consumer-build" >/dev/null
 out=$("$work/consumer-build/consumer")
 echo "consumer printed: $out"
