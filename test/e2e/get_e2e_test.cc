@@ -23,6 +23,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "kdm/test/e2e/e2e_util.h"
+
 #include "kdm/devicemanager/manager.h"
 #include "kdm/devicemanager/pod_resources_server.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
@@ -33,22 +35,12 @@ namespace kdm::devicemanager {
 namespace {
 
 using namespace std::chrono_literals;
+using kdm::e2e::KdmBinary;
+using kdm::e2e::ReadFile;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 constexpr char kGpu[] = "example.com/gpu";
-
-std::string KdmBinary() {
-  const char* dir = std::getenv("KDM_BINARY_DIR");
-  return std::string(dir && *dir ? dir : KDM_TEST_BINARY_DIR) + "/bin/kdm";
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 struct Result {
   int exit_code = -1;

@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "kdm/test/e2e/e2e_util.h"
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -41,22 +43,13 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
+using kdm::e2e::KdmBinary;
+using kdm::e2e::ReadFile;
+using kdm::e2e::WaitFor;
 
 constexpr auto kBound = 30s;  // upper bound of every wait
 constexpr char kGpu[] = "nvidia.com/gpu";
 constexpr char kFpga[] = "example.com/fpga";
-
-std::string KdmBinary() {
-  const char* dir = std::getenv("KDM_BINARY_DIR");
-  return std::string(dir && *dir ? dir : KDM_TEST_BINARY_DIR) + "/bin/kdm";
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 void WriteFile(const std::string& path, const std::string& text) {
   // Written beside and renamed in, as editors do, so the agent never sees
@@ -65,16 +58,6 @@ void WriteFile(const std::string& path, const std::string& text) {
                     fs::path(path).filename().string() + ".tmp";
   std::ofstream(tmp) << text;
   fs::rename(tmp, path);
-}
-
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds bound = kBound) {
-  auto end = std::chrono::steady_clock::now() + bound;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
 }
 
 // One process; stdout and stderr go to `log_path`.

@@ -4,6 +4,8 @@
 // with its exit code and a clear message.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+
+#include "kdm/test/e2e/e2e_util.h"
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -39,34 +41,13 @@ namespace fs = std::filesystem;
 using kdm::testing::FakeRegistrationServer;
 using kdm::testing::TempSocketDir;
 using namespace std::chrono_literals;
+using kdm::e2e::KdmBinary;
+using kdm::e2e::ReadFile;
+using kdm::e2e::WaitFor;
 
 constexpr char kGpu[] = "nvidia.com/gpu";
 // Upper bound of every wait; a healthy run never comes close.
 constexpr auto kBound = 30s;
-
-std::string KdmBinary() {
-  const char* dir = std::getenv("KDM_BINARY_DIR");
-  return std::string(dir && *dir ? dir : KDM_TEST_BINARY_DIR) + "/bin/kdm";
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Waits (bounded) until `pred` holds; polls state owned by other threads or
-// processes that offer no notification.
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds bound = kBound) {
-  auto end = std::chrono::steady_clock::now() + bound;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
 
 // One `kdm` process: stdout on a pipe (for the ready line), stderr in a file.
 class KdmProcess {
