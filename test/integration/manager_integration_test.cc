@@ -406,6 +406,9 @@ TEST_F(ManagerIntegrationTest, HealthFlipsAreVisibleInCapacity) {
   EXPECT_TRUE(CapIs(kGpu, 3, 3));
   gpu->SetDevices(Devices("gpu", 5));
   EXPECT_TRUE(CapIs(kGpu, 5, 5));
+  // Health callbacks run after the capacity changes, on the endpoint's
+  // thread: wait for the last batch before looking.
+  EXPECT_TRUE(WaitUntil([&] { return Seen().size() >= 4; }));
   EXPECT_THAT(Seen(), ElementsAre(DeviceHealthEvent{kGpu, "gpu1", false},
                                 DeviceHealthEvent{kGpu, "gpu1", true},
                                 DeviceHealthEvent{kGpu, "gpu3", true},
