@@ -553,6 +553,7 @@ TEST_F(ManagerMockTest, StreamEndMarksUnhealthyAndGraceExpiryDeletes) {
   EXPECT_EQ(manager_->GetStats().endpoints_by_state,
             (std::map<std::string, int64_t>{{"connected", 0}, {"stopped", 1}}));
   EXPECT_EQ(manager_->GetCapacity().resources.at(kGpu), (CapacityReport::Amounts{2, 0}));
+  EXPECT_TRUE(WaitUntil([&] { return Seen().size() >= 2; }));
   EXPECT_THAT(Seen(), UnorderedElementsAre(DeviceHealthEvent{kGpu, "gpu0", false},
                                            DeviceHealthEvent{kGpu, "gpu1", false}));
   EXPECT_EQ(manager_->GetStats().rpc_errors.at("ListAndWatch"), 1);
@@ -618,6 +619,8 @@ TEST_F(ManagerMockTest, HealthFlipsAreVisibleInCapacityAndSubscriptions) {
   EXPECT_EQ(manager_->GetCapacity().resources.at(kGpu), (CapacityReport::Amounts{2, 1}));
   EXPECT_EQ(manager_->GetAllocatableDevices(),
             (std::vector<ContainerDevices>{{kGpu, {"gpu0"}, 0}}));
+  // Callbacks run after the capacity changes: wait for the last batch.
+  EXPECT_TRUE(WaitUntil([&] { return Seen().size() >= 3; }));
   manager_->Unsubscribe(id);
   EXPECT_THAT(Seen(), ElementsAre(DeviceHealthEvent{kGpu, "gpu0", true},
                                 DeviceHealthEvent{kGpu, "gpu1", true},
