@@ -22,6 +22,7 @@
 #include "kdm/checkpoint/store.h"
 #include "kdm/devicemanager/manager_impl.h"
 #include "kdm/test/mocks/mock_device_plugin.h"
+#include "kdm/test/devicemanager/test_pods.h"
 
 namespace kdm::devicemanager {
 namespace {
@@ -66,22 +67,7 @@ struct FakePlugin {
   std::shared_ptr<FakeListAndWatch> stream = std::make_shared<FakeListAndWatch>();
 };
 
-Pod MakePod(const std::string& uid, const std::map<std::string, std::map<std::string, int>>& app,
-            const std::map<std::string, std::map<std::string, int>>& init = {}) {
-  Pod pod;
-  pod.uid = uid;
-  pod.namespace_name = "default";
-  pod.name = "pod-" + uid;
-  auto fill = [](const std::string& name, const std::map<std::string, int>& limits) {
-    Container c;
-    c.name = name;
-    for (const auto& [r, n] : limits) c.limits[r] = Quantity::FromInt(n);
-    return c;
-  };
-  for (const auto& [name, limits] : init) pod.init_containers.push_back(fill(name, limits));
-  for (const auto& [name, limits] : app) pod.containers.push_back(fill(name, limits));
-  return pod;
-}
+using kdm::devicemanager::testing::MakePod;
 
 // Waits, bounded (10 s), for an effect of another thread (an endpoint's
 // reader) to become visible; returns whether it did.

@@ -34,6 +34,7 @@
 #include "kdm/devicemanager/manager.h"
 #include "kdm/devicemanager/manager_impl.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
+#include "kdm/test/devicemanager/test_pods.h"
 
 namespace kdm::devicemanager {
 namespace {
@@ -82,22 +83,7 @@ class BoundSocket {
   bool ok_ = false;
 };
 
-Pod MakePod(const std::string& uid, const std::map<std::string, std::map<std::string, int>>& app,
-            const std::map<std::string, std::map<std::string, int>>& init = {}) {
-  Pod pod;
-  pod.uid = uid;
-  pod.namespace_name = "default";
-  pod.name = "pod-" + uid;
-  auto fill = [](const std::string& name, const std::map<std::string, int>& limits) {
-    Container c;
-    c.name = name;
-    for (const auto& [r, n] : limits) c.limits[r] = Quantity::FromInt(n);
-    return c;
-  };
-  for (const auto& [name, limits] : init) pod.init_containers.push_back(fill(name, limits));
-  for (const auto& [name, limits] : app) pod.containers.push_back(fill(name, limits));
-  return pod;
-}
+using kdm::devicemanager::testing::MakePod;
 
 std::vector<plugin::Device> Devices(const std::string& prefix, int n) {
   std::vector<plugin::Device> d;
