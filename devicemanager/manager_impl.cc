@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "kdm/devicemanager/device_snapshot.h"
 #include "kdm/devicemanager/os.h"
 #include "kdm/pluginapi/constants.h"
 #include "spdlog/fmt/ranges.h"
@@ -12,21 +13,6 @@
 namespace kdm::devicemanager {
 
 namespace {
-
-std::vector<LedgerDevice> ToLedgerDevices(const v1beta1::ListAndWatchResponse& response) {
-  std::vector<LedgerDevice> out;
-  out.reserve(response.devices_size());
-  for (const auto& d : response.devices()) {
-    LedgerDevice ld;
-    ld.id = d.id();
-    ld.healthy = d.health() == pluginapi::kHealthy;
-    if (d.has_topology()) {
-      for (const auto& n : d.topology().nodes()) ld.numa_nodes.push_back(n.id());
-    }
-    out.push_back(std::move(ld));
-  }
-  return out;
-}
 
 // Health changes between two device lists of `resource` (ids that vanished
 // count as turning unhealthy).
