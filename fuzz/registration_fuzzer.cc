@@ -1,0 +1,159 @@
+// Fuzz target: the checks a Register call passes before the Manager sees it
+// (devicemanager/registration_server.h: ValidateVersion, IsExtendedResourceName,
+// ValidateResourceName; devicemanager/os.h: CheckPluginEndpoint).
+//
+// Input: "<version>\n<resource name>\n<endpoint>" (missing fields are empty;
+// the endpoint is the rest, newlines and NUL bytes included).
+//
+// Properties:
+// - ValidateVersion accepts exactly "v1beta1";
+// - an accepted resource name satisfies the documented rules, checked here
+//   independently, and the pod manifest reader's IsExtendedResourceName (the
+//   API server's rule, which the kubelet's registration check also uses)
+//   agrees; ValidateResourceName agrees with IsExtendedResourceName;
+// - CheckPluginEndpoint, against a private directory made once (a socket, a
+//   symlink to it, a regular file, a sub-directory, a dangling symlink and a
+//   symlink to a socket outside), accepts only a plain socket of that
+//   directory (or a symlink resolving to one inside it) and returns
+//   dir + "/" + endpoint; the real socket is always accepted.
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <string_view>
+
+#include "fuzz_check.h"
+#include "kdm/devicemanager/os.h"
+#include "kdm/devicemanager/registration_server.h"
+#include "kdm/fakes/pod_manifest.h"
+
+namespace {
+
+namespace dm = kdm::devicemanager;
+
+void BindSocket(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  FUZZ_CHECK(fd >= 0, "socket()");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  FUZZ_CHECK(path.size() < sizeof(addr.sun_path), "socket path too long: " << path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  FUZZ_CHECK(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0, "bind " << path);
+  // The fd stays open for the process's life; the directory is left behind
+  // in /tmp on purpose (a fuzzer exits by signal as often as not).
+}
+
+struct PluginDir {
+  std::string dir;
+  std::string real_dir;
+  PluginDir() {
+    char tmpl[] = "/tmp/kdm-fuzz-reg-XXXXXX";
+    FUZZ_CHECK(mkdtemp(tmpl) != nullptr, "mkdtemp");
+    std::string root = tmpl;
+    dir = root + "/plugins";
+    FUZZ_CHECK(mkdir(dir.c_str(), 0750) == 0 && mkdir((root + "/out").c_str(), 0750) == 0,
+               "mkdir");
+    BindSocket(dir + "/plugin.sock");
+    BindSocket(root + "/out/outside.sock");
+    FUZZ_CHECK(symlink("plugin.sock", (dir + "/link.sock").c_str()) == 0, "symlink");
+    FUZZ_CHECK(symlink("../out/outside.sock", (dir + "/escape.sock").c_str()) == 0, "symlink");
+    FUZZ_CHECK(symlink("nothing", (dir + "/dangling.sock").c_str()) == 0, "symlink");
+    FUZZ_CHECK(mkdir((dir + "/subdir").c_str(), 0750) == 0, "mkdir");
+    std::ofstream(dir + "/file") << "not a socket\n";
+    char buf[PATH_MAX];
+    FUZZ_CHECK(realpath(dir.c_str(), buf) != nullptr, "realpath");
+    real_dir = buf;
+  }
+};
+
+bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+bool IsAlnum(char c) { return IsLowerAlnum(c) || (c >= 'A' && c <= 'Z'); }
+
+// The documented rules, written out once more, plainly.
+bool FollowsDocumentedRules(std::string_view name) {
+  size_t slash = name.find('/');
+  if (slash == std::string_view::npos || name.find('/', slash + 1) != std::string_view::npos) {
+    return false;
+  }
+  if (name.find("kubernetes.io/") != std::string_view::npos) return false;
+  if (name.substr(0, 9) == "requests.") return false;
+  std::string_view prefix = name.substr(0, slash);
+  std::string_view part = name.substr(slash + 1);
+  if (prefix.empty() || prefix.size() > 253) return false;
+  size_t start = 0;
+  while (start <= prefix.size()) {
+    size_t end = prefix.find('.', start);
+    if (end == std::string_view::npos) end = prefix.size();
+    std::string_view label = prefix.substr(start, end - start);
+    if (label.empty()) return false;  // no per-label limit, as in Kubernetes
+    if (!IsLowerAlnum(label.front()) || !IsLowerAlnum(label.back())) return false;
+    for (char c : label) {
+      if (!IsLowerAlnum(c) && c != '-') return false;
+    }
+    start = end + 1;
+  }
+  if (part.empty() || part.size() > 63 || !IsAlnum(part.front()) || !IsAlnum(part.back())) {
+    return false;
+  }
+  for (char c : part) {
+    if (!IsAlnum(c) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const PluginDir* plugin_dir = new PluginDir();
+  std::string_view in(reinterpret_cast<const char*>(data), size);
+  size_t nl1 = in.find('\n');
+  size_t nl2 = nl1 == std::string_view::npos ? nl1 : in.find('\n', nl1 + 1);
+  std::string version(in.substr(0, nl1));
+  std::string resource = nl1 == std::string_view::npos
+                             ? std::string()
+                             : std::string(in.substr(nl1 + 1, nl2 == in.npos ? in.npos : nl2 - nl1 - 1));
+  std::string endpoint = nl2 == std::string_view::npos ? std::string() : std::string(in.substr(nl2 + 1));
+
+  kdm::Status v = dm::ValidateVersion(version);
+  FUZZ_CHECK(v.ok() == (version == "v1beta1"), "version \"" << version << "\": " << v);
+
+  const bool extended = dm::IsExtendedResourceName(resource);
+  FUZZ_CHECK(dm::ValidateResourceName(resource).ok() == extended, "ValidateResourceName disagrees");
+  if (extended) {
+    FUZZ_CHECK(FollowsDocumentedRules(resource), "accepted \"" << resource << "\"");
+  }
+  FUZZ_CHECK(kdm::fakes::IsExtendedResourceName(resource) == extended,
+             "registration and pod manifest disagree on \"" << resource << "\": registration "
+                                                            << extended);
+
+  kdm::StatusOr<std::string> socket = dm::CheckPluginEndpoint(plugin_dir->dir, endpoint);
+  if (endpoint == "plugin.sock") {
+    FUZZ_CHECK(socket.ok(), "the real socket is refused: " << socket.status());
+  }
+  if (socket.ok()) {
+    FUZZ_CHECK(!endpoint.empty() && endpoint.find('/') == std::string::npos &&
+                   endpoint.find('\0') == std::string::npos && endpoint != "." && endpoint != "..",
+               "accepted endpoint \"" << endpoint << "\"");
+    FUZZ_CHECK(*socket == plugin_dir->dir + "/" + endpoint, "returned " << *socket);
+    struct stat st;
+    FUZZ_CHECK(stat(socket->c_str(), &st) == 0 && S_ISSOCK(st.st_mode),
+               "accepted a non-socket " << *socket);
+    char buf[PATH_MAX];
+    FUZZ_CHECK(realpath(socket->c_str(), buf) != nullptr, "realpath " << *socket);
+    std::string resolved = buf;
+    FUZZ_CHECK(resolved.rfind(plugin_dir->real_dir + "/", 0) == 0 &&
+                   resolved.find('/', plugin_dir->real_dir.size() + 1) == std::string::npos,
+               "accepted " << *socket << " resolving outside to " << resolved);
+  } else {
+    FUZZ_CHECK(!socket.status().message().empty(), "an error without a message");
+  }
+  return 0;
+}
