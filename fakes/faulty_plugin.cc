@@ -131,6 +131,11 @@ std::string Join(const std::vector<std::string>& items) {
   return out;
 }
 
+template <typename Repeated>
+std::vector<std::string> Strings(const Repeated& r) {
+  return std::vector<std::string>(r.begin(), r.end());
+}
+
 // Identity of a file, to notice that it was removed and created again. The
 // change time tells a new file apart even when it reuses the inode number.
 struct FileId {
@@ -335,6 +340,10 @@ class FaultyPlugin::Impl {
         default:
           break;
       }
+      if (IsPreferredFault(fault_)) {
+        spdlog::info("event=fault_applied fault={} rpc=GetPreferredAllocation size={} answer={}",
+                     fault_name_, container.allocation_size(), Join(Strings(*ids)));
+      }
       *response->add_container_responses() = std::move(*r);
     }
     return grpc::Status::OK;
@@ -345,9 +354,8 @@ class FaultyPlugin::Impl {
       return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                           "PreStartContainer is not implemented (fault prestart-unimplemented)");
     }
-    std::vector<std::string> ids(request.devices_ids().begin(), request.devices_ids().end());
     spdlog::info("event=pre_start_container resource={} devices={}", config_.resource_name,
-                 Join(ids));
+                 Join(Strings(request.devices_ids())));
     return grpc::Status::OK;
   }
 
@@ -417,6 +425,19 @@ class FaultyPlugin::Impl {
     if (fault_ == Fault::kAllocTwoResponses && !response->container_responses().empty()) {
       v1beta1::ContainerAllocateResponse extra = response->container_responses(0);
       *response->add_container_responses() = std::move(extra);
+    }
+    switch (fault_) {
+      case Fault::kAllocTwoResponses:
+      case Fault::kAllocAcceptUnknown:
+      case Fault::kAllocRelativePath:
+      case Fault::kAllocBadPermissions:
+      case Fault::kAllocBadEnv:
+      case Fault::kAllocBadCdi:
+        spdlog::info("event=fault_applied fault={} rpc=Allocate container_responses={}",
+                     fault_name_, response->container_responses_size());
+        break;
+      default:
+        break;
     }
     return grpc::Status::OK;
   }
@@ -686,7 +707,7 @@ Status FaultyPlugin::Impl::RegisterOnce() {
     return Status(static_cast<StatusCode>(s.error_code()),
                   "registration of " + config_.resource_name + " refused: " + s.error_message());
   }
-  spdlog::debug("event=fault_registered fault={} version={} resource={} endpoint={}",
+  spdlog::info("event=fault_registered fault={} version={} resource={} endpoint={}",
                 fault_name_, request.version(), QuoteLogValue(request.resource_name()),
                 QuoteLogValue(request.endpoint()));
   return OkStatus();

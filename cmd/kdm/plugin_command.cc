@@ -2,13 +2,16 @@
 // or N generic devices) that registers with a kubelet (kdm's or a real one),
 // serves the v1beta1 DevicePlugin API, answers GetPreferredAllocation with
 // kdm's topology allocator and follows a health file for fault injection.
+// With --fault NAME it runs a deliberately broken plugin instead
+// (kdm::fakes::FaultyPlugin), for testing `kdm conform` and kubelets.
 // See docs/plugin.md.
 //
 // Exit codes: 0 after SIGTERM or SIGINT (a clean stop); 1 a runtime error (a
 // topology file that cannot be read or parsed, a socket path too long for a
 // unix socket, a directory that cannot be used, a socket that cannot be
 // bound); 2 bad usage (missing or conflicting flags, a malformed number, an
-// unknown preset or policy, an empty or malformed resource name).
+// unknown preset, policy or fault, an empty or malformed resource name,
+// --fault together with --health-file).
 #include <pthread.h>
 #include <signal.h>
 
@@ -27,6 +30,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "kdm/fakes/faulty_plugin.h"
 #include "kdm/fakes/gpu_plugin.h"
 #include "kdm/fakes/health_file.h"
 #include "kdm/pluginapi/constants.h"
@@ -48,6 +52,8 @@ struct PluginFlags {
   std::string policy = "packed";
   std::string socket_name;
   std::string health_file;
+  std::string fault;
+  bool fault_given = false;  // --fault "" is a usage error, not healthy mode
   bool pre_start = false;
   bool cdi = false;
   bool verbose = false;
@@ -90,6 +96,13 @@ std::optional<std::string> CheckUsage(const PluginFlags& f, fakes::PluginConfig*
            ": give exactly one of --preset NAME, --topology FILE or --count N";
   }
   if (Status s = fakes::CheckResourceName(f.resource); !s.ok()) return s.message();
+  if (f.fault_given) {
+    if (Status s = fakes::CheckFaultName(f.fault); !s.ok()) return "--fault: " + s.message();
+    if (!f.health_file.empty()) {
+      return "--health-file is not supported together with --fault (a faulty plugin's devices "
+             "stay healthy)";
+    }
+  }
   config->resource_name = f.resource;
   if (!f.count.empty()) {
     int n = 0;
@@ -129,6 +142,49 @@ std::optional<std::string> CheckUsage(const PluginFlags& f, fakes::PluginConfig*
   return std::nullopt;
 }
 
+// Runs a FaultyPlugin until SIGTERM or SIGINT (see RunPlugin).
+int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
+                    const sigset_t& stop_signals) {
+  spdlog::info("event=fault_mode fault={}", f.fault);
+  StatusOr<std::unique_ptr<fakes::FaultyPlugin>> created =
+      fakes::FaultyPlugin::Create(config, f.fault);
+  if (!created.ok()) return Fail(kRuntimeError, created.status().message());
+  std::unique_ptr<fakes::FaultyPlugin> plugin = std::move(*created);
+  const std::string& resource = config.resource_name;
+  if (Status s = plugin->Start(); !s.ok()) return Fail(kRuntimeError, s.message());
+  std::cout << "ready plugin=" << resource << " socket=" << plugin->SocketPath()
+            << " devices=" << plugin->healthy().topology().size() << " fault=" << f.fault
+            << std::endl;
+  int registrations = 0;
+  std::string last_error;
+  auto log_registration = [&] {
+    int now = plugin->RegistrationCount();
+    if (now != registrations) {
+      spdlog::info("event=registered resource={} kubelet={}/{} registrations={} fault={}",
+                   resource, config.plugin_dir, pluginapi::kKubeletSocketName, now, f.fault);
+      registrations = now;
+    }
+    Status err = plugin->LastRegistrationError();
+    if (!err.ok() && err.message() != last_error) {
+      spdlog::warn("event=registration_failed resource={} error={} action=retry fault={}",
+                   resource, Quoted(err.message()), f.fault);
+    }
+    last_error = err.ok() ? "" : err.message();
+  };
+  int sig = 0;
+  while (true) {
+    timespec wait{0, 100'000'000};
+    sig = sigtimedwait(&stop_signals, nullptr, &wait);
+    if (sig == SIGTERM || sig == SIGINT) break;
+    log_registration();
+  }
+  log_registration();
+  spdlog::info("event=stopping resource={} signal={}", resource, SignalName(sig));
+  plugin->Stop();
+  spdlog::info("event=stopped resource={}", resource);
+  return 0;
+}
+
 int RunPlugin(const PluginFlags& f) {
   // Block the stop signals before any thread exists, so every thread
   // inherits the mask and only the sigtimedwait below receives them.
@@ -141,16 +197,6 @@ int RunPlugin(const PluginFlags& f) {
   fakes::PluginConfig config;
   if (auto usage = CheckUsage(f, &config)) return Fail(kUsageError, *usage);
   SetUpLogging(f.verbose);
-
-  StatusOr<std::unique_ptr<fakes::FakeDevicePlugin>> created =
-      fakes::FakeDevicePlugin::Create(config);
-  if (!created.ok()) {
-    // The flags' shape was checked above: what is left is files and paths.
-    return Fail(kRuntimeError, created.status().message());
-  }
-  std::unique_ptr<fakes::FakeDevicePlugin> plugin = std::move(*created);
-  const std::string& resource = config.resource_name;
-
   if (!f.root.empty()) {
     // The agent may not have made its directory yet; the plugin waits for
     // kubelet.sock there either way.
@@ -161,6 +207,16 @@ int RunPlugin(const PluginFlags& f) {
                                      ec.message());
     }
   }
+  if (f.fault_given) return RunFaultyPlugin(f, config, stop_signals);
+
+  StatusOr<std::unique_ptr<fakes::FakeDevicePlugin>> created =
+      fakes::FakeDevicePlugin::Create(config);
+  if (!created.ok()) {
+    // The flags' shape was checked above: what is left is files and paths.
+    return Fail(kRuntimeError, created.status().message());
+  }
+  std::unique_ptr<fakes::FakeDevicePlugin> plugin = std::move(*created);
+  const std::string& resource = config.resource_name;
 
   std::unique_ptr<fakes::HealthFileWatcher> watcher;
   if (!f.health_file.empty()) {
@@ -251,13 +307,21 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
                   "Socket file name in the plugin directory (default from the resource)");
   cmd->add_option("--health-file", flags->health_file,
                   "JSON object id -> \"Healthy\"/\"Unhealthy\", re-read when it changes");
+  std::string fault_help =
+      "Run a deliberately broken plugin that breaks one conformance check "
+      "(docs/plugin.md, docs/conformance.md): ";
+  for (size_t i = 0; i < fakes::FaultNames().size(); ++i) {
+    fault_help += (i ? ", " : "") + fakes::FaultNames()[i];
+  }
+  CLI::Option* fault = cmd->add_option("--fault", flags->fault, fault_help);
   cmd->add_flag("--pre-start", flags->pre_start, "Offer PreStartContainer and log each call");
   cmd->add_flag("--cdi", flags->cdi, "Answer CDI device names <vendor>/<class>=<id>");
   cmd->add_flag("-v,--verbose", flags->verbose, "Debug logging");
   // Unknown arguments are a usage error (exit 2) like every other bad flag,
   // not CLI11's own exit code.
   cmd->allow_extras();
-  cmd->callback([&exit_code, flags, cmd] {
+  cmd->callback([&exit_code, flags, cmd, fault] {
+    flags->fault_given = fault->count() > 0;
     std::vector<std::string> extras = cmd->remaining();
     if (!extras.empty()) {
       std::string list;
