@@ -525,8 +525,99 @@ INSTANTIATE_TEST_SUITE_P(
                      {"--plugin-dir", "{ROOT}/missing", "--resource", kGpu, "--preset",
                       "dgx1-v100"},
                      1,
-                     "missing"}),
+                     "missing"},
+        BadFlagsCase{"UnknownFault",
+                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100",
+                      "--fault", "nope"},
+                     2,
+                     "unknown fault \"nope\" (known: reg-bad-version, reg-bad-resource-name"},
+        BadFlagsCase{"EmptyFault",
+                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100",
+                      "--fault", ""},
+                     2,
+                     "unknown fault \"\""},
+        BadFlagsCase{"FaultWithHealthFile",
+                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100",
+                      "--fault", "pref-slow", "--health-file", "{ROOT}/health.json"},
+                     2,
+                     "--health-file is not supported together with --fault"}),
     [](const ::testing::TestParamInfo<BadFlagsCase>& info) { return info.param.name; });
+
+// `kdm plugin --fault nope` names every known fault.
+TEST(PluginE2ETest, UnknownFaultListsEveryKnownFault) {
+  TempSocketDir root;
+  KdmProcess kdm({"plugin", "--root", root.path(), "--resource", "example.com/gpu", "--count",
+                  "4", "--fault", "nope"},
+                 root.path() + "/plugin.err");
+  ASSERT_TRUE(kdm.started());
+  auto code = kdm.Wait();
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 2);
+  std::string err = kdm.Stderr();
+  for (const char* fault :
+       {"reg-bad-version", "reg-bad-resource-name", "reg-endpoint-path", "reg-options-mismatch",
+        "lw-no-snapshot", "lw-duplicate-ids", "lw-bad-health", "lw-negative-numa",
+        "lw-delta-updates", "alloc-two-responses", "alloc-accept-unknown",
+        "alloc-relative-path", "alloc-bad-permissions", "alloc-bad-env", "alloc-bad-cdi",
+        "alloc-not-concurrent", "pref-wrong-size", "pref-not-subset", "pref-drop-must-include",
+        "pref-duplicates", "pref-random", "pref-slow", "prestart-unimplemented",
+        "lw-drop-breaks", "no-reregister"}) {
+    EXPECT_NE(err.find(fault), std::string::npos) << fault << " missing from: " << err;
+  }
+}
+
+// `kdm plugin --fault pref-wrong-size` starts, logs the fault mode, registers
+// with the (fake) kubelet and answers GetPreferredAllocation one id short,
+// even with --policy none; SIGTERM still stops it cleanly.
+TEST(PluginE2ETest, FaultModeStartsLogsAndBreaksOnlyItsCheck) {
+  TempSocketDir dir;
+  FakeRegistrationServer kubelet(dir.path());
+  ASSERT_TRUE(kubelet.Start());
+  KdmProcess kdm({"plugin", "--plugin-dir", dir.path(), "--resource", "example.com/gpu",
+                  "--count", "8", "--policy", "none", "--fault", "pref-wrong-size"},
+                 dir.path() + "/plugin.err");
+  auto ready = kdm.WaitForLine("ready ");
+  ASSERT_TRUE(ready.has_value()) << kdm.Stderr();
+  EXPECT_NE(ready->find("fault=pref-wrong-size"), std::string::npos) << *ready;
+  EXPECT_NE(kdm.Stderr().find("event=fault_mode fault=pref-wrong-size"), std::string::npos)
+      << kdm.Stderr();
+  ASSERT_FALSE(kubelet.WaitForSnapshots(1).empty()) << kdm.Stderr();
+  ASSERT_TRUE(WaitFor([&] { return !kubelet.DialedOptions().empty(); }));
+  EXPECT_TRUE(kubelet.DialedOptions()[0].get_preferred_allocation_available());
+  auto requests = kubelet.Requests();
+  ASSERT_FALSE(requests.empty());
+  EXPECT_EQ(requests[0].version(), "v1beta1");
+  EXPECT_EQ(requests[0].resource_name(), "example.com/gpu");
+  EXPECT_EQ(kubelet.WaitForSnapshots(1)[0].devices_size(), 8);
+
+  auto stub = v1beta1::DevicePlugin::NewStub(grpc::CreateChannel(
+      "unix:" + dir.path() + "/" + requests[0].endpoint(), grpc::InsecureChannelCredentials()));
+  v1beta1::PreferredAllocationRequest req;
+  auto* c = req.add_container_requests();
+  for (int i = 0; i < 8; ++i) c->add_available_deviceids("gpu-" + std::to_string(i));
+  c->set_allocation_size(3);
+  v1beta1::PreferredAllocationResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  ASSERT_TRUE(stub->GetPreferredAllocation(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.container_responses_size(), 1);
+  EXPECT_EQ(resp.container_responses(0).deviceids_size(), 2);
+  // Allocate is untouched.
+  v1beta1::AllocateRequest alloc;
+  alloc.add_container_requests()->add_devices_ids("gpu-1");
+  v1beta1::AllocateResponse alloc_resp;
+  grpc::ClientContext alloc_ctx;
+  alloc_ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  ASSERT_TRUE(stub->Allocate(&alloc_ctx, alloc, &alloc_resp).ok());
+  ASSERT_EQ(alloc_resp.container_responses_size(), 1);
+
+  kdm.Signal(SIGTERM);
+  auto code = kdm.Wait();
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0) << kdm.Stderr();
+  EXPECT_FALSE(fs::exists(dir.path() + "/" + requests[0].endpoint()));
+  kubelet.Stop();
+}
 
 }  // namespace
 }  // namespace kdm
