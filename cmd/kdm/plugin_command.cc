@@ -152,6 +152,9 @@ int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
   std::unique_ptr<fakes::FaultyPlugin> plugin = std::move(*created);
   const std::string& resource = config.resource_name;
   if (Status s = plugin->Start(); !s.ok()) return Fail(kRuntimeError, s.message());
+  spdlog::info("event=serving resource={} socket={} devices={} source={} fault={}", resource,
+               plugin->SocketPath(), plugin->healthy().topology().size(),
+               Quoted(plugin->healthy().source()), f.fault);
   std::cout << "ready plugin=" << resource << " socket=" << plugin->SocketPath()
             << " devices=" << plugin->healthy().topology().size() << " fault=" << f.fault
             << std::endl;
