@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "kdm/base/sync.h"
 
 namespace kdm::devicemanager {
 
@@ -20,7 +20,7 @@ class TimerQueue {
   using TimerId = Clock::TimerId;
 
   TimerId Schedule(TimePoint when, std::function<void()> fn) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     TimerId id = ++last_id_;
     timers_.emplace(Key{when, id}, std::move(fn));
     due_.emplace(id, when);
@@ -29,7 +29,7 @@ class TimerQueue {
   }
 
   bool Cancel(TimerId id) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     auto it = due_.find(id);
     if (it != due_.end()) {
       timers_.erase(Key{it->second, id});
@@ -43,7 +43,7 @@ class TimerQueue {
   }
 
   std::size_t Pending() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     return timers_.size();
   }
 
@@ -55,7 +55,7 @@ class TimerQueue {
     while (true) {
       std::function<void()> fn;
       {
-        absl::MutexLock lock(&mu_);
+        kdm::MutexLock lock(&mu_);
         if (timers_.empty() || timers_.begin()->first.when > now) {
           if (move_fake_time) fake_now_ = std::max(fake_now_, now);
           return;
@@ -70,7 +70,7 @@ class TimerQueue {
         running_thread_ = std::this_thread::get_id();
       }
       fn();
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       running_id_ = 0;
       changed_.SignalAll();
     }
@@ -80,7 +80,7 @@ class TimerQueue {
   void RunUntilShutdown() ABSL_LOCKS_EXCLUDED(mu_) {
     while (true) {
       {
-        absl::MutexLock lock(&mu_);
+        kdm::MutexLock lock(&mu_);
         if (shutdown_) return;
         if (timers_.empty()) {
           changed_.Wait(&mu_);
@@ -97,19 +97,19 @@ class TimerQueue {
   }
 
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     shutdown_ = true;
     changed_.SignalAll();
   }
 
   // Fake clock's time.
   TimePoint FakeNow() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     return fake_now_;
   }
   // The fake time `d` from now (not moved yet: RunDue moves it).
   TimePoint FakeTarget(Clock::Duration d) const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     return fake_now_ + d;
   }
 
@@ -120,8 +120,8 @@ class TimerQueue {
     friend auto operator<=>(const Key&, const Key&) = default;
   };
 
-  mutable absl::Mutex mu_;
-  absl::CondVar changed_;
+  mutable kdm::Mutex mu_;
+  kdm::CondVar changed_;
   std::map<Key, std::function<void()>> timers_ ABSL_GUARDED_BY(mu_);
   std::map<TimerId, TimePoint> due_ ABSL_GUARDED_BY(mu_);
   TimerId last_id_ ABSL_GUARDED_BY(mu_) = 0;

@@ -18,9 +18,9 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kdm/base/sync.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
 
@@ -190,9 +190,9 @@ class FaultyPlugin::Impl {
   ~Impl() { Stop(); }
 
   Status Start() ABSL_LOCKS_EXCLUDED(lifecycle_mu_, mu_) {
-    absl::MutexLock life(&lifecycle_mu_);
+    kdm::MutexLock life(&lifecycle_mu_);
     {
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       if (started_) return FailedPreconditionError("faulty plugin already started");
       started_ = true;
     }
@@ -202,16 +202,16 @@ class FaultyPlugin::Impl {
   }
 
   void Stop() ABSL_LOCKS_EXCLUDED(lifecycle_mu_, mu_) {
-    absl::MutexLock life(&lifecycle_mu_);
+    kdm::MutexLock life(&lifecycle_mu_);
     {
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       if (stopping_) return;
       stopping_ = true;  // ends every stream and held call within kCancelPoll
       if (register_context_ != nullptr) register_context_->TryCancel();
     }
     if (supervisor_.joinable()) supervisor_.join();
     ShutdownServer();
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     if (socket_id_ && StatFile(socket_path_) == socket_id_) ::unlink(socket_path_.c_str());
   }
 
@@ -220,20 +220,20 @@ class FaultyPlugin::Impl {
   const std::string& socket_path() const { return socket_path_; }
 
   int RegistrationCount() const {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     return registration_count_;
   }
 
   bool WaitForRegistrationCount(int count, milliseconds timeout) const {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     auto reached = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return registration_count_ >= count;
     };
-    return mu_.AwaitWithTimeout(absl::Condition(&reached), absl::FromChrono(timeout));
+    return mu_.AwaitWithTimeout(kdm::Condition(&reached), absl::FromChrono(timeout));
   }
 
   Status LastRegistrationError() const {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     return last_registration_error_;
   }
 
@@ -249,7 +249,7 @@ class FaultyPlugin::Impl {
   grpc::Status ListAndWatch(uint64_t generation, grpc::ServerContext* context,
                             grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
     {
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       if (fault_ == Fault::kLwDropBreaks && stream_cancelled_) {
         return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                             "ListAndWatch is broken since a client cancelled a stream "
@@ -282,7 +282,7 @@ class FaultyPlugin::Impl {
       }
     }
     if (client_gone) {
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       stream_cancelled_ = true;
     }
     return grpc::Status::OK;
@@ -489,7 +489,7 @@ class FaultyPlugin::Impl {
     }
     if (fault_ == Fault::kPrefRandom) {
       const size_t pick = size > must.size() ? size - must.size() : 0;
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       std::set<std::string> answer;
       for (int attempt = 0; attempt < 20; ++attempt) {
         std::shuffle(rest.begin(), rest.end(), random_);
@@ -509,16 +509,16 @@ class FaultyPlugin::Impl {
   // True when the stream of `generation` must end (Stop, or the server was
   // replaced); otherwise waits at most `d` for that.
   bool WaitEnded(uint64_t generation, milliseconds d) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     auto ended = [this, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || generation != generation_;
     };
-    return mu_.AwaitWithTimeout(absl::Condition(&ended), absl::FromChrono(d));
+    return mu_.AwaitWithTimeout(kdm::Condition(&ended), absl::FromChrono(d));
   }
 
   void HoldUnlessStopping(milliseconds d) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(d));
+    kdm::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(kdm::Condition(&stopping_), absl::FromChrono(d));
   }
 
   // pref-slow: until the client cancels (or its deadline passes), Stop, or
@@ -526,8 +526,8 @@ class FaultyPlugin::Impl {
   void HoldUntilCancelled(grpc::ServerContext* context) ABSL_LOCKS_EXCLUDED(mu_) {
     const auto end = SteadyClock::now() + kSlowBound;
     while (!context->IsCancelled() && SteadyClock::now() < end) {
-      absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(kCancelPoll))) return;
+      kdm::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(kdm::Condition(&stopping_), absl::FromChrono(kCancelPoll))) return;
     }
   }
 
@@ -542,8 +542,8 @@ class FaultyPlugin::Impl {
   void Supervise() ABSL_LOCKS_EXCLUDED(mu_);
   // Waits up to `d` for Stop; false when stopping.
   bool SleepFor(milliseconds d) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(d));
+    kdm::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(kdm::Condition(&stopping_), absl::FromChrono(d));
     return !stopping_;
   }
 
@@ -556,11 +556,11 @@ class FaultyPlugin::Impl {
   const bool offers_preferred_;
 
   // Held for the whole of Start and of Stop, so that they never interleave.
-  absl::Mutex lifecycle_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  kdm::Mutex lifecycle_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 
   // Guards the state below; never held across a gRPC call. Waiters use
-  // absl::Condition, so changes need no explicit notification.
-  mutable absl::Mutex mu_;
+  // kdm::Condition, so changes need no explicit notification.
+  mutable kdm::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // bumped per serving generation
@@ -641,7 +641,7 @@ Status FaultyPlugin::Impl::Serve() {
   }
   uint64_t generation;
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     generation = ++generation_;
   }
   auto service = std::make_unique<Service>(this, generation);
@@ -653,7 +653,7 @@ Status FaultyPlugin::Impl::Serve() {
   ::chmod(socket_path_.c_str(), 0600);
   server_ = std::move(server);
   service_ = std::move(service);
-  absl::MutexLock lock(&mu_);
+  kdm::MutexLock lock(&mu_);
   socket_id_ = StatFile(socket_path_);
   return OkStatus();
 }
@@ -661,7 +661,7 @@ Status FaultyPlugin::Impl::Serve() {
 void FaultyPlugin::Impl::ShutdownServer() {
   if (!server_) return;
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     ++generation_;  // ends every stream of the old generation
   }
   // Streams and held calls end within kCancelPoll; the deadline cancels
@@ -693,14 +693,14 @@ Status FaultyPlugin::Impl::RegisterOnce() {
   grpc::ClientContext context;
   context.set_deadline(SystemClock::now() + kRegisterTimeout);
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     if (stopping_) return CancelledError("stopping");
     register_context_ = &context;
   }
   v1beta1::Empty empty;
   grpc::Status s = stub->Register(&context, request, &empty);
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     register_context_ = nullptr;
   }
   if (!s.ok()) {
@@ -725,20 +725,20 @@ void FaultyPlugin::Impl::Supervise() {
   };
   while (true) {
     {
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       if (stopping_) return;
     }
     // Our own socket gone: a restarted kubelet cleaned the directory.
     bool own_lost;
     {
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       own_lost = StatFile(socket_path_) != socket_id_;
     }
     if (own_lost) {
       ShutdownServer();
       if (Status s = Serve(); !s.ok()) {
         {
-          absl::MutexLock lock(&mu_);
+          kdm::MutexLock lock(&mu_);
           last_registration_error_ = s;
         }
         if (!back_off()) return;
@@ -754,13 +754,13 @@ void FaultyPlugin::Impl::Supervise() {
     }
     bool register_now = config_.register_with_kubelet && !registered && kid.has_value();
     if (register_now && fault_ == Fault::kNoReregister) {
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       register_now = registration_count_ == 0;
     }
     if (register_now) {
       Status s = RegisterOnce();
       {
-        absl::MutexLock lock(&mu_);
+        kdm::MutexLock lock(&mu_);
         if (stopping_) return;
         if (s.ok()) {
           ++registration_count_;

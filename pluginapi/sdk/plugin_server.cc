@@ -17,9 +17,9 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kdm/base/sync.h"
 
 namespace kdm::plugin {
 
@@ -111,7 +111,7 @@ class PluginServerImpl final : public PluginServer {
 
   Status Start() override {
     {
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       if (started_) return FailedPreconditionError("plugin server already started");
       started_ = true;
     }
@@ -125,7 +125,7 @@ class PluginServerImpl final : public PluginServer {
 
   void Stop() override {
     {
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       if (stopping_) return;
       stopping_ = true;
       ++version_;
@@ -139,13 +139,13 @@ class PluginServerImpl final : public PluginServer {
     ShutdownServer();
     // Only remove the socket if it is still ours (a new plugin instance may
     // have bound the same path since).
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     if (socket_id_ && StatFile(socket_path_) == socket_id_) ::unlink(socket_path_.c_str());
   }
 
   void SetDevices(std::vector<Device> devices) override {
     {
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       devices_ = std::move(devices);
       ++version_;
     }
@@ -153,7 +153,7 @@ class PluginServerImpl final : public PluginServer {
 
   Status SetHealth(const std::string& device_id, bool healthy) override {
     {
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       auto it = std::find_if(devices_.begin(), devices_.end(),
                              [&](const Device& d) { return d.id == device_id; });
       if (it == devices_.end()) {
@@ -168,37 +168,37 @@ class PluginServerImpl final : public PluginServer {
   }
 
   std::vector<Device> Devices() const override {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     return devices_;
   }
 
   std::string SocketPath() const override { return socket_path_; }
 
   bool Registered() const override {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     return registered_;
   }
 
   int RegistrationCount() const override {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     return registration_count_;
   }
 
   Status LastRegistrationError() const override {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     return last_registration_error_;
   }
 
   bool WaitForRegistrationCount(int count, std::chrono::milliseconds timeout) const override {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     auto reached = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return registration_count_ >= count;
     };
-    return mu_.AwaitWithTimeout(absl::Condition(&reached), absl::FromChrono(timeout));
+    return mu_.AwaitWithTimeout(kdm::Condition(&reached), absl::FromChrono(timeout));
   }
 
   int OpenStreams() const override {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     return open_streams_;
   }
 
@@ -236,7 +236,7 @@ class PluginServerImpl final : public PluginServer {
         continue;
       }
       // Bounded wait: also notices a client that cancelled the stream.
-      mu_.AwaitWithTimeout(absl::Condition(&changed), absl::Milliseconds(100));
+      mu_.AwaitWithTimeout(kdm::Condition(&changed), absl::Milliseconds(100));
       if (context->IsCancelled()) break;
     }
     --open_streams_;
@@ -300,7 +300,7 @@ class PluginServerImpl final : public PluginServer {
     }
     uint64_t generation;
     {
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       generation = ++generation_;
       registered_ = false;
     }
@@ -313,11 +313,11 @@ class PluginServerImpl final : public PluginServer {
       return UnavailableError("cannot serve on unix socket " + socket_path_);
     }
     ::chmod(socket_path_.c_str(), 0600);
-    absl::MutexLock lock(&server_mu_);
+    kdm::MutexLock lock(&server_mu_);
     server_ = std::move(server);
     service_ = std::move(service);
     {
-      absl::MutexLock state_lock(&mu_);
+      kdm::MutexLock state_lock(&mu_);
       socket_id_ = StatFile(socket_path_);
     }
     return OkStatus();
@@ -327,13 +327,13 @@ class PluginServerImpl final : public PluginServer {
     std::unique_ptr<grpc::Server> server;
     std::unique_ptr<DevicePluginService> service;
     {
-      absl::MutexLock lock(&server_mu_);
+      kdm::MutexLock lock(&server_mu_);
       server = std::move(server_);
       service = std::move(service_);
     }
     if (!server) return;
     {
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       ++generation_;  // ends every stream of the old generation
     }
     // Streams end within their bounded wait; the deadline cancels anything
@@ -375,10 +375,10 @@ class PluginServerImpl final : public PluginServer {
       ::poll(fds, n, static_cast<int>(d.count()));
       DrainDirectoryEvents();
     } else {
-      absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(d));
+      kdm::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(kdm::Condition(&stopping_), absl::FromChrono(d));
     }
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     return !stopping_;
   }
 
@@ -426,21 +426,21 @@ class PluginServerImpl final : public PluginServer {
     std::optional<FileId> kubelet_id = StatFile(kubelet_socket_path_);
     while (true) {
       {
-        absl::MutexLock lock(&mu_);
+        kdm::MutexLock lock(&mu_);
         if (stopping_) return;
       }
       // Our own socket gone: the kubelet restarted and cleaned the directory.
       std::optional<FileId> own = StatFile(socket_path_);
       bool own_lost;
       {
-        absl::MutexLock lock(&mu_);
+        kdm::MutexLock lock(&mu_);
         own_lost = own != socket_id_;
       }
       if (own_lost) {
         ShutdownServer();
         if (Status s = Serve(); !s.ok()) {
           {
-            absl::MutexLock lock(&mu_);
+            kdm::MutexLock lock(&mu_);
             last_registration_error_ = s;
           }
           if (!SleepFor(backoff)) return;
@@ -453,12 +453,12 @@ class PluginServerImpl final : public PluginServer {
       if (kid != kubelet_id || kubelet_recreated_) {
         kubelet_recreated_ = false;
         kubelet_id = kid;
-        absl::MutexLock lock(&mu_);
+        kdm::MutexLock lock(&mu_);
         registered_ = false;
       }
       bool need_register;
       {
-        absl::MutexLock lock(&mu_);
+        kdm::MutexLock lock(&mu_);
         need_register = options_.register_with_kubelet && !registered_ && kid.has_value();
       }
       if (need_register) {
@@ -470,7 +470,7 @@ class PluginServerImpl final : public PluginServer {
         kubelet_id = StatFile(kubelet_socket_path_);
         Status s = RegisterOnce();
         {
-          absl::MutexLock lock(&mu_);
+          kdm::MutexLock lock(&mu_);
           if (s.ok()) {
             registered_ = true;
             ++registration_count_;
@@ -495,8 +495,8 @@ class PluginServerImpl final : public PluginServer {
   const std::string kubelet_socket_path_;
 
   // Guards the serving state below; never held across a gRPC call. Waiters
-  // use absl::Condition, so changes need no explicit notification.
-  mutable absl::Mutex mu_;
+  // use kdm::Condition, so changes need no explicit notification.
+  mutable kdm::Mutex mu_;
   std::vector<Device> devices_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;     // bumped on every device change
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // bumped per serving generation
@@ -510,7 +510,7 @@ class PluginServerImpl final : public PluginServer {
 
   // Guards the server objects; held while swapping them, never during Wait.
   // Lock order: server_mu_ before mu_.
-  absl::Mutex server_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  kdm::Mutex server_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(server_mu_);
   std::unique_ptr<DevicePluginService> service_ ABSL_GUARDED_BY(server_mu_);
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "kdm/base/sync.h"
 #include "kdm/checkpoint/store.h"
 #include "kdm/devicemanager/manager_impl.h"
 #include "kdm/test/mocks/mock_device_plugin.h"
@@ -178,18 +179,18 @@ class ManagerMockTest : public ::testing::Test {
   std::map<std::string, FakePlugin> plugins_;
   // Health events seen by Subscribe(); members so that they outlive the
   // Manager (TearDown stops it, which may still notify).
-  absl::Mutex seen_mu_;
+  kdm::Mutex seen_mu_;
   std::vector<DeviceHealthEvent> seen_;
   std::unique_ptr<ManagerImpl> manager_;
 
   int64_t SubscribeToHealth() {
     return manager_->Subscribe([this](const std::vector<DeviceHealthEvent>& ev) {
-      absl::MutexLock l(&seen_mu_);
+      kdm::MutexLock l(&seen_mu_);
       seen_.insert(seen_.end(), ev.begin(), ev.end());
     });
   }
   std::vector<DeviceHealthEvent> Seen() {
-    absl::MutexLock l(&seen_mu_);
+    kdm::MutexLock l(&seen_mu_);
     return seen_;
   }
 };
