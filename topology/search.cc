@@ -21,7 +21,7 @@ constexpr int kGreedySeeds = 32;
 Search::Search(const Topology& topology, const std::vector<int>& available,
                const std::vector<int>& must_include, int size,
                std::chrono::steady_clock::time_point deadline)
-    : topology_(topology), dev_(available), size_(size), deadline_(deadline) {
+    : dev_(available), size_(size), deadline_(deadline) {
   std::sort(dev_.begin(), dev_.end());
   n_ = static_cast<int>(dev_.size());
   w_.resize(static_cast<size_t>(n_) * n_);

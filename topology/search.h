@@ -128,7 +128,6 @@ class Search {
   uint64_t MaskOf(const std::vector<int>& local) const;
   Result Finish(const std::vector<int>& local, int64_t own, bool optimal);
 
-  const Topology& topology_;
   std::vector<int> dev_;   // local position -> device index
   int n_ = 0;
   int size_ = 0;
