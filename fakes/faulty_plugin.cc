@@ -194,6 +194,7 @@ class FaultyPlugin::Impl {
     {
       kdm::MutexLock lock(&mu_);
       if (started_) return FailedPreconditionError("faulty plugin already started");
+      if (stopping_) return FailedPreconditionError("faulty plugin already stopped");
       started_ = true;
     }
     KDM_RETURN_IF_ERROR(Serve());
@@ -232,6 +233,11 @@ class FaultyPlugin::Impl {
     return mu_.AwaitWithTimeout(kdm::Condition(&reached), absl::FromChrono(timeout));
   }
 
+  int HeldCalls() const {
+    kdm::MutexLock lock(&mu_);
+    return held_calls_;
+  }
+
   Status LastRegistrationError() const {
     kdm::MutexLock lock(&mu_);
     return last_registration_error_;
@@ -258,7 +264,12 @@ class FaultyPlugin::Impl {
     }
     const v1beta1::ListAndWatchResponse snapshot = Snapshot();
     bool client_gone = false;
-    if (fault_ != Fault::kLwNoSnapshot) client_gone = !writer->Write(snapshot);
+    std::optional<HeldCall> held;
+    if (fault_ == Fault::kLwNoSnapshot) {
+      held.emplace(this);
+    } else {
+      client_gone = !writer->Write(snapshot);
+    }
     // lw-delta-updates: per stream, the health each device was last sent with.
     std::vector<bool> healthy(snapshot.devices_size(), true);
     int next_delta = 0;
@@ -315,7 +326,13 @@ class FaultyPlugin::Impl {
     for (const auto& container : request.container_requests()) {
       if (fault_ == Fault::kPrefSlow &&
           container.allocation_size() >= std::max(1, devices - 1)) {
-        HoldUntilCancelled(context);
+        const auto start = SteadyClock::now();
+        const char* ended = HoldUntilCancelled(context);
+        spdlog::info("event=fault_applied fault={} rpc=GetPreferredAllocation size={} "
+                     "held_ms={} ended={}",
+                     fault_name_, container.allocation_size(),
+                     std::chrono::duration_cast<milliseconds>(SteadyClock::now() - start).count(),
+                     ended);
         return grpc::Status(grpc::StatusCode::CANCELLED,
                             "GetPreferredAllocation held until the client gave up "
                             "(fault pref-slow)");
@@ -361,6 +378,24 @@ class FaultyPlugin::Impl {
 
  private:
   class Service;
+
+  // Counts one held call for as long as it lives.
+  class HeldCall {
+   public:
+    explicit HeldCall(Impl* impl) : impl_(impl) {
+      kdm::MutexLock lock(&impl_->mu_);
+      ++impl_->held_calls_;
+    }
+    ~HeldCall() {
+      kdm::MutexLock lock(&impl_->mu_);
+      --impl_->held_calls_;
+    }
+    HeldCall(const HeldCall&) = delete;
+    HeldCall& operator=(const HeldCall&) = delete;
+
+   private:
+    Impl* const impl_;
+  };
 
   // The healthy snapshot, broken by the lw-* faults that corrupt its content.
   v1beta1::ListAndWatchResponse Snapshot() const {
@@ -522,12 +557,17 @@ class FaultyPlugin::Impl {
   }
 
   // pref-slow: until the client cancels (or its deadline passes), Stop, or
-  // kSlowBound.
-  void HoldUntilCancelled(grpc::ServerContext* context) ABSL_LOCKS_EXCLUDED(mu_) {
+  // kSlowBound. Returns which of them ended the wait.
+  const char* HoldUntilCancelled(grpc::ServerContext* context) ABSL_LOCKS_EXCLUDED(mu_) {
+    HeldCall held(this);
     const auto end = SteadyClock::now() + kSlowBound;
-    while (!context->IsCancelled() && SteadyClock::now() < end) {
+    while (true) {
+      if (context->IsCancelled()) return "client_gone";
+      if (SteadyClock::now() >= end) return "bound";
       kdm::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(kdm::Condition(&stopping_), absl::FromChrono(kCancelPoll))) return;
+      if (mu_.AwaitWithTimeout(kdm::Condition(&stopping_), absl::FromChrono(kCancelPoll))) {
+        return "stopping";
+      }
     }
   }
 
@@ -571,6 +611,8 @@ class FaultyPlugin::Impl {
   grpc::ClientContext* register_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   // lw-drop-breaks: a client has cancelled a stream.
   bool stream_cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  // Calls the fault holds now (lw-no-snapshot, pref-slow).
+  int held_calls_ ABSL_GUARDED_BY(mu_) = 0;
   // pref-random.
   std::mt19937 random_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> last_random_answer_ ABSL_GUARDED_BY(mu_);
@@ -809,6 +851,7 @@ bool FaultyPlugin::WaitForRegistrationCount(int count, std::chrono::milliseconds
   return impl_->WaitForRegistrationCount(count, timeout);
 }
 Status FaultyPlugin::LastRegistrationError() const { return impl_->LastRegistrationError(); }
+int FaultyPlugin::HeldCalls() const { return impl_->HeldCalls(); }
 const std::string& FaultyPlugin::fault() const { return impl_->fault_name(); }
 const FakeDevicePlugin& FaultyPlugin::healthy() const { return impl_->healthy(); }
 

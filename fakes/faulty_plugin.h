@@ -122,6 +122,9 @@ class FaultyPlugin {
   bool WaitForRegistrationCount(int count, std::chrono::milliseconds timeout) const;
   // The last Register failure (OK if none since the last success).
   Status LastRegistrationError() const;
+  // Calls the fault holds now (lw-no-snapshot streams, pref-slow calls); each
+  // is released within ~10 ms of its client giving up, or on Stop.
+  int HeldCalls() const;
 
   // The fault's name, e.g. "pref-wrong-size".
   const std::string& fault() const;

@@ -71,6 +71,17 @@ std::vector<std::string> Ids(const v1beta1::ListAndWatchResponse& r) {
   return ids;
 }
 
+// Waits (bounded) until `pred` holds, for state with no notification.
+template <typename Pred>
+bool WaitFor(Pred pred) {
+  auto end = std::chrono::steady_clock::now() + kBound;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
 const std::vector<std::string> kAllIds = {"gpu-0", "gpu-1", "gpu-2", "gpu-3"};
 
 // A faulty plugin serving in a private directory, dialled by a raw client.
@@ -237,6 +248,8 @@ TEST(FaultyPluginTest, StopIsIdempotentAndStartTwiceFails) {
   ASSERT_TRUE(never_started.ok());
   (*never_started)->Stop();
   (*never_started)->Stop();
+  Status after_stop = (*never_started)->Start();
+  EXPECT_EQ(after_stop.code(), StatusCode::kFailedPrecondition) << after_stop;
 
   auto p = MustStart(Config(dir.path()), "lw-bad-health");
   ASSERT_NE(p, nullptr);
@@ -368,6 +381,8 @@ TEST(FaultyPluginTest, LwNoSnapshotSendsNothingUntilTheClientGivesUp) {
   v1beta1::ListAndWatchResponse msg;
   EXPECT_FALSE(stream->Read(&msg));
   EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The server lets go of the stream once the client gave up, not only on Stop.
+  EXPECT_TRUE(WaitFor([&] { return s.plugin().HeldCalls() == 0; }));
 }
 
 TEST(FaultyPluginTest, StopDuringBlockedLwNoSnapshotReturnsWithinBound) {
@@ -382,9 +397,7 @@ TEST(FaultyPluginTest, StopDuringBlockedLwNoSnapshotReturnsWithinBound) {
     stream->Finish();
     return got;
   });
-  // The stream is open once the server answers with headers or nothing; a
-  // second call proves the server is up before Stop.
-  s.Options();
+  ASSERT_TRUE(WaitFor([&] { return s.plugin().HeldCalls() == 1; })) << "stream not held";
   auto stop = std::async(std::launch::async, [&] { s.plugin().Stop(); });
   ASSERT_EQ(stop.wait_for(kBound), std::future_status::ready) << "Stop hangs";
   ASSERT_EQ(reader.wait_for(kBound), std::future_status::ready) << "stream not ended";
@@ -663,6 +676,8 @@ TEST(FaultyPluginTest, PrefSlowHoldsOnlyTheLargestRequestsUntilTheClientGivesUp)
   // 4 devices: size 3 (= count - 1) and 4 are held.
   grpc::Status held = s.Preferred(kAllIds, {}, 3, &resp, 300ms);
   EXPECT_EQ(held.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << held.error_message();
+  // The server lets go of the call once the client gave up, not only on Stop.
+  EXPECT_TRUE(WaitFor([&] { return s.plugin().HeldCalls() == 0; }));
   v1beta1::PreferredAllocationResponse small;
   ASSERT_TRUE(s.Preferred(kAllIds, {}, 2, &small).ok());
   ASSERT_EQ(small.container_responses_size(), 1);
@@ -676,7 +691,7 @@ TEST(FaultyPluginTest, StopDuringBlockedPrefSlowReturnsWithinBound) {
     v1beta1::PreferredAllocationResponse resp;
     return s.Preferred(kAllIds, {}, 4, &resp, 60s);
   });
-  s.Options();  // the server is up
+  ASSERT_TRUE(WaitFor([&] { return s.plugin().HeldCalls() == 1; })) << "call not held";
   auto stop = std::async(std::launch::async, [&] { s.plugin().Stop(); });
   ASSERT_EQ(stop.wait_for(kBound), std::future_status::ready) << "Stop hangs";
   ASSERT_EQ(call.wait_for(kBound), std::future_status::ready) << "call not ended";
