@@ -1,6 +1,7 @@
 #include "kdm/devicemanager/endpoint.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/resource_quota.h>
 
 #include <utility>
 
@@ -22,10 +23,17 @@ Status FromGrpc(const grpc::Status& s, const std::string& what) {
 }
 
 StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> DialPlugin(
-    const std::string& socket_path, std::chrono::milliseconds timeout) {
+    const std::string& socket_path, std::chrono::milliseconds timeout, int max_receive_bytes) {
   grpc::ChannelArguments args;
   // A private connection per endpoint: closing the endpoint closes it.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // Explicit, so that a plugin cannot make the Manager buffer a huge message.
+  args.SetMaxReceiveMessageSize(max_receive_bytes);
+  // gRPC 1.51 checks that size only once a whole message has arrived; a
+  // memory quota per channel bounds what a plugin can make it buffer first.
+  grpc::ResourceQuota quota("kdm-plugin-" + socket_path);
+  quota.Resize(static_cast<size_t>(max_receive_bytes) * 2 + (1 << 20));
+  args.SetResourceQuota(quota);
   auto channel = grpc::CreateCustomChannel("unix://" + socket_path,
                                            grpc::InsecureChannelCredentials(), args);
   if (!channel->WaitForConnected(DeadlineIn(timeout))) {
@@ -36,23 +44,48 @@ StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> DialPlugin(
       v1beta1::DevicePlugin::NewStub(channel));
 }
 
+Status ValidateSnapshot(const std::string& resource,
+                        const v1beta1::ListAndWatchResponse& snapshot,
+                        const SnapshotLimits& limits) {
+  const std::size_t count = static_cast<std::size_t>(snapshot.devices_size());
+  if (count > limits.max_devices) {
+    return InvalidArgumentError("ListAndWatch of " + resource + " sent " + std::to_string(count) +
+                                " devices, more than the limit of " +
+                                std::to_string(limits.max_devices));
+  }
+  for (const auto& d : snapshot.devices()) {
+    if (d.id().size() <= limits.max_id_bytes) continue;
+    std::string shown = d.id().substr(0, 64);
+    for (char& c : shown) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == '"' || c == '\\') c = '?';
+    }
+    return InvalidArgumentError("ListAndWatch of " + resource + " sent device id \"" + shown +
+                                "...\" of " + std::to_string(d.id().size()) +
+                                " bytes, longer than the limit of " +
+                                std::to_string(limits.max_id_bytes));
+  }
+  return OkStatus();
+}
+
 Endpoint::Endpoint(std::string resource, std::string socket_path,
                    std::shared_ptr<v1beta1::DevicePlugin::StubInterface> stub,
-                   Deadlines deadlines, Callbacks callbacks)
+                   Deadlines deadlines, Callbacks callbacks, SnapshotLimits limits)
     : resource_(std::move(resource)),
       socket_path_(std::move(socket_path)),
       stub_(std::move(stub)),
       deadlines_(deadlines),
-      callbacks_(std::move(callbacks)) {}
+      callbacks_(std::move(callbacks)),
+      limits_(limits) {}
 
 Endpoint::~Endpoint() { Stop(); }
 
 StatusOr<std::shared_ptr<Endpoint>> Endpoint::Connect(
     std::string resource, std::string socket_path,
     std::shared_ptr<v1beta1::DevicePlugin::StubInterface> stub, Deadlines deadlines,
-    Callbacks callbacks) {
+    Callbacks callbacks, SnapshotLimits limits) {
   std::shared_ptr<Endpoint> ep(new Endpoint(std::move(resource), std::move(socket_path),
-                                            std::move(stub), deadlines, std::move(callbacks)));
+                                            std::move(stub), deadlines, std::move(callbacks),
+                                            limits));
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(deadlines.options));
@@ -72,13 +105,16 @@ StatusOr<std::shared_ptr<Endpoint>> Endpoint::Connect(
   return ep;
 }
 
-bool Endpoint::HasFirstSnapshotOrEnded() const { return latest_.seq > 0 || stream_ended_; }
+bool Endpoint::HasFirstSnapshotOrEnded() const {
+  return latest_.seq > 0 || stream_ended_ || !first_refusal_.ok();
+}
 
 Status Endpoint::WaitForFirstSnapshot() {
   absl::MutexLock lock(&mu_);
   mu_.AwaitWithTimeout(absl::Condition(this, &Endpoint::HasFirstSnapshotOrEnded),
                        absl::FromChrono(deadlines_.first_snapshot));
   if (latest_.seq > 0) return OkStatus();
+  if (!first_refusal_.ok()) return first_refusal_;
   if (stream_ended_) {
     grpc::Status why = stream_status_.ok()
                            ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed")
@@ -99,6 +135,18 @@ void Endpoint::ReadLoop() {
       stub_->ListAndWatch(&stream_context_, empty);
   v1beta1::ListAndWatchResponse response;
   while (reader->Read(&response)) {
+    if (Status valid = ValidateSnapshot(resource_, response, limits_); !valid.ok()) {
+      // Dropped: the previous snapshot (if any) stays the latest.
+      spdlog::error("event=snapshot_refused resource={} socket={} error=\"{}\"", resource_,
+                    socket_path_, valid.message());
+      {
+        absl::MutexLock lock(&mu_);
+        if (latest_.seq == 0 && first_refusal_.ok()) first_refusal_ = valid;
+      }
+      response.Clear();
+      if (callbacks_.on_snapshot_refused) callbacks_.on_snapshot_refused(this, valid);
+      continue;
+    }
     {
       absl::MutexLock lock(&mu_);
       latest_.seq++;
@@ -116,6 +164,12 @@ void Endpoint::ReadLoop() {
     notify = !stop_requested_;
   }
   if (notify) {
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      // A message bigger than the channel's max receive size: gRPC refuses
+      // it and ends the stream; the plugin counts as disconnected.
+      spdlog::error("event=listandwatch_message_too_large resource={} socket={} error=\"{}\"",
+                    resource_, socket_path_, status.error_message());
+    }
     spdlog::info("event=listandwatch_ended resource={} socket={} code={} message=\"{}\"",
                  resource_, socket_path_, static_cast<int>(status.error_code()),
                  status.error_message());

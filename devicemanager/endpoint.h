@@ -25,6 +25,7 @@
 #define KDM_DEVICEMANAGER_ENDPOINT_H_
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -42,11 +43,32 @@ namespace kdm::devicemanager {
 // Converts a gRPC status, prefixing the message with `what`.
 Status FromGrpc(const grpc::Status& s, const std::string& what);
 
+// The default largest message accepted from a plugin (4 MiB, gRPC's own
+// default, made explicit): Manager::Options::max_plugin_message_bytes.
+inline constexpr int kDefaultMaxPluginMessageBytes = 4 << 20;
+
 // Opens a channel to the unix socket `socket_path` (a private connection, not
-// shared with other channels) and waits up to `timeout` for it to connect.
+// shared with other channels) that accepts messages of at most
+// `max_receive_bytes` (a bigger one fails its RPC or ends its stream with
+// RESOURCE_EXHAUSTED), and waits up to `timeout` for it to connect.
 // UNAVAILABLE naming the path when it does not.
 StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> DialPlugin(
-    const std::string& socket_path, std::chrono::milliseconds timeout);
+    const std::string& socket_path, std::chrono::milliseconds timeout,
+    int max_receive_bytes = kDefaultMaxPluginMessageBytes);
+
+// Bounds on one ListAndWatch snapshot. SPEC does not bound device ids; kdm
+// takes a DNS-subdomain-like 253 bytes, and 100,000 devices per resource.
+struct SnapshotLimits {
+  std::size_t max_devices = 100'000;
+  std::size_t max_id_bytes = 253;
+};
+
+// OK when `snapshot` has at most limits.max_devices devices and no id longer
+// than limits.max_id_bytes; else INVALID_ARGUMENT naming the resource and
+// the count, or the first offending id (truncated to 64 bytes) and its size.
+Status ValidateSnapshot(const std::string& resource,
+                        const v1beta1::ListAndWatchResponse& snapshot,
+                        const SnapshotLimits& limits);
 
 class Endpoint {
  public:
@@ -72,6 +94,9 @@ class Endpoint {
     std::function<void(Endpoint*)> on_stream_end;
     // An RPC failed (method is one of the k… names above).
     std::function<void(const char* method)> on_rpc_error;
+    // A ListAndWatch message broke the SnapshotLimits and was dropped (the
+    // previous snapshot stays the latest).
+    std::function<void(Endpoint*, const Status& why)> on_snapshot_refused;
   };
 
   // The newest ListAndWatch message and its sequence number (1 for the first).
@@ -80,13 +105,15 @@ class Endpoint {
     v1beta1::ListAndWatchResponse devices;
   };
 
-  // See the file comment. Errors: GetDevicePluginOptions failed or timed out;
-  // the stream ended before its first message; no message within
+  // See the file comment. A ListAndWatch message that breaks `limits` is
+  // dropped (logged, on_snapshot_refused). Errors: GetDevicePluginOptions
+  // failed or timed out; the stream ended before its first message; the
+  // first message broke `limits` (that message's error); no message within
   // deadlines.first_snapshot. On error nothing is left running.
   static StatusOr<std::shared_ptr<Endpoint>> Connect(
       std::string resource, std::string socket_path,
       std::shared_ptr<v1beta1::DevicePlugin::StubInterface> stub, Deadlines deadlines,
-      Callbacks callbacks);
+      Callbacks callbacks, SnapshotLimits limits = {});
 
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
@@ -116,7 +143,7 @@ class Endpoint {
  private:
   Endpoint(std::string resource, std::string socket_path,
            std::shared_ptr<v1beta1::DevicePlugin::StubInterface> stub, Deadlines deadlines,
-           Callbacks callbacks);
+           Callbacks callbacks, SnapshotLimits limits);
 
   void ReadLoop();
   // Waits (deadlines_.first_snapshot) for the first ListAndWatch message.
@@ -130,6 +157,7 @@ class Endpoint {
   const std::shared_ptr<v1beta1::DevicePlugin::StubInterface> stub_;
   const Deadlines deadlines_;
   const Callbacks callbacks_;
+  const SnapshotLimits limits_;
   v1beta1::DevicePluginOptions options_;  // set once by Connect
 
   mutable absl::Mutex mu_;
@@ -137,6 +165,8 @@ class Endpoint {
   bool stream_ended_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status stream_status_ ABSL_GUARDED_BY(mu_);
+  // Why the first message was refused (Connect fails with it).
+  Status first_refusal_ ABSL_GUARDED_BY(mu_);
 
   // The stream's context: cancelled by Stop(), read by the reader thread.
   grpc::ClientContext stream_context_;

@@ -137,6 +137,11 @@ struct ManagerStats {
   int64_t allocations = 0;             // (container, resource) allocations committed
   int64_t allocation_failures = 0;     // Allocate() calls that returned an error
   int64_t checkpoint_errors = 0;       // store writes that failed
+  // ListAndWatch messages dropped for breaking the snapshot limits (more than
+  // 100,000 devices, or a device id longer than 253 bytes).
+  int64_t snapshots_refused = 0;
+  // Allocate() calls refused by Options::restrictions.
+  int64_t restricted_rejections = 0;
   // Not a counter: plugin endpoints now, by state. "connected": a live
   // ListAndWatch stream; "stopped": the resource's last endpoint went away
   // and its grace period runs.
@@ -177,6 +182,20 @@ class Manager {
     // Where registrations, Allocate durations and checkpoint write times are
     // reported (docs/metrics.md). Null: nowhere.
     std::shared_ptr<Metrics> metrics;
+    // The largest message accepted from a plugin, in bytes (4 MiB). A bigger
+    // ListAndWatch message ends that plugin's stream (gRPC refuses it with
+    // RESOURCE_EXHAUSTED before buffering it): the plugin counts as
+    // disconnected, its devices turn unhealthy (capacity kept) and the grace
+    // period runs, as for any stream end. At least 4096.
+    int max_plugin_message_bytes = 4 << 20;
+    // Admission restrictions: resource name -> the namespaces whose pods may
+    // use it. Allocate() refuses (PERMISSION_DENIED, before any device is
+    // reserved) every container of a pod outside the list when any container
+    // of that pod asks for the resource: `resource "<r>" is restricted to
+    // namespaces <a>, <b>; pod namespace "<ns>" is not allowed`. Keys must be
+    // extended resource names, lists non-empty DNS-1123 labels. Empty: no
+    // restriction.
+    std::map<std::string, std::set<std::string>> restrictions;
   };
 
   using HealthCallback = std::function<void(const std::vector<DeviceHealthEvent>& events)>;

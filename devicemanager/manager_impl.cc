@@ -36,6 +36,16 @@ std::vector<DeviceHealthEvent> HealthChanges(const std::string& resource,
   return events;
 }
 
+bool IsDns1123Label(std::string_view s) {
+  if (s.empty() || s.size() > 63) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(s.front()) || !alnum(s.back())) return false;
+  for (char c : s) {
+    if (!alnum(c) && c != '-') return false;
+  }
+  return true;
+}
+
 std::set<std::string> ActivePods(const Manager::Options& options) {
   if (!options.active_pods) return {};
   return options.active_pods();
@@ -44,6 +54,48 @@ std::set<std::string> ActivePods(const Manager::Options& options) {
 }  // namespace
 
 // ---------------------------------------------------------------- Create
+
+Status ValidateRestrictions(const std::map<std::string, std::set<std::string>>& restrictions) {
+  for (const auto& [resource, namespaces] : restrictions) {
+    if (!IsExtendedResourceName(resource)) {
+      return InvalidArgumentError("Options.restrictions: \"" + resource +
+                                  "\" is not an extended resource name (domain/name)");
+    }
+    if (namespaces.empty()) {
+      return InvalidArgumentError("Options.restrictions: resource \"" + resource +
+                                  "\" has an empty namespace list");
+    }
+    for (const std::string& ns : namespaces) {
+      if (!IsDns1123Label(ns)) {
+        return InvalidArgumentError("Options.restrictions: resource \"" + resource +
+                                    "\": namespace \"" + ns +
+                                    "\" is not a DNS-1123 label (lowercase letters, digits, "
+                                    "'-', at most 63)");
+      }
+    }
+  }
+  return OkStatus();
+}
+
+Status CheckRestrictions(const std::map<std::string, std::set<std::string>>& restrictions,
+                         const Pod& pod) {
+  if (restrictions.empty()) return OkStatus();
+  for (const auto* list : {&pod.init_containers, &pod.containers}) {
+    for (const Container& c : *list) {
+      for (const auto& [resource, limit] : c.limits) {
+        auto it = restrictions.find(resource);
+        if (it == restrictions.end() || limit.IsZero()) continue;
+        if (it->second.count(pod.namespace_name)) continue;
+        std::string allowed;
+        for (const std::string& ns : it->second) allowed += (allowed.empty() ? "" : ", ") + ns;
+        return PermissionDeniedError("resource \"" + resource + "\" is restricted to namespaces " +
+                                     allowed + "; pod namespace \"" + pod.namespace_name +
+                                     "\" is not allowed");
+      }
+    }
+  }
+  return OkStatus();
+}
 
 StatusOr<std::unique_ptr<Manager>> Manager::Create(Options options) {
   if (options.plugin_dir.empty()) {
@@ -66,10 +118,19 @@ StatusOr<std::unique_ptr<Manager>> Manager::Create(Options options) {
   KDM_RETURN_IF_ERROR(positive(options.rpc_timeout, "rpc_timeout"));
   KDM_RETURN_IF_ERROR(positive(options.pre_start_timeout, "pre_start_timeout"));
   KDM_RETURN_IF_ERROR(positive(options.grace_period, "grace_period"));
+  if (options.max_plugin_message_bytes < 4096) {
+    return InvalidArgumentError("Options.max_plugin_message_bytes must be at least 4096, got " +
+                                std::to_string(options.max_plugin_message_bytes));
+  }
+  KDM_RETURN_IF_ERROR(ValidateRestrictions(options.restrictions));
   if (!options.store) options.store = checkpoint::NewMemoryStore();
   if (!options.clock) options.clock = NewRealClock();
   if (!options.boot_id_provider) options.boot_id_provider = [] { return ReadBootId(); };
-  return std::unique_ptr<Manager>(new ManagerImpl(std::move(options), &DialPlugin));
+  const int max_bytes = options.max_plugin_message_bytes;
+  return std::unique_ptr<Manager>(new ManagerImpl(
+      std::move(options), [max_bytes](const std::string& path, std::chrono::milliseconds timeout) {
+        return DialPlugin(path, timeout, max_bytes);
+      }));
 }
 
 // ---------------------------------------------------------------- lifecycle
@@ -93,6 +154,15 @@ Status ManagerImpl::Start() {
   }
   const std::string& dir = options_.plugin_dir;
   KDM_RETURN_IF_ERROR(EnsureDirectory(dir, 0750));
+  // An existing directory more open than 0750 is tightened: anyone who can
+  // write there could plant sockets or symlinks for plugins to meet.
+  if (StatusOr<unsigned> was = TightenDirectoryMode(dir, 0750); !was.ok()) {
+    spdlog::warn("event=plugin_dir_mode_not_restricted dir={} error=\"{}\"", dir,
+                 was.status().message());
+  } else if ((*was & ~0750u) != 0) {
+    spdlog::warn("event=plugin_dir_mode_restricted dir={} old_mode={} new_mode={}", dir,
+                 ModeText(*was), ModeText(*was & 0750u));
+  }
 
   std::string boot_id;
   if (options_.boot_id_provider) {
@@ -195,17 +265,37 @@ void ManagerImpl::RunDeferred(Deferred deferred, bool reap_retired) {
 
 // ---------------------------------------------------------------- registration
 
-Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::string& socket_path) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return UnavailableError("device manager is stopping");
+std::optional<std::string> ManagerImpl::OtherResourceOfSocketLocked(
+    const std::string& resource, const std::string& socket_path) const {
+  for (const auto& [other, state] : resources_) {
+    if (other == resource) continue;
+    auto it = state.endpoints.find(socket_path);
+    if (it != state.endpoints.end() && !it->second->stopped()) return other;
   }
+  return std::nullopt;
+}
+
+Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::string& socket_path) {
   auto refuse = [&](const Status& s) {
     UpdateStats([](ManagerStats& st) { st.registrations_rejected++; });
     spdlog::warn("event=plugin_refused resource={} socket={} error=\"{}\"", resource, socket_path,
                  s.message());
     return s;
   };
+  // A socket serves one resource: a second resource naming a socket that is
+  // connected for another would make one plugin feed two resources.
+  auto socket_taken = [&](const std::string& other) {
+    return refuse(AlreadyExistsError("endpoint " + socket_path + " is already registered for "
+                                     "resource \"" + other + "\"; a plugin socket serves one "
+                                     "resource, so it cannot also serve \"" + resource + "\""));
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return UnavailableError("device manager is stopping");
+    if (auto other = OtherResourceOfSocketLocked(resource, socket_path)) {
+      return socket_taken(*other);
+    }
+  }
   auto stub = stub_factory_(socket_path, options_.registration_timeout);
   if (!stub.ok()) return refuse(stub.status());
 
@@ -218,13 +308,20 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
   callbacks.on_update = [this](Endpoint* ep) { OnEndpointUpdate(ep); };
   callbacks.on_stream_end = [this](Endpoint* ep) { OnEndpointStreamEnd(ep); };
   callbacks.on_rpc_error = [this](const char* method) { CountRpcError(method); };
+  callbacks.on_snapshot_refused = [this](Endpoint*, const Status&) {
+    UpdateStats([](ManagerStats& st) { st.snapshots_refused++; });
+  };
   auto ep = Endpoint::Connect(resource, socket_path, *stub, deadlines, std::move(callbacks));
   if (!ep.ok()) return refuse(ep.status());
 
   Deferred deferred;
+  std::optional<std::string> taken_by;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) {
+      deferred.to_stop.push_back(*ep);
+    } else if ((taken_by = OtherResourceOfSocketLocked(resource, socket_path))) {
+      // Another resource's registration of this socket won the race.
       deferred.to_stop.push_back(*ep);
     } else {
       ResourceState& state = resources_[resource];
@@ -254,6 +351,7 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
   }
   bool refused_for_stop = deferred.to_stop.size() == 1 && deferred.to_stop[0] == *ep;
   RunDeferred(std::move(deferred));
+  if (taken_by) return socket_taken(*taken_by);
   if (refused_for_stop) return refuse(UnavailableError("device manager is stopping"));
   UpdateStats([](ManagerStats& st) { st.registrations_accepted++; });
   if (options_.metrics) options_.metrics->ObserveRegistration(resource);
@@ -389,6 +487,15 @@ Status ManagerImpl::Allocate(const Pod& pod, const std::string& container) {
   const Container* c = pod.FindContainer(container);
   if (c == nullptr) {
     return NotFoundError("pod \"" + pod.uid + "\" has no container \"" + container + "\"");
+  }
+  if (Status allowed = CheckRestrictions(options_.restrictions, pod); !allowed.ok()) {
+    UpdateStats([](ManagerStats& s) {
+      s.allocation_failures++;
+      s.restricted_rejections++;
+    });
+    spdlog::warn("event=allocate_restricted pod={} namespace={} container={} error=\"{}\"",
+                 pod.uid, pod.namespace_name, container, allowed.message());
+    return allowed;
   }
   std::map<std::string, int64_t> requests;
   {

@@ -25,6 +25,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,17 @@
 #include "kdm/devicemanager/registration_server.h"
 
 namespace kdm::devicemanager {
+
+// INVALID_ARGUMENT naming the first bad entry of Options::restrictions
+// (a key that is not an extended resource name, an empty namespace list, a
+// namespace that is not a DNS-1123 label).
+Status ValidateRestrictions(const std::map<std::string, std::set<std::string>>& restrictions);
+
+// PERMISSION_DENIED `resource "<r>" is restricted to namespaces <a>, <b>; pod
+// namespace "<ns>" is not allowed` when a container of `pod` asks for a
+// restricted resource (non-zero limit) and the pod's namespace is not listed.
+Status CheckRestrictions(const std::map<std::string, std::set<std::string>>& restrictions,
+                         const Pod& pod);
 
 class ManagerImpl : public Manager {
  public:
@@ -105,6 +118,11 @@ class ManagerImpl : public Manager {
     std::vector<Clock::TimerId> to_cancel;
     std::vector<DeviceHealthEvent> events;
   };
+
+  // The other resource whose live endpoint uses `socket_path`, if any.
+  std::optional<std::string> OtherResourceOfSocketLocked(const std::string& resource,
+                                                         const std::string& socket_path) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Status AllocateResource(const Pod& pod, const std::string& container,
                           const std::string& resource, int64_t count) ABSL_LOCKS_EXCLUDED(mu_);

@@ -8,20 +8,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <memory>
+
+#include "kdm/pluginapi/constants.h"
 
 namespace kdm::devicemanager {
 
 namespace {
 
 std::string ErrnoText(int err) { return std::string(strerror(err)); }
-
-std::string RealPath(const std::string& path) {
-  char buf[PATH_MAX];
-  if (realpath(path.c_str(), buf) == nullptr) return "";
-  return buf;
-}
 
 }  // namespace
 
@@ -84,36 +81,68 @@ StatusOr<std::vector<std::string>> RemoveSocketsExcept(const std::string& dir,
   return removed;
 }
 
+StatusOr<unsigned> TightenDirectoryMode(const std::string& dir, unsigned max_mode) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    return InternalError("cannot stat " + dir + ": " + ErrnoText(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) return InternalError(dir + " is not a directory");
+  const unsigned mode = st.st_mode & 07777;
+  if ((mode & ~max_mode) == 0) return mode;
+  if (chmod(dir.c_str(), static_cast<mode_t>(mode & max_mode)) != 0) {
+    return InternalError("cannot restrict " + dir + " to mode " + ModeText(mode & max_mode) +
+                         ": " + ErrnoText(errno));
+  }
+  return mode;
+}
+
+std::string ModeText(unsigned mode) {
+  char buf[8];
+  snprintf(buf, sizeof(buf), "%04o", mode & 07777);
+  return buf;
+}
+
 StatusOr<std::string> CheckPluginEndpoint(const std::string& dir, const std::string& endpoint) {
+  // The name as shown in messages: NUL bytes visible, long names truncated.
+  std::string shown;
+  for (char c : endpoint.substr(0, 64)) shown += c == '\0' ? std::string("\\0") : std::string(1, c);
+  if (endpoint.size() > 64) shown += "...";
   auto invalid = [&](std::string_view why) {
-    return InvalidArgumentError("invalid endpoint \"" + endpoint + "\": " + std::string(why));
+    return InvalidArgumentError("invalid endpoint \"" + shown + "\": " + std::string(why));
   };
   if (endpoint.empty()) return invalid("the socket file name is empty");
+  if (endpoint.find('\0') != std::string::npos) return invalid("contains a NUL byte");
   if (endpoint.find('/') != std::string::npos) {
     return invalid("must be a plain file name inside the plugin directory, without '/'");
   }
+  if (endpoint == ".") return invalid("must name a file, not the directory");
   if (endpoint.find("..") != std::string::npos) return invalid("must not contain \"..\"");
-  if (endpoint == "." ) return invalid("must name a file, not the directory");
+  if (endpoint.size() > kMaxEndpointNameLength) {
+    return invalid("the file name is " + std::to_string(endpoint.size()) +
+                   " bytes, longer than " + std::to_string(kMaxEndpointNameLength));
+  }
   std::string path = JoinPath(dir, endpoint);
+  if (path.size() > pluginapi::kMaxUnixSocketPathLength) {
+    return invalid("the socket path is " + std::to_string(path.size()) +
+                   " bytes, longer than the " +
+                   std::to_string(pluginapi::kMaxUnixSocketPathLength) +
+                   " a unix socket path can hold");
+  }
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) {
-      return NotFoundError("invalid endpoint \"" + endpoint + "\": no such file in " + dir);
+      return NotFoundError("invalid endpoint \"" + shown + "\": no such file in " + dir);
     }
     return invalid("cannot stat " + path + ": " + ErrnoText(errno));
   }
+  if (S_ISSOCK(st.st_mode)) return path;
   if (S_ISLNK(st.st_mode)) {
-    std::string target = RealPath(path);
-    std::string real_dir = RealPath(dir);
-    if (target.empty()) return invalid("symlink does not resolve");
-    auto slash = target.rfind('/');
-    if (real_dir.empty() || slash == std::string::npos || target.substr(0, slash) != real_dir) {
-      return invalid("symlink leads outside the plugin directory");
-    }
-    if (stat(path.c_str(), &st) != 0) return invalid("symlink does not resolve");
+    return invalid("is a symlink; the plugin's socket itself must be in the plugin directory");
   }
-  if (!S_ISSOCK(st.st_mode)) return invalid("not a unix socket");
-  return path;
+  if (S_ISDIR(st.st_mode)) return invalid("not a unix socket but a directory");
+  if (S_ISREG(st.st_mode)) return invalid("not a unix socket but a regular file");
+  if (S_ISFIFO(st.st_mode)) return invalid("not a unix socket but a FIFO");
+  return invalid("not a unix socket");
 }
 
 }  // namespace kdm::devicemanager

@@ -14,6 +14,7 @@
 #ifndef KDM_DEVICEMANAGER_OS_H_
 #define KDM_DEVICEMANAGER_OS_H_
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,10 +38,27 @@ Status EnsureDirectory(const std::string& dir, unsigned mode);
 StatusOr<std::vector<std::string>> RemoveSocketsExcept(const std::string& dir,
                                                        std::string_view keep);
 
-// SPEC §5.4: `endpoint` must be a plain file name (no '/', no "..", not
-// empty) of an existing unix socket inside `dir`; a symlink is allowed only
-// when it resolves to a socket inside `dir`. Returns the socket's path
-// (dir + "/" + endpoint) or INVALID_ARGUMENT / NOT_FOUND naming the endpoint.
+// A permission mode as four octal digits, e.g. "0750".
+std::string ModeText(unsigned mode);
+
+// Removes every permission bit of the existing directory `dir` that
+// `max_mode` does not have (e.g. 0777 -> 0750 for max_mode 0750); a
+// directory already as strict is left alone. Returns the mode found (before
+// any change). Errors (INTERNAL naming the path and errno): cannot stat, not
+// a directory, chmod refused (e.g. not the owner).
+StatusOr<unsigned> TightenDirectoryMode(const std::string& dir, unsigned max_mode);
+
+// The longest plugin socket file name CheckPluginEndpoint accepts (NAME_MAX).
+inline constexpr std::size_t kMaxEndpointNameLength = 255;
+
+// SPEC §5.4: `endpoint` must be a plain file name (not empty, no '/', no NUL,
+// not "." or "..", no "..", at most kMaxEndpointNameLength bytes, and
+// dir + "/" + endpoint must fit a unix socket path) naming an existing unix
+// socket directly inside `dir`. A symlink is refused whatever it points to
+// (checked with lstat), and so is a directory, a regular file, a FIFO or a
+// device. Returns the socket's path (dir + "/" + endpoint); errors name the
+// endpoint and the reason: NOT_FOUND when no such name exists in `dir`,
+// INVALID_ARGUMENT otherwise.
 StatusOr<std::string> CheckPluginEndpoint(const std::string& dir, const std::string& endpoint);
 
 // Joins a directory and a file name with exactly one '/'.

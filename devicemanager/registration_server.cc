@@ -1,7 +1,11 @@
 #include "kdm/devicemanager/registration_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <chrono>
 #include <utility>
@@ -137,6 +141,13 @@ StatusOr<std::unique_ptr<RegistrationServer>> RegistrationServer::Start(
   rs->server_ = builder.BuildAndStart();
   if (!rs->server_) {
     return UnavailableError("cannot serve Registration on " + socket);
+  }
+  // Only the node agent's user may register plugins. The directory (0750)
+  // already keeps others out while the socket briefly has the umask's mode.
+  if (::chmod(socket.c_str(), 0600) != 0) {
+    std::string error = strerror(errno);
+    rs->Stop();
+    return InternalError("cannot make " + socket + " mode 0600: " + error);
   }
   spdlog::info("event=registration_serving socket={}", socket);
   return rs;

@@ -58,9 +58,9 @@ class RegistrationServer {
   // Gets every request refused by validation (before the Handler).
   using RejectObserver = std::function<void(const Status& why)>;
 
-  // Removes a stale <dir>/kubelet.sock and serves Registration there.
-  // REQUIRES: `dir` exists. Errors: the socket path is too long, or the
-  // server cannot bind.
+  // Removes a stale <dir>/kubelet.sock and serves Registration there, the
+  // socket made mode 0600. REQUIRES: `dir` exists. Errors: the socket path is
+  // too long, the server cannot bind, or the socket's mode cannot be set.
   static StatusOr<std::unique_ptr<RegistrationServer>> Start(const std::string& dir,
                                                              Handler handler,
                                                              RejectObserver on_invalid = {});

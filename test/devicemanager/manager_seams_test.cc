@@ -140,30 +140,65 @@ TEST_F(OsTest, CheckPluginEndpointAcceptsOnlyPlainSocketsInside) {
   ASSERT_EQ(symlink((dir_ + "/ok.sock").c_str(), (dir_ + "/alias.sock").c_str()), 0);
   ASSERT_EQ(symlink("/etc/passwd", (dir_ + "/out.sock").c_str()), 0);
   ASSERT_EQ(symlink((dir_ + "/gone").c_str(), (dir_ + "/dangling.sock").c_str()), 0);
+  ASSERT_EQ(mkfifo((dir_ + "/fifo.sock").c_str(), 0600), 0);
+  std::filesystem::create_directory(dir_ + "/sub");
   EXPECT_EQ(*CheckPluginEndpoint(dir_, "ok.sock"), dir_ + "/ok.sock");
-  EXPECT_EQ(*CheckPluginEndpoint(dir_ + "/", "alias.sock"), dir_ + "/alias.sock");
+  EXPECT_EQ(*CheckPluginEndpoint(dir_ + "/", "ok.sock"), dir_ + "/ok.sock");
+  // Longest name whose path still fits a sun_path (107 bytes).
+  std::string fits(107 - dir_.size() - 1, 'f');
+  MakeSocket(dir_ + "/" + fits);
+  EXPECT_TRUE(CheckPluginEndpoint(dir_, fits).ok());
   struct Bad {
     std::string endpoint;
     std::string message;
+    std::string shown;  // how the message names the endpoint; "" = endpoint
   };
   for (const Bad& b : std::vector<Bad>{
-           {"", "the socket file name is empty"},
-           {"a/b", "without '/'"},
-           {"/abs.sock", "without '/'"},
-           {"..", "must not contain \"..\""},
-           {"x..y", "must not contain \"..\""},
-           {".", "must name a file"},
-           {"file.sock", "not a unix socket"},
-           {"out.sock", "symlink leads outside the plugin directory"},
-           {"dangling.sock", "symlink does not resolve"},
-           {"missing.sock", "no such file in " + dir_},
+           {"", "the socket file name is empty", ""},
+           {std::string("ok.sock\0x", 9), "contains a NUL byte", "ok.sock\\0x"},
+           {"a/b", "without '/'", ""},
+           {"/abs.sock", "without '/'", ""},
+           {"..", "must not contain \"..\"", ""},
+           {"x..y", "must not contain \"..\"", ""},
+           {".", "must name a file", ""},
+           {fits + "x", "longer than the 107 a unix socket path can hold", fits.substr(0, 64) + "..."},
+           {std::string(256, 'n'), "256 bytes, longer than 255", std::string(64, 'n') + "..."},
+           {"file.sock", "not a unix socket but a regular file", ""},
+           {"sub", "not a unix socket but a directory", ""},
+           {"fifo.sock", "not a unix socket but a FIFO", ""},
+           {"alias.sock", "is a symlink", ""},
+           {"out.sock", "is a symlink", ""},
+           {"dangling.sock", "is a symlink", ""},
+           {"missing.sock", "no such file in " + dir_, ""},
        }) {
     SCOPED_TRACE(b.endpoint);
     auto r = CheckPluginEndpoint(dir_, b.endpoint);
     ASSERT_FALSE(r.ok());
-    EXPECT_THAT(r.status().message(), HasSubstr("invalid endpoint \"" + b.endpoint + "\""));
+    const std::string shown = b.shown.empty() ? b.endpoint : b.shown;
+    EXPECT_THAT(r.status().message(), HasSubstr("invalid endpoint \"" + shown + "\""));
     EXPECT_THAT(r.status().message(), HasSubstr(b.message));
   }
+}
+
+TEST_F(OsTest, TightenDirectoryModeRemovesOnlyExtraBits) {
+  std::string d = dir_ + "/open";
+  ASSERT_EQ(mkdir(d.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(d.c_str(), 0777), 0);
+  auto was = TightenDirectoryMode(d, 0750);
+  ASSERT_TRUE(was.ok()) << was.status();
+  EXPECT_EQ(*was, 0777u);
+  struct stat st;
+  ASSERT_EQ(stat(d.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  // Stricter than asked: left alone.
+  ASSERT_EQ(chmod(d.c_str(), 0700), 0);
+  EXPECT_EQ(*TightenDirectoryMode(d, 0750), 0700u);
+  ASSERT_EQ(stat(d.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  EXPECT_EQ(ModeText(0750), "0750");
+  EXPECT_FALSE(TightenDirectoryMode(dir_ + "/missing", 0750).ok());
+  MakeFile(dir_ + "/plain");
+  EXPECT_FALSE(TightenDirectoryMode(dir_ + "/plain", 0750).ok());
 }
 
 TEST(JoinPathTest, ExactlyOneSlash) {
