@@ -87,8 +87,9 @@ StatusOr<json> ParseDocument(std::string_view text, bool as_json) {
   }
 }
 
-bool IsDns1123Label(std::string_view s) {
-  if (s.empty() || s.size() > 63) return false;
+// [a-z0-9]([-a-z0-9]*[a-z0-9])?, any length.
+bool IsDns1123LabelChars(std::string_view s) {
+  if (s.empty()) return false;
   for (size_t i = 0; i < s.size(); ++i) {
     char c = s[i];
     bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
@@ -97,13 +98,17 @@ bool IsDns1123Label(std::string_view s) {
   return true;
 }
 
+bool IsDns1123Label(std::string_view s) { return s.size() <= 63 && IsDns1123LabelChars(s); }
+
+// Kubernetes' IsDNS1123Subdomain: at most 253 characters in all, with no
+// limit per dot-separated part (unlike a DNS label).
 bool IsDns1123Subdomain(std::string_view s) {
   if (s.empty() || s.size() > 253) return false;
   size_t start = 0;
   while (true) {
     size_t dot = s.find('.', start);
     std::string_view part = s.substr(start, dot == std::string_view::npos ? s.npos : dot - start);
-    if (!IsDns1123Label(part)) return false;
+    if (!IsDns1123LabelChars(part)) return false;
     if (dot == std::string_view::npos) return true;
     start = dot + 1;
   }

@@ -293,5 +293,30 @@ TEST(PodManifestTest, ExtendedResourceNames) {
   EXPECT_FALSE(IsExtendedResourceName("example.com/-x"));
 }
 
+// Fuzz finding (fuzz/regressions/registration/resource-domain-label-over-63-chars):
+// the registration check accepted "ve5...5com/gf" (one 64+-character domain
+// part) while the manifest reader called it a native resource. Kubernetes'
+// IsDNS1123Subdomain limits only the whole domain (253), not each part, so
+// both now accept it and a pod can ask for the resource a plugin registered.
+TEST(PodManifestRegression, ResourceDomainLabelOver63Chars) {
+  const std::string domain = "ve" + std::string(62, '5') + "com";  // one 67-char part
+  EXPECT_TRUE(IsExtendedResourceName(domain + "/gf"));
+  EXPECT_TRUE(IsExtendedResourceName(std::string(253, 'a') + "/gpu"));
+  EXPECT_FALSE(IsExtendedResourceName(std::string(254, 'a') + "/gpu"));
+  const std::string manifest = "apiVersion: v1\nkind: Pod\nmetadata: {name: " +
+                               std::string(70, 'p') +
+                               "}\nspec:\n  containers:\n  - name: main\n"
+                               "    resources: {limits: {" + domain + "/gf: 1}}\n";
+  auto pod = ParsePodManifest(manifest, "long.yaml");
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_EQ(pod->name, std::string(70, 'p'));
+  EXPECT_EQ(pod->containers[0].limits.at(domain + "/gf"), Quantity::FromInt(1));
+  // The namespace is a DNS label: 63 characters at most.
+  auto bad = ParsePodManifest("apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: " +
+                                  std::string(64, 'n') + "}\nspec: {containers: [{name: m}]}\n",
+                              "ns.yaml");
+  EXPECT_FALSE(bad.ok());
+}
+
 }  // namespace
 }  // namespace kdm::fakes
