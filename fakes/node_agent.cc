@@ -181,6 +181,7 @@ Status NodeAgentImpl::Init() {
   mo.registration_timeout = options_.rpc_timeout;
   mo.grace_period = options_.grace_period;
   mo.active_pods = [this] { return ActiveUids(); };
+  mo.restrictions = options_.restrictions;
   // The Manager reports registrations, allocation and checkpoint latencies
   // as they happen, so the registry exists before it does.
   if (!options_.metrics_addr.empty()) {
@@ -518,8 +519,13 @@ void NodeAgentImpl::AdmitFile(const std::string& file_name, FileEntry& entry) {
     if (Status r = manager_->RemovePod(pod.uid); !r.ok()) {
       spdlog::warn("event=pod_remove_failed uid={} error=\"{}\"", pod.uid, r.message());
     }
-    Reject(file_name, entry, kReasonUnexpectedAdmissionError,
-           AdmissionFailureMessage(s.message()));
+    if (s.code() == StatusCode::kPermissionDenied) {
+      // An administrator's rule (--restrict), not an unexpected failure.
+      Reject(file_name, entry, kReasonRestrictedResource, s.message());
+    } else {
+      Reject(file_name, entry, kReasonUnexpectedAdmissionError,
+             AdmissionFailureMessage(s.message()));
+    }
     return;
   }
   entry.state = PodState::kAdmitted;
@@ -550,6 +556,50 @@ StatusOr<std::unique_ptr<NodeAgent>> NodeAgent::Start(Options options) {
     return s;
   }
   return std::unique_ptr<NodeAgent>(std::move(agent));
+}
+
+StatusOr<std::map<std::string, std::set<std::string>>> ParseRestrictions(
+    const std::vector<std::string>& values) {
+  auto is_label = [](std::string_view v) {
+    if (v.empty() || v.size() > 63) return false;
+    auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+    if (!alnum(v.front()) || !alnum(v.back())) return false;
+    return std::all_of(v.begin(), v.end(), [&](char c) { return alnum(c) || c == '-'; });
+  };
+  std::map<std::string, std::set<std::string>> out;
+  for (const std::string& value : values) {
+    auto bad = [&](const std::string& why) {
+      return InvalidArgumentError("\"" + value + "\": " + why +
+                                  " (expected RESOURCE=NAMESPACE[,NAMESPACE...], e.g. "
+                                  "nvidia.com/gpu=ml,research)");
+    };
+    size_t eq = value.find('=');
+    if (eq == std::string::npos) return bad("no '='");
+    std::string resource = value.substr(0, eq);
+    std::string list = value.substr(eq + 1);
+    if (!IsExtendedResourceName(resource)) {
+      return bad("\"" + resource + "\" is not an extended resource name (domain/name)");
+    }
+    if (out.count(resource)) return bad("resource \"" + resource + "\" is restricted twice");
+    if (list.empty()) return bad("the namespace list is empty");
+    std::set<std::string> namespaces;
+    size_t start = 0;
+    while (true) {
+      size_t comma = list.find(',', start);
+      std::string ns = list.substr(start, comma == std::string::npos ? std::string::npos
+                                                                     : comma - start);
+      if (ns.empty()) return bad("an empty namespace name");
+      if (!is_label(ns)) {
+        return bad("namespace \"" + ns +
+                   "\" is not a DNS-1123 label (lowercase letters, digits, '-', at most 63)");
+      }
+      namespaces.insert(ns);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    out[resource] = std::move(namespaces);
+  }
+  return out;
 }
 
 }  // namespace kdm::fakes

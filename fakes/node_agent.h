@@ -39,7 +39,9 @@
 #define KDM_FAKES_NODE_AGENT_H_
 
 #include <chrono>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,15 @@
 #include "kdm/devicemanager/pod_resources_server.h"
 
 namespace kdm::fakes {
+
+// Parses `--restrict` values, each "RESOURCE=NS1,NS2,...", into
+// NodeAgent::Options::restrictions. INVALID_ARGUMENT naming the value and
+// the problem: no '=', an invalid (non-extended) resource name, an empty
+// namespace list or an empty namespace, a namespace that is not a DNS-1123
+// label, the same resource twice.
+// Example: ParseRestrictions({"nvidia.com/gpu=ml,research"}).
+StatusOr<std::map<std::string, std::set<std::string>>> ParseRestrictions(
+    const std::vector<std::string>& values);
 
 class NodeAgent {
  public:
@@ -64,6 +75,10 @@ class NodeAgent {
     std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};
     // Quiet time before a manifest change is acted on.
     std::chrono::milliseconds manifest_debounce{std::chrono::milliseconds(100)};
+    // Resource -> the namespaces whose pods may use it (Manager::Options::
+    // restrictions). A pod of another namespace asking for it is rejected
+    // with reason "RestrictedResource".
+    std::map<std::string, std::set<std::string>> restrictions;
   };
 
   // Creates the directories, opens the checkpoint, starts the Manager, the

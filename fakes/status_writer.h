@@ -40,6 +40,9 @@ inline constexpr char kReasonUnexpectedAdmissionError[] = "UnexpectedAdmissionEr
 inline constexpr char kReasonInvalidManifest[] = "InvalidManifest";
 // kdm's reason for a second manifest defining an already-defined pod.
 inline constexpr char kReasonDuplicatePod[] = "DuplicatePod";
+// kdm's reason for a pod outside the namespaces allowed a resource
+// (`kdm kubelet --restrict`).
+inline constexpr char kReasonRestrictedResource[] = "RestrictedResource";
 
 // The kubelet's message for a device manager Allocate error:
 // "Allocate failed due to <error>, which is unexpected".

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -28,6 +29,7 @@ struct KubeletFlags {
   std::string metrics_addr;
   std::string grace = "5m";
   std::string rpc_timeout = "10s";
+  std::vector<std::string> restrictions;  // RESOURCE=NS1,NS2 (repeatable)
   int verbosity = 0;
 };
 
@@ -103,6 +105,9 @@ int RunKubelet(const KubeletFlags& flags) {
   if (rpc->count() == 0) return usage("--rpc-timeout: must be more than 0");
   options.rpc_timeout = *rpc;
   options.metrics_addr = flags.metrics_addr;
+  auto restrictions = fakes::ParseRestrictions(flags.restrictions);
+  if (!restrictions.ok()) return usage("--restrict " + restrictions.status().message());
+  options.restrictions = std::move(*restrictions);
   if (flags.verbosity < 0) return usage("-v: must be 0 or more");
 
   // Block the stop signals before any thread exists: every thread inherits
@@ -154,6 +159,10 @@ void AddKubeletCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--rpc-timeout", flags->rpc_timeout,
                   "Deadline of every device plugin RPC (e.g. 300ms, 10s)")
       ->capture_default_str();
+  cmd->add_option("--restrict", flags->restrictions,
+                  "RESOURCE=NS1,NS2: only pods of these namespaces may use RESOURCE; others are "
+                  "rejected (repeatable, e.g. --restrict nvidia.com/gpu=ml,research)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("-v", flags->verbosity, "Log verbosity: 0 info, 1 debug, 2 trace")
       ->capture_default_str();
   cmd->callback([flags, &exit_code] { exit_code = RunKubelet(*flags); });

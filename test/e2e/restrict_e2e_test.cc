@@ -1,0 +1,220 @@
+// `kdm kubelet --restrict RESOURCE=ns1,ns2` end to end, and the hardened
+// socket surface as a user meets it: the built binary with a `kdm plugin`
+// process, driven through manifests and status files. A pod of a listed
+// namespace gets its GPUs; one of another namespace is rejected with a
+// clear reason and holds nothing; a pod not asking for the resource is
+// unaffected; bad --restrict values are usage errors (exit 2); the plugin
+// directory is 0750 and kubelet.sock 0600. Every wait is a bounded poll.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kdm/test/e2e/e2e_util.h"
+
+extern char** environ;
+
+namespace kdm {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ::testing::HasSubstr;
+using kdm::e2e::KdmBinary;
+using kdm::e2e::ReadFile;
+using kdm::e2e::WaitFor;
+
+constexpr char kGpu[] = "nvidia.com/gpu";
+
+// One kdm process; stdout and stderr go to `log_path`. Killed if still
+// running when destroyed.
+class Process {
+ public:
+  Process(const std::vector<std::string>& args, const std::string& log_path) : log_(log_path) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+    std::vector<std::string> argv_s = {KdmBinary()};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Process() {
+    if (pid_ > 0 && !exit_code_) {
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+  }
+  bool started() const { return pid_ > 0; }
+  bool Running() {
+    if (exit_code_) return false;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return false;
+    }
+    return true;
+  }
+  std::optional<int> Wait() {
+    if (!WaitFor([&] { return !Running(); })) return std::nullopt;
+    return exit_code_;
+  }
+  std::string Log() const { return ReadFile(log_); }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+};
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::string tmp = fs::path(path).parent_path().string() + "/." +
+                    fs::path(path).filename().string() + ".tmp";
+  std::ofstream(tmp) << text;
+  fs::rename(tmp, path);
+}
+
+std::string PodYaml(const std::string& ns, const std::string& name, const std::string& resource,
+                    int count) {
+  return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\n  namespace: " + ns +
+         "\nspec:\n  containers:\n  - name: main\n    resources:\n      limits:\n        " +
+         resource + ": " + std::to_string(count) + "\n";
+}
+
+class RestrictE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kdm-rs-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override {
+    plugin_.reset();
+    if (HasFailure() && kubelet_) std::cerr << "---- kubelet\n" << kubelet_->Log() << "\n";
+    kubelet_.reset();
+    fs::remove_all(root_);
+  }
+
+  json Status(const std::string& ns_name) {
+    try {
+      return json::parse(ReadFile(root_ + "/status/" + ns_name + ".json"));
+    } catch (const json::exception&) {
+      return json::object();
+    }
+  }
+  json WaitPhase(const std::string& ns_name, const std::string& phase) {
+    json out;
+    bool ok = WaitFor([&] {
+      out = Status(ns_name);
+      return out.value("phase", "") == phase;
+    });
+    EXPECT_TRUE(ok) << ns_name << ": " << out.dump();
+    return out;
+  }
+  int Allocatable(const std::string& resource) {
+    try {
+      json node = json::parse(ReadFile(root_ + "/status/node.json"));
+      return node["allocatable"].value(resource, -1);
+    } catch (const json::exception&) {
+      return -1;
+    }
+  }
+
+  std::string root_;
+  std::unique_ptr<Process> kubelet_;
+  std::unique_ptr<Process> plugin_;
+};
+
+TEST_F(RestrictE2eTest, OnlyListedNamespacesGetTheResource) {
+  kubelet_ = std::make_unique<Process>(
+      std::vector<std::string>{"kubelet", "--root", root_, "--restrict", "nvidia.com/gpu=ml,research",
+                               "--restrict", "example.com/fpga=hw"},
+      root_ + "/kubelet.log");
+  ASSERT_TRUE(kubelet_->started());
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(root_ + "/status/node.json"); })) << kubelet_->Log();
+  plugin_ = std::make_unique<Process>(
+      std::vector<std::string>{"plugin", "--root", root_, "--resource", kGpu, "--preset",
+                               "dgx1-v100"},
+      root_ + "/plugin.log");
+  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu) == 8; })) << plugin_->Log();
+
+  // The sockets a user meets.
+  struct stat st;
+  ASSERT_EQ(::stat((root_ + "/device-plugins").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  ASSERT_EQ(::lstat((root_ + "/device-plugins/kubelet.sock").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_EQ(::lstat((root_ + "/pod-resources/kubelet.sock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+
+  const std::string manifests = root_ + "/manifests";
+  WriteFile(manifests + "/other.yaml", PodYaml("default", "train", kGpu, 2));
+  json rejected = WaitPhase("default_train", "Rejected");
+  EXPECT_EQ(rejected["reason"], "RestrictedResource");
+  EXPECT_EQ(rejected["message"],
+            "resource \"nvidia.com/gpu\" is restricted to namespaces ml, research; pod namespace "
+            "\"default\" is not allowed");
+  EXPECT_EQ(rejected["containers"], json::array());
+
+  WriteFile(manifests + "/ml.yaml", PodYaml("ml", "train", kGpu, 8));
+  json admitted = WaitPhase("ml_train", "Admitted");
+  ASSERT_EQ(admitted["containers"].size(), 1u);
+  EXPECT_EQ(admitted["containers"][0]["devices"][kGpu].size(), 8u);
+  // All 8 went to ml: nothing was held for the rejected pod.
+  EXPECT_TRUE(WaitFor([&] { return Allocatable(kGpu) == 8; }));
+
+  // A pod not asking for a restricted resource is unaffected.
+  WriteFile(manifests + "/cpu.yaml", PodYaml("default", "cpu-only", "cpu", 1));
+  WaitPhase("default_cpu-only", "Admitted");
+  EXPECT_THAT(kubelet_->Log(), HasSubstr("reason=RestrictedResource"));
+  EXPECT_TRUE(kubelet_->Running());
+}
+
+TEST_F(RestrictE2eTest, BadRestrictValuesAreUsageErrors) {
+  struct Case {
+    std::vector<std::string> restrict_args;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {{"--restrict", "nvidia.com/gpu"}, "\"nvidia.com/gpu\": no '='"},
+      {{"--restrict", "nvidia.com/gpu="}, "the namespace list is empty"},
+      {{"--restrict", "nvidia.com/gpu=ml,"}, "an empty namespace name"},
+      {{"--restrict", "gpu=ml"}, "\"gpu\" is not an extended resource name"},
+      {{"--restrict", "nvidia.com/gpu=ml", "--restrict", "nvidia.com/gpu=research"},
+       "resource \"nvidia.com/gpu\" is restricted twice"},
+      {{"--restrict", "nvidia.com/gpu=ML_team"},
+       "namespace \"ML_team\" is not a DNS-1123 label"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::vector<std::string> args = {"kubelet", "--root", root_ + "/r"};
+    args.insert(args.end(), cases[i].restrict_args.begin(), cases[i].restrict_args.end());
+    Process p(args, root_ + "/usage" + std::to_string(i) + ".out");
+    EXPECT_EQ(p.Wait(), 2) << p.Log();
+    EXPECT_THAT(p.Log(), HasSubstr("kdm kubelet: --restrict "));
+    EXPECT_THAT(p.Log(), HasSubstr(cases[i].message));
+  }
+  EXPECT_FALSE(fs::exists(root_ + "/r"));  // nothing was started
+}
+
+}  // namespace
+}  // namespace kdm
