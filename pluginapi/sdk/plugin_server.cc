@@ -313,6 +313,7 @@ class PluginServerImpl final : public PluginServer {
       return UnavailableError("cannot serve on unix socket " + socket_path_);
     }
     ::chmod(socket_path_.c_str(), 0600);
+    if (options_.after_bind_for_test) options_.after_bind_for_test();
     kdm::MutexLock lock(&server_mu_);
     server_ = std::move(server);
     service_ = std::move(service);
@@ -434,7 +435,9 @@ class PluginServerImpl final : public PluginServer {
       bool own_lost;
       {
         kdm::MutexLock lock(&mu_);
-        own_lost = own != socket_id_;
+        // No identity: the socket was deleted between bind and stat (a
+        // kubelet cleaning the directory as it starts); serve it again.
+        own_lost = !socket_id_ || own != socket_id_;
       }
       if (own_lost) {
         ShutdownServer();

@@ -101,6 +101,9 @@ class PluginServer {
     std::chrono::milliseconds register_backoff_max{5'000};
     // How often the socket files are checked for a kubelet restart.
     std::chrono::milliseconds watch_interval{200};
+    // Test seam: runs after the socket is bound and before its identity is
+    // recorded (a restarting kubelet may delete the socket in that window).
+    std::function<void()> after_bind_for_test;
   };
 
   // Validates `options` (non-empty resource name, an allocate handler, a

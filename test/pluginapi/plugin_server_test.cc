@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
-#include <filesystem>
 #include <thread>
 
 #include "kdm/test/pluginapi/fake_registration_server.h"
@@ -373,6 +373,34 @@ TEST_F(PluginServerTest, ServesAgainWhenItsOwnSocketIsDeleted) {
   EXPECT_TRUE(std::filesystem::exists(server->SocketPath()));
   // The new socket answers.
   auto stub = Dial(server->SocketPath());
+  v1beta1::DevicePluginOptions opts;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  EXPECT_TRUE(stub->GetDevicePluginOptions(&ctx, v1beta1::Empty(), &opts).ok());
+  server->Stop();
+}
+
+// Found by the soak (test/soak): a kubelet starting while the plugin binds
+// deleted the new socket before the plugin recorded its identity; the plugin
+// then took "no socket" for its own and never served again, so every
+// registration was refused ("invalid endpoint ... no such file").
+TEST_F(PluginServerTest, RegressionSocketDeletedBetweenBindAndStatIsServedAgain) {
+  PluginServer::Options o = BaseOptions(dir_.path());
+  auto deleted = std::make_shared<std::atomic<int>>(0);
+  std::string socket = dir_.path() + "/example.com_widget.sock";
+  o.after_bind_for_test = [deleted, socket] {
+    if (deleted->fetch_add(1) == 0) ::unlink(socket.c_str());
+  };
+  auto server = MustCreate(std::move(o));
+  ASSERT_EQ(server->SocketPath(), socket);
+  ASSERT_TRUE(server->Start().ok());
+  auto end = std::chrono::steady_clock::now() + 10s;
+  while (!std::filesystem::exists(socket) && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(std::filesystem::exists(socket)) << "the plugin never served again";
+  EXPECT_GE(deleted->load(), 2) << "bound a second time";
+  auto stub = Dial(socket);
   v1beta1::DevicePluginOptions opts;
   grpc::ClientContext ctx;
   ctx.set_deadline(Deadline());
