@@ -774,7 +774,9 @@ void FaultyPlugin::Impl::Supervise() {
     bool own_lost;
     {
       kdm::MutexLock lock(&mu_);
-      own_lost = StatFile(socket_path_) != socket_id_;
+      // No identity: the socket was deleted between bind and stat (a
+      // kubelet cleaning the directory as it starts); serve it again.
+      own_lost = !socket_id_ || StatFile(socket_path_) != socket_id_;
     }
     if (own_lost) {
       ShutdownServer();
