@@ -169,7 +169,11 @@ Status CheckFaultName(std::string_view name) {
   }
   std::string known;
   for (const FaultEntry& e : kFaults) known += (known.empty() ? "" : ", ") + std::string(e.name);
-  return InvalidArgumentError("unknown fault \"" + std::string(name) + "\" (known: " + known + ")");
+  // A huge name is cut, so that the message stays one readable line.
+  constexpr size_t kShown = 64;
+  std::string shown(name.substr(0, kShown));
+  if (name.size() > kShown) shown += "...";
+  return InvalidArgumentError("unknown fault \"" + shown + "\" (known: " + known + ")");
 }
 
 class FaultyPlugin::Impl {
