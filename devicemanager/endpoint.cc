@@ -110,8 +110,8 @@ bool Endpoint::HasFirstSnapshotOrEnded() const {
 }
 
 Status Endpoint::WaitForFirstSnapshot() {
-  absl::MutexLock lock(&mu_);
-  mu_.AwaitWithTimeout(absl::Condition(this, &Endpoint::HasFirstSnapshotOrEnded),
+  kdm::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(kdm::Condition(this, &Endpoint::HasFirstSnapshotOrEnded),
                        absl::FromChrono(deadlines_.first_snapshot));
   if (latest_.seq > 0) return OkStatus();
   if (!first_refusal_.ok()) return first_refusal_;
@@ -140,7 +140,7 @@ void Endpoint::ReadLoop() {
       spdlog::error("event=snapshot_refused resource={} socket={} error=\"{}\"", resource_,
                     socket_path_, valid.message());
       {
-        absl::MutexLock lock(&mu_);
+        kdm::MutexLock lock(&mu_);
         if (latest_.seq == 0 && first_refusal_.ok()) first_refusal_ = valid;
       }
       response.Clear();
@@ -148,7 +148,7 @@ void Endpoint::ReadLoop() {
       continue;
     }
     {
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       latest_.seq++;
       latest_.devices = std::move(response);
     }
@@ -158,7 +158,7 @@ void Endpoint::ReadLoop() {
   grpc::Status status = reader->Finish();
   bool notify;
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     stream_ended_ = true;
     stream_status_ = status;
     notify = !stop_requested_;
@@ -179,9 +179,9 @@ void Endpoint::ReadLoop() {
 }
 
 void Endpoint::Stop() {
-  absl::MutexLock stop_lock(&stop_mu_);
+  kdm::MutexLock stop_lock(&stop_mu_);
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     stop_requested_ = true;
   }
   stream_context_.TryCancel();
@@ -197,12 +197,12 @@ void Endpoint::Stop() {
 }
 
 Endpoint::Snapshot Endpoint::Latest() const {
-  absl::MutexLock lock(&mu_);
+  kdm::MutexLock lock(&mu_);
   return latest_;
 }
 
 bool Endpoint::stopped() const {
-  absl::MutexLock lock(&mu_);
+  kdm::MutexLock lock(&mu_);
   return stream_ended_ || stop_requested_;
 }
 

@@ -34,9 +34,9 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kdm/base/status.h"
+#include "kdm/base/sync.h"
 
 namespace kdm::devicemanager {
 
@@ -160,7 +160,7 @@ class Endpoint {
   const SnapshotLimits limits_;
   v1beta1::DevicePluginOptions options_;  // set once by Connect
 
-  mutable absl::Mutex mu_;
+  mutable kdm::Mutex mu_;
   Snapshot latest_ ABSL_GUARDED_BY(mu_);
   bool stream_ended_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
@@ -173,7 +173,7 @@ class Endpoint {
   // Owned by the Endpoint and joined by Stop(); only Stop() touches it.
   std::thread reader_;
   // Serialises Stop() callers (held while joining; taken before mu_).
-  absl::Mutex stop_mu_;
+  kdm::Mutex stop_mu_;
 };
 
 }  // namespace kdm::devicemanager

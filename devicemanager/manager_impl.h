@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kdm/base/sync.h"
 #include "kdm/devicemanager/endpoint.h"
 #include "kdm/devicemanager/ledger.h"
 #include "kdm/devicemanager/manager.h"
@@ -150,7 +150,7 @@ class ManagerImpl : public Manager {
   void CountRpcError(const char* method) ABSL_LOCKS_EXCLUDED(stats_mu_);
   template <typename F>
   void UpdateStats(F f) ABSL_LOCKS_EXCLUDED(stats_mu_) {
-    absl::MutexLock lock(&stats_mu_);
+    kdm::MutexLock lock(&stats_mu_);
     f(stats_);
   }
 
@@ -158,7 +158,7 @@ class ManagerImpl : public Manager {
   const StubFactory stub_factory_;
   const std::shared_ptr<Clock> clock_;
 
-  mutable absl::Mutex mu_;
+  mutable kdm::Mutex mu_;
   Ledger ledger_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, ResourceState> resources_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<Endpoint>> retired_ ABSL_GUARDED_BY(mu_);
@@ -170,14 +170,14 @@ class ManagerImpl : public Manager {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   // Owned by Start()/Stop() (the embedder's thread), never touched elsewhere.
-  absl::Mutex lifecycle_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  kdm::Mutex lifecycle_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::unique_ptr<RegistrationServer> registration_ ABSL_GUARDED_BY(lifecycle_mu_);
 
-  absl::Mutex subscribers_mu_;
+  kdm::Mutex subscribers_mu_;
   std::map<int64_t, HealthCallback> subscribers_ ABSL_GUARDED_BY(subscribers_mu_);
   int64_t next_subscriber_ ABSL_GUARDED_BY(subscribers_mu_) = 0;
 
-  mutable absl::Mutex stats_mu_;
+  mutable kdm::Mutex stats_mu_;
   ManagerStats stats_ ABSL_GUARDED_BY(stats_mu_);
 };
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
+#include "kdm/base/sync.h"
 #include "kdm/devicemanager/clock.h"
 #include "kdm/devicemanager/os.h"
 #include "kdm/devicemanager/registration_server.h"
@@ -65,7 +65,7 @@ TEST(FakeClockTest, CancelFromInsideItsOwnCallbackDoesNotWait) {
 
 TEST(RealClockTest, RunsATimerOnItsThreadAndCancelsPendingOnes) {
   auto clock = NewRealClock();
-  absl::Notification fired;
+  kdm::Notification fired;
   clock->ScheduleAfter(std::chrono::milliseconds(1), [&] { fired.Notify(); });
   auto never = clock->ScheduleAfter(std::chrono::hours(1), [] { ADD_FAILURE() << "ran"; });
   EXPECT_TRUE(fired.WaitForNotificationWithTimeout(absl::Seconds(10)));

@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kdm/base/sync.h"
 #include "kdm/devicemanager/manager.h"
 #include "kdm/devicemanager/manager_impl.h"
 #include "kdm/devicemanager/pod_resources_server.h"
@@ -99,14 +99,14 @@ class ScriptedPlugin final : public v1beta1::DevicePlugin::Service {
   }
   ~ScriptedPlugin() override {
     {
-      absl::MutexLock l(&mu_);
+      kdm::MutexLock l(&mu_);
       closed_ = true;
     }
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   }
   bool ok() const { return server_ != nullptr; }
   void Push(v1beta1::ListAndWatchResponse r) {
-    absl::MutexLock l(&mu_);
+    kdm::MutexLock l(&mu_);
     queue_.push_back(std::move(r));
   }
 
@@ -124,9 +124,9 @@ class ScriptedPlugin final : public v1beta1::DevicePlugin::Service {
     while (!ctx->IsCancelled()) {
       std::optional<v1beta1::ListAndWatchResponse> next;
       {
-        absl::MutexLock l(&mu_);
+        kdm::MutexLock l(&mu_);
         auto ready = [this] { return closed_ || !queue_.empty(); };
-        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(20));
+        mu_.AwaitWithTimeout(kdm::Condition(&ready), absl::Milliseconds(20));
         if (closed_) return grpc::Status::OK;
         if (!queue_.empty()) {
           next = std::move(queue_.front());
@@ -139,7 +139,7 @@ class ScriptedPlugin final : public v1beta1::DevicePlugin::Service {
   }
 
  private:
-  absl::Mutex mu_;
+  kdm::Mutex mu_;
   std::deque<v1beta1::ListAndWatchResponse> queue_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::unique_ptr<grpc::Server> server_;

@@ -26,10 +26,9 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kdm/base/sync.h"
 #include "kdm/checkpoint/store.h"
 #include "kdm/devicemanager/manager.h"
 #include "kdm/devicemanager/manager_impl.h"
@@ -132,7 +131,7 @@ class HangingPlugin final : public v1beta1::DevicePlugin::Service {
 
  private:
   const Mode mode_;
-  absl::Notification release_;
+  kdm::Notification release_;
   std::unique_ptr<grpc::Server> server_;
 };
 
@@ -241,19 +240,19 @@ class ManagerIntegrationTest : public ::testing::Test {
   std::vector<std::unique_ptr<plugin::PluginServer>> plugins_;
   // Health events seen by Subscribe(); members so that they outlive the
   // Manager (TearDown stops it, which may still notify).
-  absl::Mutex seen_mu_;
+  kdm::Mutex seen_mu_;
   std::vector<DeviceHealthEvent> seen_;
   std::unique_ptr<Manager> manager_;
   ManagerImpl* impl_ = nullptr;
 
   void SubscribeToHealth() {
     manager_->Subscribe([this](const std::vector<DeviceHealthEvent>& ev) {
-      absl::MutexLock l(&seen_mu_);
+      kdm::MutexLock l(&seen_mu_);
       seen_.insert(seen_.end(), ev.begin(), ev.end());
     });
   }
   std::vector<DeviceHealthEvent> Seen() {
-    absl::MutexLock l(&seen_mu_);
+    kdm::MutexLock l(&seen_mu_);
     return seen_;
   }
 };
@@ -475,7 +474,7 @@ TEST_F(ManagerIntegrationTest, HungAllocateHitsItsDeadlineAndFreesItsReservation
   Manager::Options o = BaseOptions();
   o.rpc_timeout = std::chrono::milliseconds(300);
   StartManager(std::move(o));
-  absl::Notification release;
+  kdm::Notification release;
   std::atomic<int> calls{0};
   plugin::PluginServer::Options po;
   po.resource_name = kGpu;
@@ -502,7 +501,7 @@ TEST_F(ManagerIntegrationTest, HungAllocateHitsItsDeadlineAndFreesItsReservation
 
 TEST_F(ManagerIntegrationTest, HungPluginDelaysOnlyItsOwnPods) {
   StartManager();
-  absl::Notification entered, release;
+  kdm::Notification entered, release;
   plugin::PluginServer::Options po;
   po.resource_name = kGpu;
   po.socket_name = "gpu.sock";
@@ -535,7 +534,7 @@ TEST_F(ManagerIntegrationTest, HungPluginDelaysOnlyItsOwnPods) {
 
 TEST_F(ManagerIntegrationTest, InvalidPreferredAnswersFallBackAndThePodIsAdmitted) {
   StartManager();
-  absl::Mutex mu;
+  kdm::Mutex mu;
   std::deque<StatusOr<std::vector<std::string>>> answers;
   plugin::PluginServer::Options po;
   po.resource_name = kGpu;
@@ -543,7 +542,7 @@ TEST_F(ManagerIntegrationTest, InvalidPreferredAnswersFallBackAndThePodIsAdmitte
   po.devices = Devices("gpu", 12);
   po.get_preferred_allocation = [&](const v1beta1::ContainerPreferredAllocationRequest&)
       -> StatusOr<v1beta1::ContainerPreferredAllocationResponse> {
-    absl::MutexLock l(&mu);
+    kdm::MutexLock l(&mu);
     auto a = answers.front();
     answers.pop_front();
     if (!a.ok()) return a.status();
@@ -554,7 +553,7 @@ TEST_F(ManagerIntegrationTest, InvalidPreferredAnswersFallBackAndThePodIsAdmitte
   StartPlugin(std::move(po));
   ASSERT_TRUE(CapIs(kGpu, 12, 12));
   {
-    absl::MutexLock l(&mu);
+    kdm::MutexLock l(&mu);
     answers = {std::vector<std::string>{"gpu7"},             // wrong size
                std::vector<std::string>{"gpu7", "gpu7"},     // duplicates
                std::vector<std::string>{"gpu7", "nope"},     // unknown id
