@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include <absl/synchronization/mutex.h>
 #include <spdlog/spdlog.h>
 
+#include "kdm/base/sync.h"
 #include "kdm/bench/e2e/bench_output.h"
 #include "kdm/devicemanager/manager.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
@@ -90,7 +90,7 @@ void SnapshotRounds(int n, long rounds, Figures& out) {
   std::unique_ptr<dm::Manager> manager = StartManager(dir);
 
   // Set by the health callback once the capacity shows the round's target.
-  absl::Mutex mu;
+  kdm::Mutex mu;
   int64_t want_allocatable = n;  // guarded by mu
   bool reached = false;          // guarded by mu
   std::chrono::steady_clock::time_point reached_at;
@@ -98,7 +98,7 @@ void SnapshotRounds(int n, long rounds, Figures& out) {
   int64_t sub = manager->Subscribe([&](const std::vector<dm::DeviceHealthEvent>& events) {
     if (events.empty() || events.front().resource_name != kBig) return;
     dm::CapacityReport::Amounts a = raw->GetCapacity().resources[kBig];
-    absl::MutexLock lock(&mu);
+    kdm::MutexLock lock(&mu);
     if (a.capacity == n && a.allocatable == want_allocatable) {
       reached = true;
       reached_at = std::chrono::steady_clock::now();
@@ -116,14 +116,14 @@ void SnapshotRounds(int n, long rounds, Figures& out) {
   for (long r = 0; r < rounds; ++r) {
     const bool to_healthy = r % 2 == 1;  // round 0 turns everything unhealthy
     {
-      absl::MutexLock lock(&mu);
+      kdm::MutexLock lock(&mu);
       want_allocatable = to_healthy ? n : 0;
       reached = false;
     }
     const auto t0 = std::chrono::steady_clock::now();
     plugin->SetDevices(to_healthy ? healthy : unhealthy);
-    absl::MutexLock lock(&mu);
-    if (!mu.AwaitWithTimeout(absl::Condition(&reached), absl::Seconds(30))) {
+    kdm::MutexLock lock(&mu);
+    if (!mu.AwaitWithTimeout(kdm::Condition(&reached), absl::Seconds(30))) {
       Die("snapshot round " + std::to_string(r) + " was not processed within 30 s");
     }
     ms.push_back(std::chrono::duration<double, std::milli>(reached_at - t0).count());
