@@ -16,6 +16,7 @@ void AddCheckpointCommand(CLI::App& app, int& exit_code);
 void AddGetCommand(CLI::App& app, int& exit_code);
 void AddPluginCommand(CLI::App& app, int& exit_code);
 void AddKubeletCommand(CLI::App& app, int& exit_code);
+void AddConformCommand(CLI::App& app, int& exit_code);
 
 }  // namespace kdm::cli
 

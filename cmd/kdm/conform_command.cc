@@ -1,0 +1,134 @@
+// `kdm conform`: acts as the kubelet toward one device plugin and checks it
+// against the device plugin API contract (kdm::conformance). See
+// docs/conformance.md.
+//
+// Exit codes: 0 no check failed; 1 at least one check failed; 2 bad usage
+// (missing --resource, neither or both of --root and --plugin-socket, a
+// malformed --timeout, an unknown --only id, an unknown argument); 3 the
+// plugin could not be checked at all (no plugin registered within
+// --timeout, the socket cannot be dialed, the directory cannot be used) or
+// the --junit file cannot be written (the text report is still printed).
+// The report goes to stdout, logs to stderr.
+#include <signal.h>
+
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "commands.h"
+#include "duration_flag.h"
+#include "kdm/conformance/report.h"
+#include "kdm/conformance/runner.h"
+
+namespace kdm::cli {
+namespace {
+
+constexpr int kChecksFailed = 1;
+constexpr int kUsageError = 2;
+constexpr int kCannotCheck = 3;
+
+struct ConformFlags {
+  std::string root;
+  std::string plugin_socket;
+  std::string resource;
+  std::string timeout = "10s";
+  std::string junit;
+  std::string only;
+  bool verbose = false;
+};
+
+int Fail(int code, const std::string& message) {
+  std::cerr << "kdm conform: " << message << "\n";
+  if (code == kUsageError) std::cerr << "Run 'kdm conform --help' for usage.\n";
+  return code;
+}
+
+void SetUpLogging(bool verbose) {
+  auto logger = spdlog::stderr_logger_mt("kdm-conform");
+  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %L %v", spdlog::pattern_time_type::utc);
+  logger->set_level(verbose ? spdlog::level::debug : spdlog::level::warn);
+  logger->flush_on(spdlog::level::trace);
+  spdlog::set_default_logger(logger);
+}
+
+std::vector<std::string> SplitIds(const std::string& text) {
+  std::vector<std::string> ids;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string id = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    if (!id.empty()) ids.push_back(id);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return ids;
+}
+
+int RunConform(const ConformFlags& f) {
+  conformance::Runner::Options options;
+  options.root = f.root;
+  options.plugin_socket = f.plugin_socket;
+  options.resource = f.resource;
+  StatusOr<std::chrono::milliseconds> timeout = ParseDurationFlag(f.timeout);
+  if (!timeout.ok()) return Fail(kUsageError, "--timeout: " + timeout.status().message());
+  options.timeout = *timeout;
+  options.only = SplitIds(f.only);
+  if (Status s = conformance::Runner::CheckOptions(options); !s.ok()) {
+    return Fail(kUsageError, s.message());
+  }
+  SetUpLogging(f.verbose);
+  // A plugin that goes away mid-check must not kill us with SIGPIPE.
+  signal(SIGPIPE, SIG_IGN);
+
+  StatusOr<conformance::Report> report = conformance::Runner::Run(options);
+  if (!report.ok()) return Fail(kCannotCheck, report.status().message());
+  std::cout << conformance::RenderText(*report) << std::flush;
+  if (!f.junit.empty()) {
+    if (Status s = conformance::WriteFileAtomically(f.junit, conformance::RenderJUnit(*report));
+        !s.ok()) {
+      return Fail(kCannotCheck, "--junit: " + s.message());
+    }
+  }
+  return report->failed() > 0 ? kChecksFailed : 0;
+}
+
+}  // namespace
+
+void AddConformCommand(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<ConformFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "conform",
+      "Check a device plugin against the device plugin API contract (acts as the kubelet)");
+  cmd->add_option("--root", flags->root,
+                  "Act as the kubelet in DIR/device-plugins: serve kubelet.sock there and wait "
+                  "for the plugin to register");
+  cmd->add_option("--plugin-socket", flags->plugin_socket,
+                  "Dial an already running plugin's socket instead (registration checks SKIP)");
+  cmd->add_option("--resource", flags->resource,
+                  "The extended resource name the plugin must register (required)");
+  cmd->add_option("--timeout", flags->timeout,
+                  "Deadline of every RPC and bound of every wait (e.g. 500ms, 10s, 2m)")
+      ->capture_default_str();
+  cmd->add_option("--junit", flags->junit, "Also write the report as JUnit XML to FILE");
+  cmd->add_option("--only", flags->only, "Run only these check ids (comma-separated)");
+  cmd->add_flag("-v,--verbose", flags->verbose, "Log every check and RPC event to stderr");
+  // Unknown arguments are a usage error (exit 2) like every other bad flag.
+  cmd->allow_extras();
+  cmd->callback([&exit_code, flags, cmd] {
+    std::vector<std::string> extras = cmd->remaining();
+    if (!extras.empty()) {
+      std::string list;
+      for (const std::string& e : extras) list += (list.empty() ? "'" : ", '") + e + "'";
+      exit_code = Fail(kUsageError, std::string("unknown argument") +
+                                        (extras.size() > 1 ? "s " : " ") + list);
+      return;
+    }
+    exit_code = RunConform(*flags);
+  });
+}
+
+}  // namespace kdm::cli
