@@ -188,6 +188,8 @@ StatusOr<HealthMap> ParseHealthJson(std::string_view text) {
     return InvalidArgumentError("not valid JSON at byte " + std::to_string(e.byte) +
                                 " (expected an object of device id -> \"Healthy\" or "
                                 "\"Unhealthy\")");
+  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range for 1e400
+    return InvalidArgumentError(std::string("not valid JSON: ") + e.what());
   }
   if (!doc.is_object()) {
     return InvalidArgumentError(std::string("expected a JSON object of device id -> \"Healthy\" "

@@ -70,7 +70,9 @@ StatusOr<json> ParseDocument(std::string_view text, bool as_json) {
   if (as_json) {
     try {
       return json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
+      // Not only parse_error: a number too large for a double (1e400) is an
+      // out_of_range thrown by the parser itself.
       return InvalidArgumentError(std::string("invalid JSON: ") + e.what());
     }
   }

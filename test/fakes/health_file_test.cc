@@ -272,5 +272,19 @@ TEST(HealthFileWatcherTest, DrivesPluginSnapshotsAndKeepsLastGoodStateOnGarbage)
   EXPECT_EQ(updates[1].unhealthy, 1);
 }
 
+// Same bug as the fuzz finding PodManifestRegression.JsonNumberOverflowUncaughtException
+// (fuzz/regressions/pod_manifest/json-number-overflow-uncaught-exception): a
+// number too large for a double in the health file threw out_of_range past
+// the parse_error handler and terminated the fake plugin.
+TEST(HealthFileRegression, JsonNumberOverflowUncaughtException) {
+  for (const char* text : {"{\"GPU0\": 1e400}", "1e400", "[-1e999]"}) {
+    auto health = ParseHealthJson(text);
+    ASSERT_FALSE(health.ok()) << text;
+    EXPECT_EQ(health.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(health.status().message().find("not valid JSON"), std::string::npos)
+        << health.status();
+  }
+}
+
 }  // namespace
 }  // namespace kdm::fakes

@@ -318,5 +318,28 @@ TEST(PodManifestRegression, ResourceDomainLabelOver63Chars) {
   EXPECT_FALSE(bad.ok());
 }
 
+// Fuzz finding (fuzz/regressions/pod_manifest/json-number-overflow-uncaught-exception):
+// a JSON number too large for a double made nlohmann throw out_of_range,
+// which only parse_error was caught for, so one bad manifest terminated the
+// fake kubelet. It is now an INVALID_ARGUMENT naming the file.
+TEST(PodManifestRegression, JsonNumberOverflowUncaughtException) {
+  for (const char* text : {R"({"apiVersion":1e400})", R"({"kind": -1e999, "apiVersion": "v1"})",
+                           R"({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"},
+                               "spec": {"containers": [{"name": "m", "resources":
+                               {"limits": {"vendor.com/gpu": 1e400}}}]}})"}) {
+    auto pod = ParsePodManifest(text, "big.json");
+    ASSERT_FALSE(pod.ok()) << text;
+    EXPECT_EQ(pod.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(pod.status().message(), HasSubstr("big.json: invalid JSON"));
+    EXPECT_THAT(pod.status().message(), HasSubstr("number overflow"));
+  }
+  // The YAML reader keeps scalars as text: 1e400 there is a bad quantity.
+  auto yaml = ParsePodManifest(
+      "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n"
+      "  - name: m\n    resources: {limits: {vendor.com/gpu: 1e400}}\n",
+      "big.yaml");
+  EXPECT_FALSE(yaml.ok());
+}
+
 }  // namespace
 }  // namespace kdm::fakes
