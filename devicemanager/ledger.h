@@ -136,6 +136,10 @@ struct SnapshotReport {
   int64_t empty_ids = 0;                   // devices with an empty id, skipped
   // The registered-devices change to persist (healthy ids of the resource).
   checkpoint::Change change;
+  // Devices whose health changed: new ids and ids whose health flipped, in
+  // natural order, with their new health; then ids that were healthy and
+  // are gone, in plain order, as unhealthy.
+  std::vector<LedgerDevice> health_changes;
 };
 
 // All device ids of an entry, unique, in natural order (a device on two NUMA

@@ -149,6 +149,72 @@ TEST(LedgerDevicesTest, SnapshotReportsRegisteredDevicesChange) {
   EXPECT_EQ(r->empty_ids, 0);
 }
 
+// What SnapshotReport::health_changes must hold, from the device lists
+// before and after a snapshot: new or flipped devices in natural order, then
+// devices that were healthy and are gone, in plain order, as unhealthy.
+std::vector<LedgerDevice> ExpectedHealthChanges(const std::vector<LedgerDevice>& before,
+                                                const std::vector<LedgerDevice>& after) {
+  std::map<std::string, bool> old_health;
+  for (const LedgerDevice& d : before) old_health[d.id] = d.healthy;
+  std::vector<LedgerDevice> out;
+  std::set<std::string> seen;
+  for (const LedgerDevice& d : after) {
+    seen.insert(d.id);
+    auto it = old_health.find(d.id);
+    if (it == old_health.end() || it->second != d.healthy) out.push_back({d.id, d.healthy, {}});
+  }
+  for (const auto& [id, healthy] : old_health) {
+    if (healthy && !seen.count(id)) out.push_back({id, false, {}});
+  }
+  return out;
+}
+
+TEST(LedgerDevicesTest, SnapshotReportsHealthChangesInNaturalOrder) {
+  Ledger ledger;
+  StatusOr<SnapshotReport> r = ledger.SetDevices(
+      kGpu, {{"gpu10", true, {}}, {"gpu2", false, {}}, {"gpu1", true, {}}, {"gpu3", true, {}}});
+  ASSERT_TRUE(r.ok());
+  // All new: every device, natural order.
+  EXPECT_EQ(r->health_changes, (std::vector<LedgerDevice>{{"gpu1", true, {}},
+                                                          {"gpu2", false, {}},
+                                                          {"gpu3", true, {}},
+                                                          {"gpu10", true, {}}}));
+  // Same ids: only the flips (gpu10 before gpu2 in plain order, not here).
+  r = ledger.SetDevices(
+      kGpu, {{"gpu10", false, {1}}, {"gpu2", true, {0}}, {"gpu1", true, {}}, {"gpu3", true, {}}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->health_changes,
+            (std::vector<LedgerDevice>{{"gpu2", true, {}}, {"gpu10", false, {}}}));
+  // The kept entries took the new topology and health.
+  EXPECT_EQ(ledger.Devices(kGpu), (std::vector<LedgerDevice>{{"gpu1", true, {}},
+                                                             {"gpu2", true, {0}},
+                                                             {"gpu3", true, {}},
+                                                             {"gpu10", false, {1}}}));
+  EXPECT_THAT(r->change.registered_devices.at(kGpu), ElementsAre("gpu1", "gpu2", "gpu3"));
+  // Nothing changed: no event.
+  r = ledger.SetDevices(
+      kGpu, {{"gpu10", false, {1}}, {"gpu2", true, {0}}, {"gpu1", true, {}}, {"gpu3", true, {}}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->health_changes, IsEmpty());
+  // gpu3 (healthy) and gpu10 (unhealthy) gone, gpu9 new: the new one first,
+  // then only the healthy one that went away.
+  r = ledger.SetDevices(kGpu, {{"gpu9", true, {}}, {"gpu2", true, {0}}, {"gpu1", true, {}}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->health_changes,
+            (std::vector<LedgerDevice>{{"gpu9", true, {}}, {"gpu3", false, {}}}));
+  EXPECT_EQ(ledger.Devices(kGpu), (std::vector<LedgerDevice>{{"gpu1", true, {}},
+                                                             {"gpu2", true, {0}},
+                                                             {"gpu9", true, {}}}));
+  // Same count, other ids: a full re-sort, not the kept order.
+  r = ledger.SetDevices(kGpu, {{"gpu20", true, {}}, {"gpu2", true, {0}}, {"gpu1", true, {}}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->health_changes,
+            (std::vector<LedgerDevice>{{"gpu20", true, {}}, {"gpu9", false, {}}}));
+  EXPECT_EQ(ledger.Devices(kGpu), (std::vector<LedgerDevice>{{"gpu1", true, {}},
+                                                             {"gpu2", true, {0}},
+                                                             {"gpu20", true, {}}}));
+}
+
 TEST(LedgerDevicesTest, EmptyResourceNameIsRejected) {
   Ledger ledger;
   StatusOr<SnapshotReport> r = ledger.SetDevices("", Gpus(1));
@@ -1232,7 +1298,10 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
     const std::string& resource = resources[pick(2)];
     switch (pick(9)) {
       case 0: {
-        ASSERT_TRUE(ledger.SetDevices(resource, random_snapshot()).ok());
+        std::vector<LedgerDevice> before = ledger.Devices(resource);
+        StatusOr<SnapshotReport> r = ledger.SetDevices(resource, random_snapshot());
+        ASSERT_TRUE(r.ok());
+        ASSERT_EQ(r->health_changes, ExpectedHealthChanges(before, ledger.Devices(resource)));
         break;
       }
       case 1:
