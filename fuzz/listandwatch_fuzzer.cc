@@ -1,7 +1,8 @@
 // Fuzz target: ListAndWatch snapshot ingestion, the path every plugin message
 // takes into the device manager's state: the input is a serialized
 // v1beta1.ListAndWatchResponse, turned into Ledger devices by the Manager's
-// own ToLedgerDevices (devicemanager/device_snapshot.h) and applied with
+// own ToLedgerDevices (devicemanager/device_snapshot.h) after the Endpoint's
+// ValidateSnapshot (messages over the limits are dropped) and applied with
 // Ledger::SetDevices, on a Ledger that already holds allocations (an init
 // container's devices handed over to an app container) and an admission in
 // flight (a reservation). Ledger::CheckInvariants() runs after every step; a
@@ -30,8 +31,10 @@
 #include <vector>
 
 #include "deviceplugin/v1beta1/api.pb.h"
+#include "google/protobuf/stubs/logging.h"
 #include "fuzz_check.h"
 #include "kdm/devicemanager/device_snapshot.h"
+#include "kdm/devicemanager/endpoint.h"
 #include "kdm/devicemanager/ledger.h"
 
 namespace {
@@ -84,8 +87,18 @@ std::vector<int64_t> CleanNuma(std::vector<int64_t> nodes) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // Invalid UTF-8 in a string field fails the parse, as it should; protobuf
+  // also logs each one, which would drown the fuzzer's own output.
+  static const bool quiet = (google::protobuf::SetLogHandler(nullptr), true);
+  (void)quiet;
   v1beta1::ListAndWatchResponse response;
   if (!response.ParseFromArray(data, static_cast<int>(size))) return 0;
+  // The Endpoint drops a message over the snapshot limits before the Manager
+  // sees it; the fuzzer follows the same path.
+  if (kdm::Status s = dm::ValidateSnapshot(kResource, response, dm::SnapshotLimits{}); !s.ok()) {
+    FUZZ_CHECK(!s.message().empty(), "a refusal without a message");
+    return 0;
+  }
 
   // The state the snapshot lands on.
   dm::Ledger ledger;
