@@ -1,0 +1,209 @@
+// `kdm conform` end to end: the built binary against `kdm plugin` processes
+// (healthy, and broken with --fault), its exit codes, its report lines and
+// its JUnit file. Every wait is bounded; nothing asserts on time.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "kdm/test/e2e/e2e_util.h"
+
+extern char** environ;
+
+namespace kdm {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using kdm::e2e::KdmBinary;
+using kdm::e2e::ReadFile;
+using kdm::e2e::WaitFor;
+
+constexpr char kFpga[] = "example.com/fpga";
+
+// One kdm process; stdout and stderr go to their own files.
+class Process {
+ public:
+  Process(const std::vector<std::string>& args, const std::string& out, const std::string& err)
+      : out_(out), err_(err) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<std::string> argv_s = {KdmBinary()};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Process() {
+    if (pid_ > 0 && !exit_code_) {
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+  }
+  bool started() const { return pid_ > 0; }
+  bool Running() {
+    if (exit_code_) return false;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return false;
+    }
+    return true;
+  }
+  // Exit code (128+signal when killed), or nullopt if it did not exit in time.
+  std::optional<int> Wait() {
+    if (!WaitFor([&] { return !Running(); })) return std::nullopt;
+    return exit_code_;
+  }
+  std::string Out() const { return ReadFile(out_); }
+  std::string Err() const { return ReadFile(err_); }
+
+ private:
+  std::string out_, err_;
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+};
+
+size_t CountOf(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = text.find(needle); p != std::string::npos; p = text.find(needle, p + 1)) ++n;
+  return n;
+}
+
+class ConformE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kdm-cf-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override {
+    plugin_.reset();
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+
+  void StartPlugin(std::vector<std::string> extra) {
+    std::vector<std::string> args = {"plugin", "--root", root_, "--resource", kFpga,
+                                     "--count", "4"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    plugin_ = std::make_unique<Process>(args, root_ + "/plugin.out", root_ + "/plugin.err");
+    ASSERT_TRUE(plugin_->started());
+  }
+
+  // Runs `kdm conform` to completion; returns its exit code (-1: it hung).
+  int Conform(const std::vector<std::string>& args, std::string* out, std::string* err) {
+    std::vector<std::string> all = {"conform"};
+    all.insert(all.end(), args.begin(), args.end());
+    Process p(all, root_ + "/conform.out", root_ + "/conform.err");
+    if (!p.started()) return -1;
+    std::optional<int> code = p.Wait();
+    *out = p.Out();
+    *err = p.Err();
+    return code.value_or(-1);
+  }
+
+  std::string root_;
+  std::unique_ptr<Process> plugin_;
+};
+
+TEST_F(ConformE2eTest, HealthyPluginPassesWithJUnit) {
+  StartPlugin({"--cdi", "--pre-start"});
+  std::string out, err, junit = root_ + "/junit.xml";
+  int code = Conform({"--root", root_, "--resource", kFpga, "--timeout", "10s", "--junit", junit},
+                     &out, &err);
+  EXPECT_EQ(code, 0) << out << err;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"((^|\n)\d+ passed, 0 failed, \d+ skipped\n$)")))
+      << out;
+  EXPECT_THAT(out, HasSubstr("25 passed, 0 failed, 0 skipped"));
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"((^|\n)PASS  reg\.version +version)"))) << out;
+  std::string xml = ReadFile(junit);
+  EXPECT_THAT(xml, HasSubstr("<testsuite name=\"kdm-conform\""));
+  EXPECT_EQ(CountOf(xml, "<testcase "), 25u) << xml;
+  EXPECT_EQ(CountOf(xml, "<failure "), 0u) << xml;
+  EXPECT_THAT(xml, HasSubstr("</testsuite>"));
+}
+
+TEST_F(ConformE2eTest, BadPermissionsFaultFailsThatCheck) {
+  StartPlugin({"--fault", "alloc-bad-permissions"});
+  std::string out, err, junit = root_ + "/junit.xml";
+  int code = Conform({"--root", root_, "--resource", kFpga, "--timeout", "5s", "--junit", junit},
+                     &out, &err);
+  EXPECT_EQ(code, 1) << out << err;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"((^|\n)FAIL  alloc\.permissions +.*rwx)")))
+      << out;
+  EXPECT_THAT(out, HasSubstr(" passed, 1 failed, "));
+  std::string xml = ReadFile(junit);
+  EXPECT_EQ(CountOf(xml, "<testcase "), 25u) << xml;
+  EXPECT_EQ(CountOf(xml, "<failure "), 1u) << xml;
+  EXPECT_THAT(xml, HasSubstr("name=\"alloc.permissions\""));
+}
+
+TEST_F(ConformE2eTest, OnlyAndAnUnwritableJUnitPath) {
+  StartPlugin({});
+  std::string out, err;
+  std::string junit = root_ + "/no-such-dir/junit.xml";
+  int code = Conform({"--root", root_, "--resource", kFpga, "--only", "lw.health,alloc.paths",
+                      "--junit", junit},
+                     &out, &err);
+  EXPECT_EQ(code, 3) << out << err;
+  EXPECT_THAT(out, HasSubstr("2 passed, 0 failed, 0 skipped"));  // still printed
+  EXPECT_THAT(err, HasSubstr(junit));
+  EXPECT_FALSE(fs::exists(junit));
+}
+
+TEST_F(ConformE2eTest, UsageErrorsExit2) {
+  std::string out, err;
+  const std::vector<std::vector<std::string>> cases = {
+      {"--root", root_},                                                    // no --resource
+      {"--resource", kFpga},                                                // no target
+      {"--root", root_, "--plugin-socket", root_ + "/p.sock", "--resource", kFpga},  // both
+      {"--root", root_, "--resource", kFpga, "--timeout", "ten"},
+      {"--root", root_, "--resource", kFpga, "--timeout", "0s"},
+      {"--root", root_, "--resource", kFpga, "--only", "lw.health,no.such"},
+      {"--root", root_, "--resource", "not a resource"},
+      {"--root", root_, "--resource", kFpga, "--bogus"},
+      {"--root", root_, "--resource", kFpga, "stray"},
+  };
+  for (const auto& args : cases) {
+    std::string line;
+    for (const auto& a : args) line += a + " ";
+    EXPECT_EQ(Conform(args, &out, &err), 2) << line << "\n" << out << err;
+    EXPECT_THAT(err, HasSubstr("kdm conform")) << line;
+    EXPECT_EQ(out, "") << line;
+  }
+  Conform({"--root", root_, "--resource", kFpga, "--only", "no.such"}, &out, &err);
+  EXPECT_THAT(err, HasSubstr("known: reg.version"));
+}
+
+TEST_F(ConformE2eTest, NoPluginExits3) {
+  std::string out, err;
+  EXPECT_EQ(Conform({"--root", root_, "--resource", kFpga, "--timeout", "300ms"}, &out, &err), 3)
+      << out << err;
+  EXPECT_THAT(err, HasSubstr("no plugin registered"));
+  EXPECT_EQ(Conform({"--plugin-socket", root_ + "/missing.sock", "--resource", kFpga,
+                     "--timeout", "300ms"},
+                    &out, &err),
+            3)
+      << out << err;
+  EXPECT_THAT(err, HasSubstr(root_ + "/missing.sock"));
+}
+
+}  // namespace
+}  // namespace kdm
