@@ -470,6 +470,11 @@ uint32_t KubeletChecksum(const KubeletData& data) {
 }
 
 StatusOr<KubeletFile> ParseKubeletCheckpoint(std::string_view json) {
+  // nlohmann's parser takes a NUL byte for the end of the input; Go's
+  // decoder refuses it, and so do we rather than ignore what follows.
+  if (size_t nul = json.find('\0'); nul != std::string_view::npos) {
+    return InvalidArgumentError("not valid JSON: a NUL byte at offset " + std::to_string(nul));
+  }
   Json root;
   try {
     root = Json::parse(json.begin(), json.end());

@@ -67,6 +67,12 @@ StatusOr<json> YamlToJson(const YAML::Node& node, int depth) {
 }
 
 StatusOr<json> ParseDocument(std::string_view text, bool as_json) {
+  // nlohmann's parser takes a NUL byte for the end of the input, so without
+  // this check anything after one would be silently ignored.
+  if (size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    return InvalidArgumentError("a NUL byte at offset " + std::to_string(nul) +
+                                ": a manifest is text");
+  }
   if (as_json) {
     try {
       return json::parse(text.begin(), text.end());

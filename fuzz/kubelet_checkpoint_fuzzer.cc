@@ -29,6 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(!unverified.ok(), "Decode accepts what Parse refuses: " << file.status());
     return 0;
   }
+  FUZZ_CHECK(json.find('\0') == std::string_view::npos, "accepted a text with a NUL byte");
   FUZZ_CHECK(unverified.ok(), "Parse accepts what Decode refuses: " << unverified.status());
   FUZZ_CHECK(*unverified == ckpt::FromKubeletData(file->data), "Decode != FromKubeletData(Parse)");
 

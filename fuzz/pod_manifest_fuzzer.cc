@@ -116,6 +116,7 @@ void CheckOne(std::string_view text, std::string_view file) {
     return;
   }
   CheckPod(*pod, id);
+  FUZZ_CHECK(text.find('\0') == std::string_view::npos, "accepted a manifest with a NUL byte");
   std::string json = ManifestJson(*pod);
   if (json.empty()) return;
   for (std::string_view again_file : {"again.json", "again.yaml"}) {

@@ -43,6 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   CheckShape(*t);
+  FUZZ_CHECK(text.find('\0') == std::string_view::npos, "accepted a text with a NUL byte");
 
   std::string json = kdm::topology::RenderTopologyJson(*t);
   kdm::StatusOr<Topology> back = kdm::topology::ParseTopologyJson(json);

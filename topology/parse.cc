@@ -261,6 +261,11 @@ StatusOr<Topology> ParseNvidiaSmiTopo(std::string_view text) {
 StatusOr<Topology> ParseTopologyJson(std::string_view text) {
   using nlohmann::json;
   const std::string kWhat = "topology JSON: ";
+  // nlohmann's parser takes a NUL byte for the end of the input: refuse it
+  // rather than ignore what follows.
+  if (size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    return InvalidArgumentError(kWhat + "a NUL byte at offset " + std::to_string(nul));
+  }
   json doc;
   try {
     doc = json::parse(text.begin(), text.end());

@@ -344,5 +344,22 @@ TEST(Fnv32a, KnownValues) {
   EXPECT_EQ(Fnv32a("foobar"), 0xbf9cf968u);
 }
 
+// Found with the fuzz finding PodManifestRegression.JsonTextAfterNulByteIgnored
+// (fuzz/regressions/kubelet_checkpoint/text-after-nul-byte-ignored):
+// nlohmann's parser stops at a NUL byte, so a checkpoint with anything after
+// one decoded as if the rest were not there; the kubelet's Go decoder
+// refuses such a file.
+TEST(KubeletJsonRegression, TextAfterNulByteIgnored) {
+  const std::string good = EncodeKubeletCheckpoint(CheckpointData{});
+  ASSERT_TRUE(DecodeKubeletCheckpoint(good).ok());
+  const std::string bad = good + std::string("\0{\"Data\":", 9);
+  auto decoded = DecodeKubeletCheckpoint(bad);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(decoded.status().message().find("NUL byte at offset " + std::to_string(good.size())),
+            std::string::npos)
+      << decoded.status();
+}
+
 }  // namespace
 }  // namespace kdm::checkpoint

@@ -341,5 +341,22 @@ TEST(PodManifestRegression, JsonNumberOverflowUncaughtException) {
   EXPECT_FALSE(yaml.ok());
 }
 
+// Fuzz finding (fuzz/regressions/pod_manifest/json-text-after-nul-byte-ignored):
+// nlohmann's parser takes a NUL byte for the end of the input, so a JSON
+// manifest with garbage after a NUL was accepted (the YAML reader refused the
+// same bytes). Both now refuse a manifest with a NUL byte, naming its offset.
+TEST(PodManifestRegression, JsonTextAfterNulByteIgnored) {
+  const std::string good =
+      R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"spec":{"containers":[{"name":"m"}]}})";
+  ASSERT_TRUE(ParsePodManifest(good, "a.json").ok());
+  const std::string bad = good + std::string("\0\\q", 3);
+  for (const char* file : {"a.json", "a.yaml"}) {
+    auto pod = ParsePodManifest(bad, file);
+    ASSERT_FALSE(pod.ok()) << file;
+    EXPECT_THAT(pod.status().message(),
+                HasSubstr("NUL byte at offset " + std::to_string(good.size())));
+  }
+}
+
 }  // namespace
 }  // namespace kdm::fakes

@@ -290,5 +290,18 @@ TEST_F(LoadFileTest, BadFilesGiveClearErrors) {
   EXPECT_THAT(truncated.status().message(), HasSubstr("parse error"));
 }
 
+// Found with the fuzz finding PodManifestRegression.JsonTextAfterNulByteIgnored
+// (fuzz/regressions/topology_json/text-after-nul-byte-ignored): nlohmann's
+// parser stops at a NUL byte, so `{"matrix": [["X"]]}<NUL>anything` was a
+// valid topology file.
+TEST(TopologyJsonRegression, TextAfterNulByteIgnored) {
+  const std::string text("{\"matrix\": [[\"X\"]]}\0{garbage", 26);
+  auto t = ParseTopologyJson(text);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("NUL byte at offset 19"), std::string::npos) << t.status();
+  EXPECT_FALSE(ParseTopology(text).ok());
+  EXPECT_TRUE(ParseTopologyJson(text.substr(0, 19)).ok());
+}
+
 }  // namespace
 }  // namespace kdm::topology
