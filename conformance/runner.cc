@@ -49,7 +49,7 @@ Outcome Fail(std::string reason) { return {Verdict::kFail, std::move(reason)}; }
 Outcome Skip(std::string reason) { return {Verdict::kSkip, std::move(reason)}; }
 
 std::string DurationText(milliseconds d) {
-  if (d.count() % 1000 == 0) return std::to_string(d.count() / 1000) + "s";
+  if (d.count() >= 1000 && d.count() % 1000 == 0) return std::to_string(d.count() / 1000) + "s";
   return std::to_string(d.count()) + "ms";
 }
 
