@@ -150,7 +150,7 @@ void Endpoint::ReadLoop() {
     {
       kdm::MutexLock lock(&mu_);
       latest_.seq++;
-      latest_.devices = std::move(response);
+      latest_.devices = std::make_shared<const v1beta1::ListAndWatchResponse>(std::move(response));
     }
     response.Clear();
     if (callbacks_.on_update) callbacks_.on_update(this);

@@ -381,7 +381,7 @@ void ManagerImpl::ApplySnapshotLocked(const std::string& resource, ResourceState
   Endpoint::Snapshot snap = state.current->Latest();
   if (snap.seq <= state.applied_seq) return;
   state.applied_seq = snap.seq;
-  std::vector<LedgerDevice> devices = ToLedgerDevices(snap.devices);
+  std::vector<LedgerDevice> devices = ToLedgerDevices(*snap.devices);
   StatusOr<SnapshotReport> report = ledger_.SetDevices(resource, devices);
   if (!report.ok()) {
     spdlog::error("event=snapshot_refused resource={} error=\"{}\"", resource,
