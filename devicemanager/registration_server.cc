@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kdm/base/log_value.h"
 #include "kdm/devicemanager/os.h"
 #include "kdm/pluginapi/constants.h"
 #include "spdlog/spdlog.h"
@@ -87,10 +88,14 @@ class RegistrationServer::Service final : public v1beta1::Registration::Service 
       spdlog::info("event=register_accepted resource={} endpoint={}", request->resource_name(),
                    request->endpoint());
     } else {
-      spdlog::warn("event=register_rejected resource=\"{}\" endpoint=\"{}\" version=\"{}\" "
-                   "error=\"{}\"",
-                   request->resource_name(), request->endpoint(), request->version(),
-                   s.message());
+      // Everything in a refused request is the plugin's word: quoted and cut so
+      // that it can neither forge a log line nor flood the log.
+      constexpr std::size_t kMaxLogged = 256;
+      spdlog::warn("event=register_rejected resource={} endpoint={} version={} error={}",
+                   QuoteLogValue(request->resource_name(), kMaxLogged),
+                   QuoteLogValue(request->endpoint(), kMaxLogged),
+                   QuoteLogValue(request->version(), kMaxLogged),
+                   QuoteLogValue(s.message(), 2 * kMaxLogged));
     }
     return ToGrpc(s);
   }

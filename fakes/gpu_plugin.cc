@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kdm/base/log_value.h"
 #include "kdm/topology/parse.h"
 #include "kdm/topology/presets.h"
 
@@ -263,19 +264,6 @@ StatusOr<v1beta1::ContainerPreferredAllocationResponse> FakeDevicePlugin::Prefer
   return r;
 }
 
-std::string QuoteLogValue(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+std::string QuoteLogValue(std::string_view text) { return kdm::QuoteLogValue(text); }
 
 }  // namespace kdm::fakes

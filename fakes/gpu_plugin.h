@@ -68,8 +68,8 @@ StatusOr<PreferredPolicy> ParsePreferredPolicy(std::string_view name);
 // the full extended-resource rules at registration.)
 Status CheckResourceName(std::string_view resource_name);
 
-// A log field value in double quotes, with quotes, backslashes and newlines
-// escaped, so that one event stays one parseable key=value line.
+// A log field value in double quotes, escaped so that one event stays one
+// parseable key=value line (kdm::QuoteLogValue, base/log_value.h).
 std::string QuoteLogValue(std::string_view text);
 
 // The most generic devices --count may ask for (a topology's limit).

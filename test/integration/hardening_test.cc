@@ -22,10 +22,13 @@
 #include <fstream>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kdm/base/sync.h"
 #include "kdm/devicemanager/manager.h"
@@ -200,13 +203,16 @@ class HardeningTest : public ::testing::Test {
   }
 
   Status Register(const std::string& resource, const std::string& endpoint) {
-    auto channel = grpc::CreateChannel("unix://" + dir_ + "/kubelet.sock",
-                                       grpc::InsecureChannelCredentials());
-    auto stub = v1beta1::Registration::NewStub(channel);
     v1beta1::RegisterRequest req;
     req.set_version("v1beta1");
     req.set_resource_name(resource);
     req.set_endpoint(endpoint);
+    return SendRegister(req);
+  }
+  Status SendRegister(const v1beta1::RegisterRequest& req) {
+    auto channel = grpc::CreateChannel("unix://" + dir_ + "/kubelet.sock",
+                                       grpc::InsecureChannelCredentials());
+    auto stub = v1beta1::Registration::NewStub(channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1beta1::Empty empty;
@@ -346,6 +352,40 @@ TEST_F(HardeningTest, RefusedEndpointsNameTheReasonAndLeaveRegistrationsAlone) {
   EXPECT_EQ(after.registrations_accepted, before.registrations_accepted);
   EXPECT_EQ(after.registrations_rejected - before.registrations_rejected,
             static_cast<int64_t>(cases.size()));
+}
+
+// A refused request is the plugin's word: its fields are quoted and cut in the
+// log line, so a newline in the endpoint cannot forge a second event and a
+// megabyte-long version cannot flood the log.
+TEST_F(HardeningTest, RegisterRejectedLogLineCannotBeForgedOrFlooded) {
+  StartManager(BaseOptions());
+  std::ostringstream captured;
+  auto previous = spdlog::default_logger();
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
+  auto logger = std::make_shared<spdlog::logger>("capture", sink);
+  logger->set_pattern("%v");
+  spdlog::set_default_logger(logger);
+  Status forged = Register(kNic, "x.sock\nevent=register_accepted resource=vendor.com/nic");
+  v1beta1::RegisterRequest huge;
+  huge.set_version(std::string(1'000'000, 'v'));
+  huge.set_endpoint("y.sock");
+  huge.set_resource_name(kNic);
+  Status flooded = SendRegister(huge);
+  spdlog::set_default_logger(previous);
+
+  EXPECT_FALSE(forged.ok());
+  EXPECT_FALSE(flooded.ok());
+  std::vector<std::string> lines;
+  std::istringstream in(captured.str());
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("event=register_") != std::string::npos) lines.push_back(line);
+  }
+  ASSERT_EQ(lines.size(), 2u) << captured.str();
+  EXPECT_EQ(lines[0].rfind("event=register_rejected ", 0), 0u) << lines[0];
+  EXPECT_THAT(lines[0], HasSubstr("endpoint=\"x.sock\\nevent=register_accepted"));
+  EXPECT_EQ(lines[1].rfind("event=register_rejected ", 0), 0u) << lines[1];
+  EXPECT_THAT(lines[1], HasSubstr("bytes)"));
+  EXPECT_LT(lines[1].size(), 4096u);
 }
 
 // ------------------------------------------------------------------ message size and bounds

@@ -1,0 +1,33 @@
+// kdm::QuoteLogValue: makes an outside string safe to put in one key=value log
+// line. kdm logs one event per line (`event=... key=value ...`); values that
+// come from outside (a plugin's endpoint name, a resource name, a device id)
+// may hold quotes, newlines, control bytes or megabytes of text, and must not
+// be able to forge a second log line or flood the log.
+//
+// Thread-safety: a pure function.
+//
+// Example:
+//   spdlog::warn("event=register_rejected endpoint={}",
+//                kdm::QuoteLogValue(request.endpoint()));
+//   // endpoint="evil\nevent=fake" stays on one line as "evil\\nevent=fake"
+#ifndef KDM_BASE_LOG_VALUE_H_
+#define KDM_BASE_LOG_VALUE_H_
+
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <string_view>
+
+namespace kdm {
+
+// `text` in double quotes: '"' and '\' are backslash-escaped, \n \r \t are
+// written as such, every other byte below 0x20 and 0x7f as \xNN. Bytes of
+// 0x80 and above are kept (UTF-8 text stays readable). When `text` is longer
+// than `max_bytes`, only its first `max_bytes` bytes are quoted, followed by
+// `...(+N bytes)` outside the quotes.
+std::string QuoteLogValue(std::string_view text,
+                          std::size_t max_bytes = std::numeric_limits<std::size_t>::max());
+
+}  // namespace kdm
+
+#endif  // KDM_BASE_LOG_VALUE_H_
