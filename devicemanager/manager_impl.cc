@@ -145,9 +145,9 @@ ManagerImpl::ManagerImpl(Options options, StubFactory stub_factory)
 ManagerImpl::~ManagerImpl() { Stop(); }
 
 Status ManagerImpl::Start() {
-  absl::MutexLock lifecycle(&lifecycle_mu_);
+  kdm::MutexLock lifecycle(&lifecycle_mu_);
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     if (started_) return FailedPreconditionError("device manager already started");
     if (stopping_) return FailedPreconditionError("device manager was stopped");
     started_ = true;
@@ -176,7 +176,7 @@ Status ManagerImpl::Start() {
   std::set<std::string> active;
   bool active_read = false;
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     StatusOr<checkpoint::CheckpointData> data = store_->Load();
     if (!data.ok()) return data.status().WithPrefix("cannot load checkpoint " + store_->Describe());
     bool rebooted = !data->boot_id.empty() && !boot_id.empty() && data->boot_id != boot_id;
@@ -225,11 +225,11 @@ Status ManagerImpl::Start() {
 }
 
 void ManagerImpl::Stop() {
-  absl::MutexLock lifecycle(&lifecycle_mu_);
+  kdm::MutexLock lifecycle(&lifecycle_mu_);
   Deferred deferred;
   bool was_started;
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
     was_started = started_;
@@ -237,7 +237,7 @@ void ManagerImpl::Stop() {
   // Register calls in flight finish first; they see stopping_ and refuse.
   if (registration_) registration_->Stop();
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     for (auto& [resource, state] : resources_) {
       for (auto& [path, ep] : state.endpoints) deferred.to_stop.push_back(ep);
       if (state.current) deferred.to_stop.push_back(state.current);
@@ -254,7 +254,7 @@ void ManagerImpl::Stop() {
 void ManagerImpl::RunDeferred(Deferred deferred, bool reap_retired) {
   std::vector<std::shared_ptr<Endpoint>> retired;
   if (reap_retired) {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     retired.swap(retired_);
   }
   for (auto& ep : deferred.to_stop) ep->Stop();
@@ -290,7 +290,7 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
                                      "resource, so it cannot also serve \"" + resource + "\""));
   };
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     if (stopping_) return UnavailableError("device manager is stopping");
     if (auto other = OtherResourceOfSocketLocked(resource, socket_path)) {
       return socket_taken(*other);
@@ -317,7 +317,7 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
   Deferred deferred;
   std::optional<std::string> taken_by;
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     if (stopping_) {
       deferred.to_stop.push_back(*ep);
     } else if ((taken_by = OtherResourceOfSocketLocked(resource, socket_path))) {
@@ -365,7 +365,7 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
 void ManagerImpl::OnEndpointUpdate(Endpoint* ep) {
   Deferred deferred;
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     auto it = resources_.find(ep->resource());
     if (it == resources_.end() || it->second.current.get() != ep) return;  // not the newest
     ApplySnapshotLocked(ep->resource(), it->second, deferred);
@@ -408,7 +408,7 @@ void ManagerImpl::ApplySnapshotLocked(const std::string& resource, ResourceState
 void ManagerImpl::OnEndpointStreamEnd(Endpoint* ep) {
   Deferred deferred;
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     HandleStreamEndLocked(ep, deferred);
   }
   RunDeferred(std::move(deferred), /*reap_retired=*/false);  // see OnEndpointUpdate
@@ -467,7 +467,7 @@ void ManagerImpl::StartGraceTimerLocked(const std::string& resource, ResourceSta
 void ManagerImpl::OnGraceExpired(const std::string& resource, uint64_t generation) {
   Deferred deferred;
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     if (stopping_) return;
     auto it = resources_.find(resource);
     if (it == resources_.end()) return;
@@ -502,7 +502,7 @@ Status ManagerImpl::Allocate(const Pod& pod, const std::string& container) {
   }
   std::map<std::string, int64_t> requests;
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     StatusOr<std::map<std::string, int64_t>> r = ledger_.ContainerRequests(*c);
     if (!r.ok()) {
       UpdateStats([](ManagerStats& s) { s.allocation_failures++; });
@@ -546,7 +546,7 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
   std::vector<std::string> choice;
   std::shared_ptr<Endpoint> ep;
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     std::optional<NumaHint> hint;
     if (options_.align_numa) hint = BestHint(ledger_.TopologyHints(pod, container, resource, count));
     KDM_ASSIGN_OR_RETURN(plan, ledger_.Plan(pod, container, resource, count, hint));
@@ -559,7 +559,7 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
   }
   // From here every failure path releases the reservation.
   auto release = [&](Status s) {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     ledger_.ReleaseReservation(plan.key);
     return s;
   };
@@ -575,7 +575,7 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
                    "reason=rpc_error error=\"{}\"",
                    resource, pod.uid, container, answer.status().message());
     } else {
-      absl::MutexLock lock(&mu_);
+      kdm::MutexLock lock(&mu_);
       Status valid = ledger_.ValidatePreferred(plan, *answer);
       if (!valid.ok()) {
         UpdateStats([](ManagerStats& s) { s.preferred_invalid++; });
@@ -611,7 +611,7 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
     return release(InternalError("cannot serialize the Allocate response of " + resource));
   }
 
-  absl::MutexLock lock(&mu_);
+  kdm::MutexLock lock(&mu_);
   StatusOr<checkpoint::Change> change = ledger_.Commit(plan.key, bytes);
   if (!change.ok()) {
     ledger_.ReleaseReservation(plan.key);
@@ -656,7 +656,7 @@ StatusOr<RunContainerOptions> ManagerImpl::GetDeviceRunContainerOptions(
   std::vector<checkpoint::PodDevicesEntry> entries;
   std::vector<PreStart> pre_starts;
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     entries = ledger_.ContainerEntries(pod.uid, container);
     for (const auto& e : entries) {
       auto it = resources_.find(e.resource_name);
@@ -741,7 +741,7 @@ StatusOr<RunContainerOptions> ManagerImpl::GetDeviceRunContainerOptions(
 // ---------------------------------------------------------------- queries
 
 CapacityReport ManagerImpl::GetCapacity() const {
-  absl::MutexLock lock(&mu_);
+  kdm::MutexLock lock(&mu_);
   Capacity c = ledger_.GetCapacity();
   CapacityReport out;
   for (const auto& [name, rc] : c.resources) out.resources[name] = {rc.capacity, rc.allocatable};
@@ -758,7 +758,7 @@ Status ManagerImpl::UpdateAllocatedDevices() {
   Deferred deferred;
   Status result;
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     Ledger before = ledger_;
     checkpoint::Change change = ledger_.RetainOnlyPods(active);
     result = PersistLocked(change, "garbage collection");
@@ -773,7 +773,7 @@ Status ManagerImpl::UpdateAllocatedDevices() {
 }
 
 Status ManagerImpl::RemovePod(const std::string& pod_uid) {
-  absl::MutexLock lock(&mu_);
+  kdm::MutexLock lock(&mu_);
   Ledger before = ledger_;
   checkpoint::Change change = ledger_.RemovePod(pod_uid);
   Status s = PersistLocked(change, "pod removal");
@@ -805,19 +805,19 @@ TopologyHints ToTopologyHints(const std::map<std::string, ResourceHints>& in) {
 
 StatusOr<TopologyHints> ManagerImpl::GetTopologyHints(const Pod& pod,
                                                       const std::string& container) const {
-  absl::MutexLock lock(&mu_);
+  kdm::MutexLock lock(&mu_);
   KDM_ASSIGN_OR_RETURN(auto hints, ledger_.ContainerTopologyHints(pod, container));
   return ToTopologyHints(hints);
 }
 
 StatusOr<TopologyHints> ManagerImpl::GetPodTopologyHints(const Pod& pod) const {
-  absl::MutexLock lock(&mu_);
+  kdm::MutexLock lock(&mu_);
   KDM_ASSIGN_OR_RETURN(auto hints, ledger_.PodTopologyHints(pod));
   return ToTopologyHints(hints);
 }
 
 std::vector<ContainerDevices> ManagerImpl::GetAllocatableDevices() const {
-  absl::MutexLock lock(&mu_);
+  kdm::MutexLock lock(&mu_);
   std::vector<ContainerDevices> out;
   for (const std::string& resource : ledger_.Resources()) {
     for (const LedgerDevice& d : ledger_.Devices(resource)) {
@@ -834,7 +834,7 @@ std::vector<ContainerDevices> ManagerImpl::GetAllocatableDevices() const {
 
 std::vector<ContainerDevices> ManagerImpl::GetDevices(const std::string& pod_uid,
                                                       const std::string& container) const {
-  absl::MutexLock lock(&mu_);
+  kdm::MutexLock lock(&mu_);
   std::vector<ContainerDevices> out;
   for (const auto& e : ledger_.ContainerEntries(pod_uid, container)) {
     for (const auto& [node, ids] : e.device_ids) {
@@ -847,7 +847,7 @@ std::vector<ContainerDevices> ManagerImpl::GetDevices(const std::string& pod_uid
 }
 
 std::vector<std::string> ManagerImpl::GetPodsWithDevices() const {
-  absl::MutexLock lock(&mu_);
+  kdm::MutexLock lock(&mu_);
   std::set<std::string> pods;
   for (const auto& e : ledger_.AllEntries()) pods.insert(e.pod_uid);
   return {pods.begin(), pods.end()};
@@ -856,19 +856,19 @@ std::vector<std::string> ManagerImpl::GetPodsWithDevices() const {
 // ---------------------------------------------------------------- health subscription
 
 int64_t ManagerImpl::Subscribe(HealthCallback callback) {
-  absl::MutexLock lock(&subscribers_mu_);
+  kdm::MutexLock lock(&subscribers_mu_);
   int64_t id = ++next_subscriber_;
   subscribers_[id] = std::move(callback);
   return id;
 }
 
 void ManagerImpl::Unsubscribe(int64_t id) {
-  absl::MutexLock lock(&subscribers_mu_);
+  kdm::MutexLock lock(&subscribers_mu_);
   subscribers_.erase(id);
 }
 
 void ManagerImpl::Notify(const std::vector<DeviceHealthEvent>& events) {
-  absl::MutexLock lock(&subscribers_mu_);
+  kdm::MutexLock lock(&subscribers_mu_);
   for (const auto& [id, callback] : subscribers_) callback(events);
 }
 
@@ -881,25 +881,25 @@ void ManagerImpl::CountRpcError(const char* method) {
 ManagerStats ManagerImpl::GetStats() const {
   std::map<std::string, int64_t> endpoints = {{"connected", 0}, {"stopped", 0}};
   {
-    absl::MutexLock lock(&mu_);
+    kdm::MutexLock lock(&mu_);
     for (const auto& [resource, state] : resources_) {
       endpoints["connected"] += static_cast<int64_t>(state.endpoints.size());
       if (state.endpoints.empty() && state.current) endpoints["stopped"]++;
     }
   }
-  absl::MutexLock lock(&stats_mu_);
+  kdm::MutexLock lock(&stats_mu_);
   ManagerStats out = stats_;
   out.endpoints_by_state = std::move(endpoints);
   return out;
 }
 
 Status ManagerImpl::CheckInvariantsForTest() const {
-  absl::MutexLock lock(&mu_);
+  kdm::MutexLock lock(&mu_);
   return ledger_.CheckInvariants();
 }
 
 int ManagerImpl::LiveEndpointsForTest(const std::string& resource) const {
-  absl::MutexLock lock(&mu_);
+  kdm::MutexLock lock(&mu_);
   auto it = resources_.find(resource);
   if (it == resources_.end()) return 0;
   int n = 0;
