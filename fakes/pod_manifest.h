@@ -52,8 +52,10 @@ struct PodIdentity {
 
 // Parses one manifest. `file_name` names the file in error messages and
 // picks the syntax: ".json" is read as JSON, anything else as YAML (which
-// also accepts JSON). `identity` (optional) receives namespace and name
-// as soon as they are known, also when a later field is bad.
+// also reads JSON, except where YAML differs: a key and its ':' on two
+// lines). A NUL byte anywhere is an error. `identity` (optional) receives
+// namespace and name as soon as they are known, also when a later field is
+// bad.
 StatusOr<devicemanager::Pod> ParsePodManifest(std::string_view text,
                                               std::string_view file_name,
                                               PodIdentity* identity = nullptr);

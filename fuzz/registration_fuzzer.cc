@@ -26,9 +26,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include "fuzz_check.h"
 #include "kdm/devicemanager/os.h"
@@ -47,17 +49,23 @@ void BindSocket(const std::string& path) {
   FUZZ_CHECK(path.size() < sizeof(addr.sun_path), "socket path too long: " << path);
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   FUZZ_CHECK(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0, "bind " << path);
-  // The fd stays open for the process's life; the directory is left behind
-  // in /tmp on purpose (a fuzzer exits by signal as often as not).
+  // The fd stays open for the process's life.
 }
 
+// Removed again at a normal exit (the replay tests, libFuzzer's time limit);
+// a crashing run leaves it behind in /tmp for a look.
 struct PluginDir {
+  std::string root;
   std::string dir;
   std::string real_dir;
+  ~PluginDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(root, ec);
+  }
   PluginDir() {
     char tmpl[] = "/tmp/kdm-fuzz-reg-XXXXXX";
     FUZZ_CHECK(mkdtemp(tmpl) != nullptr, "mkdtemp");
-    std::string root = tmpl;
+    root = tmpl;
     dir = root + "/plugins";
     FUZZ_CHECK(mkdir(dir.c_str(), 0750) == 0 && mkdir((root + "/out").c_str(), 0750) == 0,
                "mkdir");
@@ -112,7 +120,8 @@ bool FollowsDocumentedRules(std::string_view name) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const PluginDir* plugin_dir = new PluginDir();
+  static const PluginDir owned_dir;
+  const PluginDir* plugin_dir = &owned_dir;
   std::string_view in(reinterpret_cast<const char*>(data), size);
   size_t nl1 = in.find('\n');
   size_t nl2 = nl1 == std::string_view::npos ? nl1 : in.find('\n', nl1 + 1);
