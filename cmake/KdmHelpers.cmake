@@ -61,6 +61,9 @@ function(kdm_add_test name)
   endif()
   set(tsan_env "")
   if(KDM_SANITIZE STREQUAL "thread")
+    # TSAN runs instrumented code 5-15x slower: ctest's limit scales, and so do
+    # the bounded waits of the heaviest tests (hardening_test's WaitUntil).
+    math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * 5")
     # Known false positives inside uninstrumented Debian libraries, each with
     # its reason (docs/reliability.md, "Sanitizers"). Child processes (the kdm
     # binary in e2e tests) inherit it. A property of its own: only the first
