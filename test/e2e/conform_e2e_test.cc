@@ -25,60 +25,12 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using kdm::e2e::KdmBinary;
+using kdm::e2e::Process;
 using kdm::e2e::ReadFile;
 using kdm::e2e::WaitFor;
 
 constexpr char kFpga[] = "example.com/fpga";
 
-// One kdm process; stdout and stderr go to their own files.
-class Process {
- public:
-  Process(const std::vector<std::string>& args, const std::string& out, const std::string& err)
-      : out_(out), err_(err) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<std::string> argv_s = {KdmBinary()};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~Process() {
-    if (pid_ > 0 && !exit_code_) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-    }
-  }
-  bool started() const { return pid_ > 0; }
-  bool Running() {
-    if (exit_code_) return false;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      return false;
-    }
-    return true;
-  }
-  // Exit code (128+signal when killed), or nullopt if it did not exit in time.
-  std::optional<int> Wait() {
-    if (!WaitFor([&] { return !Running(); })) return std::nullopt;
-    return exit_code_;
-  }
-  std::string Out() const { return ReadFile(out_); }
-  std::string Err() const { return ReadFile(err_); }
-
- private:
-  std::string out_, err_;
-  pid_t pid_ = -1;
-  std::optional<int> exit_code_;
-};
 
 size_t CountOf(const std::string& text, const std::string& needle) {
   size_t n = 0;

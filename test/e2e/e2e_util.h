@@ -2,12 +2,23 @@
 #ifndef KDM_TEST_E2E_E2E_UTIL_H_
 #define KDM_TEST_E2E_E2E_UTIL_H_
 
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
+
+extern char** environ;
 
 namespace kdm::e2e {
 
@@ -29,6 +40,16 @@ inline std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
+// Writes `text` beside `path` and renames it in, as editors do, so a watcher
+// never sees half a file.
+inline void WriteFileAtomically(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  std::string tmp =
+      fs::path(path).parent_path().string() + "/." + fs::path(path).filename().string() + ".tmp";
+  std::ofstream(tmp) << text;
+  fs::rename(tmp, path);
+}
+
 // Waits (bounded) until `pred` holds; polls state owned by other processes
 // that offer no notification. Returns whether it held.
 template <typename Pred>
@@ -40,6 +61,85 @@ bool WaitFor(Pred pred, std::chrono::milliseconds bound = kWaitBound) {
   }
   return true;
 }
+
+// One running `kdm` process (the binary under test). Killed with SIGKILL and
+// reaped if still running when destroyed.
+class Process {
+ public:
+  // stdout and stderr both appended to `log_path` (read with Log()).
+  Process(const std::vector<std::string>& args, const std::string& log_path)
+      : out_(log_path), err_(log_path) {
+    Spawn(args, [&](posix_spawn_file_actions_t* a) {
+      posix_spawn_file_actions_addopen(a, STDOUT_FILENO, log_path.c_str(),
+                                       O_WRONLY | O_CREAT | O_APPEND, 0644);
+      posix_spawn_file_actions_adddup2(a, STDOUT_FILENO, STDERR_FILENO);
+    });
+  }
+  // stdout to `out_path`, stderr to `err_path`, both truncated first.
+  Process(const std::vector<std::string>& args, const std::string& out_path,
+          const std::string& err_path)
+      : out_(out_path), err_(err_path) {
+    Spawn(args, [&](posix_spawn_file_actions_t* a) {
+      posix_spawn_file_actions_addopen(a, STDOUT_FILENO, out_path.c_str(),
+                                       O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      posix_spawn_file_actions_addopen(a, STDERR_FILENO, err_path.c_str(),
+                                       O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    });
+  }
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+  ~Process() {
+    if (pid_ > 0 && !exit_code_) {
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+  }
+
+  bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+  void Signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+  bool Running() {
+    if (pid_ <= 0 || exit_code_) return false;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return false;
+    }
+    return true;
+  }
+  // Exit code (128+signal when killed), or nullopt if it did not exit within
+  // kWaitBound.
+  std::optional<int> Wait() {
+    if (!WaitFor([&] { return !Running(); })) return std::nullopt;
+    return exit_code_;
+  }
+  // The combined log (first constructor), or stdout / stderr (second).
+  std::string Log() const { return ReadFile(out_); }
+  std::string Out() const { return ReadFile(out_); }
+  std::string Err() const { return ReadFile(err_); }
+
+ private:
+  template <typename Redirect>
+  void Spawn(const std::vector<std::string>& args, Redirect redirect) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    redirect(&actions);
+    std::vector<std::string> argv_s = {KdmBinary()};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+
+  std::string out_, err_;
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+};
 
 }  // namespace kdm::e2e
 

@@ -44,69 +44,14 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 using kdm::e2e::KdmBinary;
+using kdm::e2e::Process;
 using kdm::e2e::ReadFile;
 using kdm::e2e::WaitFor;
+using kdm::e2e::WriteFileAtomically;
 
 constexpr auto kBound = 30s;  // upper bound of every wait
 constexpr char kGpu[] = "nvidia.com/gpu";
 constexpr char kFpga[] = "example.com/fpga";
-
-void WriteFile(const std::string& path, const std::string& text) {
-  // Written beside and renamed in, as editors do, so the agent never sees
-  // half a file.
-  std::string tmp = fs::path(path).parent_path().string() + "/." +
-                    fs::path(path).filename().string() + ".tmp";
-  std::ofstream(tmp) << text;
-  fs::rename(tmp, path);
-}
-
-// One process; stdout and stderr go to `log_path`.
-class Process {
- public:
-  Process(const std::vector<std::string>& args, const std::string& log_path) : log_(log_path) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    std::vector<std::string> argv_s = {KdmBinary()};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~Process() {
-    if (pid_ > 0 && !exit_code_) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-    }
-  }
-  bool started() const { return pid_ > 0; }
-  void Signal(int sig) { ::kill(pid_, sig); }
-  bool Running() {
-    if (exit_code_) return false;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      return false;
-    }
-    return true;
-  }
-  // Exit code (128+signal when killed), or nullopt if it did not exit in time.
-  std::optional<int> Wait() {
-    if (!WaitFor([&] { return !Running(); })) return std::nullopt;
-    return exit_code_;
-  }
-  std::string Log() const { return ReadFile(log_); }
-
- private:
-  std::string log_;
-  pid_t pid_ = -1;
-  std::optional<int> exit_code_;
-};
 
 class KubeletE2eTest : public ::testing::Test {
  protected:
@@ -216,14 +161,14 @@ TEST_F(KubeletE2eTest, AdmitRejectDeleteAndChange) {
   StartGpuPlugin();
   ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8); })) << kubelet_->Log();
 
-  WriteFile(Manifests() + "/a.yaml", PodYaml("a", 2));
+  WriteFileAtomically(Manifests() + "/a.yaml", PodYaml("a", 2));
   json a = WaitPhase("default_a", "Admitted");
   EXPECT_EQ(Gpus(a).size(), 2u);
   EXPECT_EQ(a["containers"][0]["envs"]["NVIDIA_VISIBLE_DEVICES"].get<std::string>().size() > 0,
             true);
   EXPECT_FALSE(a["containers"][0]["device_specs"].empty());
 
-  WriteFile(Manifests() + "/b.yaml", PodYaml("b", 7));
+  WriteFileAtomically(Manifests() + "/b.yaml", PodYaml("b", 7));
   json b = WaitPhase("default_b", "Rejected");
   EXPECT_EQ(b["reason"], "UnexpectedAdmissionError");
   EXPECT_EQ(b["message"],
@@ -235,22 +180,22 @@ TEST_F(KubeletE2eTest, AdmitRejectDeleteAndChange) {
   fs::remove(Manifests() + "/a.yaml");
   ASSERT_TRUE(WaitFor([&] { return !fs::exists(StatusPath("default_a")); }));
   // b stays rejected until its file changes: a later pod is handled first.
-  WriteFile(Manifests() + "/c.yaml", PodYaml("c", 1));
+  WriteFileAtomically(Manifests() + "/c.yaml", PodYaml("c", 1));
   json c = WaitPhase("default_c", "Admitted");
   EXPECT_EQ(WaitPhase("default_b", "Rejected")["message"], b["message"]);
 
   // A changed file is admitted again (7 of the 7 now free).
-  WriteFile(Manifests() + "/b.yaml", PodYaml("b", 7, "2"));
+  WriteFileAtomically(Manifests() + "/b.yaml", PodYaml("b", 7, "2"));
   b = WaitPhase("default_b", "Admitted");
   std::vector<std::string> b_gpus = Gpus(b);
   EXPECT_EQ(b_gpus.size(), 7u);
   for (const auto& id : Gpus(c)) EXPECT_THAT(b_gpus, ::testing::Not(::testing::Contains(id)));
   // Changed again: the old version is freed first, then the new admitted.
-  WriteFile(Manifests() + "/b.yaml", PodYaml("b", 3));
+  WriteFileAtomically(Manifests() + "/b.yaml", PodYaml("b", 3));
   b = WaitStatus("default_b", [](const json& j) { return Gpus(j).size() == 3; });
   EXPECT_EQ(b["phase"], "Admitted");
   // Renamed inside its file: the old name's status goes, the new one comes.
-  WriteFile(Manifests() + "/b.yaml", PodYaml("b2", 3));
+  WriteFileAtomically(Manifests() + "/b.yaml", PodYaml("b2", 3));
   EXPECT_EQ(Gpus(WaitPhase("default_b2", "Admitted")).size(), 3u);
   EXPECT_TRUE(WaitFor([&] { return !fs::exists(StatusPath("default_b")); }));
   EXPECT_TRUE(kubelet_->Running());
@@ -261,7 +206,7 @@ TEST_F(KubeletE2eTest, InitContainerDevicesPassToTheAppContainerAndSidecarsKeepT
   StartGpuPlugin();
   StartPlugin({"--resource", kFpga, "--count", "4"});
   ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8) && Allocatable(kFpga, 4); }));
-  WriteFile(Manifests() + "/p.yaml", R"(apiVersion: v1
+  WriteFileAtomically(Manifests() + "/p.yaml", R"(apiVersion: v1
 kind: Pod
 metadata: {name: p, namespace: ml}
 spec:
@@ -336,7 +281,7 @@ TEST_F(KubeletE2eTest, BadManifestsAreRejectedAndTheAgentKeepsRunning) {
        "x}]}\n",
        "dup.yaml: spec.containers[1].name: duplicate container name \"x\""},
   };
-  for (const auto& b : bad) WriteFile(Manifests() + "/" + b.file, b.text);
+  for (const auto& b : bad) WriteFileAtomically(Manifests() + "/" + b.file, b.text);
   {
     // 10 MB: refused without being read whole.
     std::ofstream out(Manifests() + "/.huge.tmp");
@@ -347,7 +292,7 @@ TEST_F(KubeletE2eTest, BadManifestsAreRejectedAndTheAgentKeepsRunning) {
   bad.push_back({"huge.yaml", "manifest_huge.yaml", "",
                  "huge.yaml: file is larger than the 1048576-byte manifest limit"});
   // A pod asking for a resource no plugin registered.
-  WriteFile(Manifests() + "/unreg.yaml", named("unreg", "      limits: {example.com/nic: 1}\n"));
+  WriteFileAtomically(Manifests() + "/unreg.yaml", named("unreg", "      limits: {example.com/nic: 1}\n"));
   bad.push_back({"unreg.yaml", "default_unreg", "",
                  "Allocate failed due to cannot allocate unregistered device example.com/nic, "
                  "which is unexpected"});
@@ -359,16 +304,16 @@ TEST_F(KubeletE2eTest, BadManifestsAreRejectedAndTheAgentKeepsRunning) {
   }
   EXPECT_TRUE(kubelet_->Running());
   // Still admitting, and fixing a bad file admits it.
-  WriteFile(Manifests() + "/good.yaml", PodYaml("good", 1));
+  WriteFileAtomically(Manifests() + "/good.yaml", PodYaml("good", 1));
   WaitPhase("default_good", "Admitted");
-  WriteFile(Manifests() + "/frac.yaml", named("frac", "      limits: {nvidia.com/gpu: 1}\n"));
+  WriteFileAtomically(Manifests() + "/frac.yaml", named("frac", "      limits: {nvidia.com/gpu: 1}\n"));
   WaitPhase("default_frac", "Admitted");
   // Removing a bad manifest removes its status.
   fs::remove(Manifests() + "/yaml.yaml");
   EXPECT_TRUE(WaitFor([&] { return !fs::exists(StatusPath("manifest_yaml.yaml")); }));
   // Editors' temporary files are not manifests.
-  WriteFile(Manifests() + "/good.yaml~", PodYaml("backup", 1));
-  WriteFile(Manifests() + "/last.yaml", PodYaml("last", 1));
+  WriteFileAtomically(Manifests() + "/good.yaml~", PodYaml("backup", 1));
+  WriteFileAtomically(Manifests() + "/last.yaml", PodYaml("last", 1));
   WaitPhase("default_last", "Admitted");
   EXPECT_FALSE(fs::exists(StatusPath("default_backup")));
 }
@@ -389,7 +334,7 @@ TEST_F(KubeletE2eTest, NodeJsonHealthDropAndGraceDeletion) {
                                       {"healthy", 8}}));
   EXPECT_EQ(node["deleted_resources"], json::array());
 
-  WriteFile(root_ + "/health.json", R"({"GPU3": "Unhealthy"})");
+  WriteFileAtomically(root_ + "/health.json", R"({"GPU3": "Unhealthy"})");
   ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 7); })) << Node().dump();
   EXPECT_EQ(Node()["capacity"][kGpu], 8);
 
@@ -409,8 +354,8 @@ TEST_P(KubeletRestartTest, SigkillAndRestartRecoversEveryAllocation) {
   StartKubelet({"--checkpoint", GetParam()});
   StartGpuPlugin();
   ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8); }));
-  WriteFile(Manifests() + "/a.yaml", PodYaml("a", 2));
-  WriteFile(Manifests() + "/b.yaml", PodYaml("b", 4));
+  WriteFileAtomically(Manifests() + "/a.yaml", PodYaml("a", 2));
+  WriteFileAtomically(Manifests() + "/b.yaml", PodYaml("b", 4));
   auto a = Gpus(WaitPhase("default_a", "Admitted"));
   auto b = Gpus(WaitPhase("default_b", "Admitted"));
   ASSERT_EQ(a.size() + b.size(), 6u);
@@ -419,7 +364,7 @@ TEST_P(KubeletRestartTest, SigkillAndRestartRecoversEveryAllocation) {
   EXPECT_EQ(kubelet_->Wait(), 128 + SIGKILL);
   // While it is down: b's manifest goes away, c arrives.
   fs::remove(Manifests() + "/b.yaml");
-  WriteFile(Manifests() + "/c.yaml", PodYaml("c", 6));
+  WriteFileAtomically(Manifests() + "/c.yaml", PodYaml("c", 6));
   StartKubelet({"--checkpoint", GetParam()});
 
   // The plugin registers again; a keeps its GPUs, b's are collected and
@@ -449,7 +394,7 @@ TEST_F(KubeletE2eTest, RejectedPodStaysRejectedAcrossARestart) {
   StartKubelet();
   StartGpuPlugin();
   ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8); }));
-  WriteFile(Manifests() + "/big.yaml", PodYaml("big", 9));
+  WriteFileAtomically(Manifests() + "/big.yaml", PodYaml("big", 9));
   std::string message = WaitPhase("default_big", "Rejected")["message"];
   kubelet_->Signal(SIGTERM);
   ASSERT_EQ(kubelet_->Wait(), 0);
@@ -525,7 +470,7 @@ TEST_F(KubeletE2eTest, MetricsServedWhenAsked) {
   ASSERT_TRUE(std::regex_search(log, m, std::regex("event=metrics_serving addr=\\S+ port=(\\d+)")))
       << log;
   int port = std::stoi(m[1]);
-  WriteFile(Manifests() + "/a.yaml", PodYaml("a", 2));
+  WriteFileAtomically(Manifests() + "/a.yaml", PodYaml("a", 2));
   WaitPhase("default_a", "Admitted");
   EXPECT_THAT(HttpGet(port, "/healthz"), HasSubstr("ok"));
   std::string metrics = HttpGet(port, "/metrics");

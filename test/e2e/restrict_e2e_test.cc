@@ -34,64 +34,12 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
 using kdm::e2e::KdmBinary;
+using kdm::e2e::Process;
 using kdm::e2e::ReadFile;
 using kdm::e2e::WaitFor;
+using kdm::e2e::WriteFileAtomically;
 
 constexpr char kGpu[] = "nvidia.com/gpu";
-
-// One kdm process; stdout and stderr go to `log_path`. Killed if still
-// running when destroyed.
-class Process {
- public:
-  Process(const std::vector<std::string>& args, const std::string& log_path) : log_(log_path) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    std::vector<std::string> argv_s = {KdmBinary()};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~Process() {
-    if (pid_ > 0 && !exit_code_) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-    }
-  }
-  bool started() const { return pid_ > 0; }
-  bool Running() {
-    if (exit_code_) return false;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      return false;
-    }
-    return true;
-  }
-  std::optional<int> Wait() {
-    if (!WaitFor([&] { return !Running(); })) return std::nullopt;
-    return exit_code_;
-  }
-  std::string Log() const { return ReadFile(log_); }
-
- private:
-  std::string log_;
-  pid_t pid_ = -1;
-  std::optional<int> exit_code_;
-};
-
-void WriteFile(const std::string& path, const std::string& text) {
-  std::string tmp = fs::path(path).parent_path().string() + "/." +
-                    fs::path(path).filename().string() + ".tmp";
-  std::ofstream(tmp) << text;
-  fs::rename(tmp, path);
-}
 
 std::string PodYaml(const std::string& ns, const std::string& name, const std::string& resource,
                     int count) {
@@ -168,7 +116,7 @@ TEST_F(RestrictE2eTest, OnlyListedNamespacesGetTheResource) {
   EXPECT_EQ(st.st_mode & 07777, 0600u);
 
   const std::string manifests = root_ + "/manifests";
-  WriteFile(manifests + "/other.yaml", PodYaml("default", "train", kGpu, 2));
+  WriteFileAtomically(manifests + "/other.yaml", PodYaml("default", "train", kGpu, 2));
   json rejected = WaitPhase("default_train", "Rejected");
   EXPECT_EQ(rejected["reason"], "RestrictedResource");
   EXPECT_EQ(rejected["message"],
@@ -176,7 +124,7 @@ TEST_F(RestrictE2eTest, OnlyListedNamespacesGetTheResource) {
             "\"default\" is not allowed");
   EXPECT_EQ(rejected["containers"], json::array());
 
-  WriteFile(manifests + "/ml.yaml", PodYaml("ml", "train", kGpu, 8));
+  WriteFileAtomically(manifests + "/ml.yaml", PodYaml("ml", "train", kGpu, 8));
   json admitted = WaitPhase("ml_train", "Admitted");
   ASSERT_EQ(admitted["containers"].size(), 1u);
   EXPECT_EQ(admitted["containers"][0]["devices"][kGpu].size(), 8u);
@@ -184,7 +132,7 @@ TEST_F(RestrictE2eTest, OnlyListedNamespacesGetTheResource) {
   EXPECT_TRUE(WaitFor([&] { return Allocatable(kGpu) == 8; }));
 
   // A pod not asking for a restricted resource is unaffected.
-  WriteFile(manifests + "/cpu.yaml", PodYaml("default", "cpu-only", "cpu", 1));
+  WriteFileAtomically(manifests + "/cpu.yaml", PodYaml("default", "cpu-only", "cpu", 1));
   WaitPhase("default_cpu-only", "Admitted");
   EXPECT_THAT(kubelet_->Log(), HasSubstr("reason=RestrictedResource"));
   EXPECT_TRUE(kubelet_->Running());
