@@ -12,27 +12,40 @@
 #include <cstring>
 #include <atomic>
 #include <filesystem>
+#include <memory>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "google/protobuf/arena.h"
 #include "kdm/base/sync.h"
 
 namespace kdm::plugin {
 
+namespace {
+
+// Fills `response` (empty) with one Device per entry of `devices`.
+void FillListAndWatchResponse(const std::vector<Device>& devices,
+                              v1beta1::ListAndWatchResponse* response) {
+  response->mutable_devices()->Reserve(static_cast<int>(devices.size()));
+  for (const Device& d : devices) {
+    v1beta1::Device* out = response->add_devices();
+    out->set_id(d.id);
+    const std::string_view health = d.healthy ? pluginapi::kHealthy : pluginapi::kUnhealthy;
+    out->set_health(health.data(), health.size());
+    for (int64_t node : d.numa_nodes) out->mutable_topology()->add_nodes()->set_id(node);
+  }
+}
+
+}  // namespace
+
 v1beta1::ListAndWatchResponse ToListAndWatchResponse(const std::vector<Device>& devices) {
   v1beta1::ListAndWatchResponse response;
-  for (const Device& d : devices) {
-    v1beta1::Device* out = response.add_devices();
-    out->set_id(d.id);
-    out->set_health(std::string(d.healthy ? pluginapi::kHealthy : pluginapi::kUnhealthy));
-    if (!d.numa_nodes.empty()) {
-      for (int64_t node : d.numa_nodes) out->mutable_topology()->add_nodes()->set_id(node);
-    }
-  }
+  FillListAndWatchResponse(devices, &response);
   return response;
 }
 
@@ -228,9 +241,15 @@ class PluginServerImpl final : public PluginServer {
       if (first || version_ != sent_version) {
         first = false;
         sent_version = version_;
-        v1beta1::ListAndWatchResponse snapshot = ToListAndWatchResponse(devices_);
+        // On an arena: a snapshot of 10,000 devices is 10,000 small messages,
+        // and freeing them one by one cost as much as building them.
+        auto arena = std::make_unique<google::protobuf::Arena>();
+        auto* snapshot =
+            google::protobuf::Arena::CreateMessage<v1beta1::ListAndWatchResponse>(arena.get());
+        FillListAndWatchResponse(devices_, snapshot);
         mu_.Unlock();
-        bool ok = writer->Write(snapshot);  // never under the lock
+        bool ok = writer->Write(*snapshot);  // never under the lock
+        arena.reset();
         mu_.Lock();
         if (!ok) break;  // the client went away
         continue;
