@@ -403,7 +403,12 @@ TEST_F(HardeningTest, Huge100MbListAndWatchMessageIsRefusedWithoutExhaustingMemo
   const std::string socket = dir_ + "/big.sock";
   const std::string trigger = root_ + "/send-big";
   std::string helper = KDM_BIG_MESSAGE_PLUGIN;
-  std::vector<std::string> args = {helper, socket, trigger, "100"};
+  // 100 MB as the issue asks. Under TSAN, building and pushing 100 MB through
+  // instrumented code outlasts any sane bound on 2 cores, so the message is
+  // 24 MB there: still far over the 4 MiB limit and the channel's 9 MiB quota,
+  // so the refusal path is the same; the memory figure is the normal build's.
+  const std::string megabytes = kWaitScale == 1 ? "100" : "24";
+  std::vector<std::string> args = {helper, socket, trigger, megabytes};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
