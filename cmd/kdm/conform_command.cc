@@ -19,6 +19,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "duration_flag.h"
 #include "kdm/conformance/report.h"
@@ -48,11 +49,7 @@ int Fail(int code, const std::string& message) {
 }
 
 void SetUpLogging(bool verbose) {
-  auto logger = spdlog::stderr_logger_mt("kdm-conform");
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %L %v", spdlog::pattern_time_type::utc);
-  logger->set_level(verbose ? spdlog::level::debug : spdlog::level::warn);
-  logger->flush_on(spdlog::level::trace);
-  spdlog::set_default_logger(logger);
+  SetUpStderrLogging("kdm-conform", verbose ? spdlog::level::debug : spdlog::level::warn);
 }
 
 std::vector<std::string> SplitIds(const std::string& text) {
@@ -121,10 +118,7 @@ void AddConformCommand(CLI::App& app, int& exit_code) {
   cmd->callback([&exit_code, flags, cmd] {
     std::vector<std::string> extras = cmd->remaining();
     if (!extras.empty()) {
-      std::string list;
-      for (const std::string& e : extras) list += (list.empty() ? "'" : ", '") + e + "'";
-      exit_code = Fail(kUsageError, std::string("unknown argument") +
-                                        (extras.size() > 1 ? "s " : " ") + list);
+      exit_code = Fail(kUsageError, UnknownArgumentsMessage(extras));
       return;
     }
     exit_code = RunConform(*flags);

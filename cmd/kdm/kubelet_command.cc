@@ -16,6 +16,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "duration_flag.h"
 #include "kdm/checkpoint/paths.h"
@@ -37,13 +38,9 @@ struct KubeletFlags {
 constexpr int kUsageError = 2;
 
 void SetUpLogging(int verbosity) {
-  auto logger = spdlog::stderr_logger_mt("kdm-kubelet");
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %L %v", spdlog::pattern_time_type::utc);
-  logger->set_level(verbosity >= 2   ? spdlog::level::trace
-                    : verbosity == 1 ? spdlog::level::debug
-                                     : spdlog::level::info);
-  logger->flush_on(spdlog::level::trace);
-  spdlog::set_default_logger(logger);
+  SetUpStderrLogging("kdm-kubelet", verbosity >= 2   ? spdlog::level::trace
+                     : verbosity == 1 ? spdlog::level::debug
+                                      : spdlog::level::info);
 }
 
 int RunKubelet(const KubeletFlags& flags) {

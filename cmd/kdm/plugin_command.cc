@@ -29,6 +29,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "kdm/fakes/faulty_plugin.h"
 #include "kdm/fakes/gpu_plugin.h"
@@ -68,11 +69,7 @@ int Fail(int code, const std::string& message) {
 }
 
 void SetUpLogging(bool verbose) {
-  auto logger = spdlog::stderr_logger_mt("kdm-plugin");
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %L %v", spdlog::pattern_time_type::utc);
-  logger->set_level(verbose ? spdlog::level::debug : spdlog::level::info);
-  logger->flush_on(spdlog::level::trace);
-  spdlog::set_default_logger(logger);
+  SetUpStderrLogging("kdm-plugin", verbose ? spdlog::level::debug : spdlog::level::info);
 }
 
 const char* SignalName(int sig) {
@@ -327,10 +324,7 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
     flags->fault_given = fault->count() > 0;
     std::vector<std::string> extras = cmd->remaining();
     if (!extras.empty()) {
-      std::string list;
-      for (const std::string& e : extras) list += (list.empty() ? "'" : ", '") + e + "'";
-      exit_code = Fail(kUsageError, std::string("unknown argument") +
-                                        (extras.size() > 1 ? "s " : " ") + list);
+      exit_code = Fail(kUsageError, UnknownArgumentsMessage(extras));
       return;
     }
     exit_code = RunPlugin(*flags);
