@@ -75,8 +75,12 @@ function(kdm_add_test name)
     set(tsan_env ENVIRONMENT_MODIFICATION
       "TSAN_OPTIONS=set:suppressions=${PROJECT_SOURCE_DIR}/test/tsan.supp:second_deadlock_stack=1:suppress_equal_addresses=0")
   endif()
+  # ENVIRONMENT holds one variable: gtest_discover_tests flattens its
+  # PROPERTIES into one list, so only the first element of a list-valued
+  # ENVIRONMENT would survive. Source paths reach tests as compile
+  # definitions instead (KDM_TEST_SOURCE_DIR).
   gtest_discover_tests(${name}
     DISCOVERY_MODE PRE_TEST
     PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}" ${tsan_env}
-    ENVIRONMENT "KDM_BINARY_DIR=${PROJECT_BINARY_DIR};KDM_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+    ENVIRONMENT "KDM_BINARY_DIR=${PROJECT_BINARY_DIR}")
 endfunction()

@@ -122,7 +122,7 @@ struct DeviceHealthEvent {
   friend bool operator==(const DeviceHealthEvent&, const DeviceHealthEvent&) = default;
 };
 
-// Counters (issue 6 turns them into Prometheus metrics). Monotonic.
+// Counters, each exported as a Prometheus metric (docs/metrics.md). Monotonic.
 struct ManagerStats {
   int64_t registrations_accepted = 0;
   int64_t registrations_rejected = 0;

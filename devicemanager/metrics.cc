@@ -92,6 +92,16 @@ class MetricsImpl final : public Metrics {
                                .Name("kdm_checkpoint_errors_total")
                                .Help("Checkpoint writes that failed.")
                                .Register(*registry_)),
+        snapshots_refused_(prometheus::BuildCounter()
+                               .Name("kdm_snapshots_refused_total")
+                               .Help("ListAndWatch messages dropped for breaking the snapshot "
+                                     "limits (too many devices, too long a device id).")
+                               .Register(*registry_)),
+        restricted_rejections_(prometheus::BuildCounter()
+                                   .Name("kdm_restricted_rejections_total")
+                                   .Help("Allocations refused because the pod's namespace may "
+                                         "not use a restricted resource.")
+                                   .Register(*registry_)),
         resources_by_state_(prometheus::BuildGauge()
                                 .Name("kdm_device_resources")
                                 .Help("Device resources by state: serving (a healthy device), "
@@ -127,6 +137,8 @@ class MetricsImpl final : public Metrics {
     allocations_.Add({});
     allocation_failures_.Add({});
     checkpoint_errors_.Add({});
+    snapshots_refused_.Add({});
+    restricted_rejections_.Add({});
   }
 
   void ObserveRegistration(const std::string& resource) override {
@@ -165,6 +177,8 @@ class MetricsImpl final : public Metrics {
     RaiseTo(allocations_.Add({}), static_cast<double>(stats.allocations));
     RaiseTo(allocation_failures_.Add({}), static_cast<double>(stats.allocation_failures));
     RaiseTo(checkpoint_errors_.Add({}), static_cast<double>(stats.checkpoint_errors));
+    RaiseTo(snapshots_refused_.Add({}), static_cast<double>(stats.snapshots_refused));
+    RaiseTo(restricted_rejections_.Add({}), static_cast<double>(stats.restricted_rejections));
     for (const auto& [state, n] : stats.endpoints_by_state) {
       endpoints_by_state_.Add({{"state", state}}).Set(static_cast<double>(n));
     }
@@ -210,6 +224,8 @@ class MetricsImpl final : public Metrics {
   Family<Counter>& allocations_;
   Family<Counter>& allocation_failures_;
   Family<Counter>& checkpoint_errors_;
+  Family<Counter>& snapshots_refused_;
+  Family<Counter>& restricted_rejections_;
   Family<Gauge>& resources_by_state_;
   Family<Gauge>& endpoints_by_state_;
   Family<Gauge>& capacity_;

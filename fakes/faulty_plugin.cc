@@ -699,6 +699,7 @@ Status FaultyPlugin::Impl::Serve() {
   ::chmod(socket_path_.c_str(), 0600);
   server_ = std::move(server);
   service_ = std::move(service);
+  if (config_.after_bind_for_test) config_.after_bind_for_test();
   kdm::MutexLock lock(&mu_);
   socket_id_ = StatFile(socket_path_);
   return OkStatus();

@@ -150,6 +150,7 @@ StatusOr<std::unique_ptr<FakeDevicePlugin>> FakeDevicePlugin::Create(PluginConfi
   o.register_backoff_initial = config.register_backoff_initial;
   o.register_backoff_max = config.register_backoff_max;
   o.watch_interval = config.watch_interval;
+  o.after_bind_for_test = config.after_bind_for_test;
   StatusOr<std::unique_ptr<plugin::PluginServer>> server =
       plugin::PluginServer::Create(std::move(o));
   if (!server.ok()) return server.status();

@@ -41,6 +41,7 @@
 
 #include <chrono>
 #include <map>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -97,6 +98,10 @@ struct PluginConfig {
   std::chrono::milliseconds register_backoff_initial{100};
   std::chrono::milliseconds register_backoff_max{5'000};
   std::chrono::milliseconds watch_interval{200};
+  // Test hook: runs each time the plugin has bound its socket, before it
+  // records the socket's identity (the window a kubelet cleaning the
+  // directory at start can hit). Empty in production.
+  std::function<void()> after_bind_for_test;
 };
 
 // The result of applying a health map.

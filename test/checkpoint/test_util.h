@@ -98,9 +98,7 @@ inline std::vector<std::string> ListWithPrefix(const std::string& dir,
 // (test/checkpoint/testdata, copied from
 // ../shared/testdata/kubelet-checkpoint).
 inline std::string TestdataDir() {
-  const char* src = std::getenv("KDM_SOURCE_DIR");
-  std::string root = src != nullptr ? src : KDM_TEST_SOURCE_DIR;
-  return root + "/test/checkpoint/testdata";
+  return std::string(KDM_TEST_SOURCE_DIR) + "/test/checkpoint/testdata";
 }
 
 // The base names of every "<name>.json" test vector, sorted.

@@ -143,6 +143,8 @@ class MetricsWithManagerTest : public ::testing::Test {
     mo.registration_timeout = 5s;
     mo.rpc_timeout = 5s;
     mo.metrics = wired_;
+    // Pods of namespace "default" (every test's) may use the GPUs; others not.
+    mo.restrictions = {{kGpu, {"default"}}};
     auto m = Manager::Create(std::move(mo));
     ASSERT_TRUE(m.ok()) << m.status();
     manager_ = std::move(*m);
@@ -250,6 +252,47 @@ TEST_F(MetricsWithManagerTest, KdmMetricsFollowTheManagersState) {
   text = m->Render(manager_.get());
   EXPECT_THAT(text, HasSubstr("kdm_resource_allocatable_devices{resource_name=\"example.com/gpu\"} 0"));
   EXPECT_THAT(text, HasSubstr("kdm_device_resources{state=\"unhealthy\"} 1"));
+}
+
+TEST_F(MetricsWithManagerTest, RefusedSnapshotsAndRestrictedRejectionsAreCounted) {
+  auto m = Metrics::Create();
+  std::string text = m->Render(manager_.get());
+  EXPECT_THAT(text, HasSubstr("# TYPE kdm_snapshots_refused_total counter"));
+  EXPECT_THAT(text, HasSubstr("kdm_snapshots_refused_total 0"));
+  EXPECT_THAT(text, HasSubstr("# TYPE kdm_restricted_rejections_total counter"));
+  EXPECT_THAT(text, HasSubstr("kdm_restricted_rejections_total 0"));
+
+  // A pod outside the allowed namespaces is refused before any reservation.
+  Pod pod;
+  pod.uid = "uid-2";
+  pod.namespace_name = "guests";
+  pod.name = "intruder";
+  Container c;
+  c.name = "main";
+  c.limits[kGpu] = Quantity::FromInt(1);
+  c.requests[kGpu] = Quantity::FromInt(1);
+  pod.containers.push_back(c);
+  EXPECT_FALSE(manager_->Allocate(pod, "main").ok());
+
+  // A snapshot with a 254-byte device id is dropped; the old devices stay.
+  plugin_->SetDevices({{"gpu0", true, {0}}, {std::string(254, 'x'), true, {0}}});
+  bool refused = false;
+  for (int i = 0; i < 10'000 && !refused; ++i) {
+    refused = manager_->GetStats().snapshots_refused == 1;
+    if (!refused) std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_TRUE(refused);
+
+  text = m->Render(manager_.get());
+  EXPECT_THAT(text, HasSubstr("kdm_snapshots_refused_total 1"));
+  EXPECT_THAT(text, HasSubstr("kdm_restricted_rejections_total 1"));
+  EXPECT_THAT(text, HasSubstr("kdm_resource_capacity_devices{resource_name=\"example.com/gpu\"} 3"));
+  // Mirrored, not added up, across scrapes.
+  text = m->Render(manager_.get());
+  EXPECT_THAT(text, HasSubstr("kdm_snapshots_refused_total 1"));
+  EXPECT_THAT(text, HasSubstr("kdm_restricted_rejections_total 1"));
+  auto [rc, out] = Promtool(text);
+  EXPECT_EQ(rc, 0) << out << "\n--- exposition ---\n" << text;
 }
 
 class MetricsServerTest : public ::testing::Test {

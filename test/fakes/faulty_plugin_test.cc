@@ -8,9 +8,12 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <future>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -369,6 +372,37 @@ TEST(FaultyPluginTest, NoReregisterNeverRegistersAgainAfterKubeletRestart) {
   broken->Stop();
   other->Stop();
   kubelet.Stop();
+}
+
+// The soak's finding, in the FaultyPlugin's own serving code (the SDK has its
+// twin, PluginServerTest.RegressionSocketDeletedBetweenBindAndStatIsServedAgain):
+// a kubelet starting up deleted the plugin's socket right after the bind,
+// before the plugin recorded the file's identity; the plugin then never
+// noticed its socket was gone and never served again.
+TEST(FaultyPluginTest, RegressionSocketDeletedBetweenBindAndStatIsServedAgain) {
+  TempSocketDir dir;
+  PluginConfig c = Config(dir.path());
+  c.socket_name = "faulty.sock";
+  const std::string socket = dir.path() + "/faulty.sock";
+  auto binds = std::make_shared<std::atomic<int>>(0);
+  c.after_bind_for_test = [binds, socket] {
+    if (binds->fetch_add(1) == 0) ::unlink(socket.c_str());
+  };
+  auto p = MustStart(c, "alloc-bad-env");
+  ASSERT_NE(p, nullptr);
+  ASSERT_EQ(p->SocketPath(), socket);
+  // The hook may run after the first socket file appeared: wait for the
+  // second bind, not only for a file.
+  ASSERT_TRUE(WaitFor([&] { return binds->load() >= 2 && std::filesystem::exists(socket); }))
+      << "binds: " << binds->load();
+  auto stub = Dial(socket);
+  grpc::ClientContext ctx;
+  Bound(ctx);
+  v1beta1::DevicePluginOptions opts;
+  grpc::Status s = stub->GetDevicePluginOptions(&ctx, v1beta1::Empty(), &opts);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  p->Stop();
+  EXPECT_FALSE(std::filesystem::exists(socket)) << "Stop removes the socket it serves";
 }
 
 // --- ListAndWatch faults ----------------------------------------------------
