@@ -28,6 +28,7 @@
 
 #include "kdm/devicemanager/manager.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
+#include "kdm/test/devicemanager/test_pods.h"
 
 namespace kdm::devicemanager {
 namespace {
@@ -36,6 +37,7 @@ using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
+using testing::MakePod;
 
 constexpr char kGpu[] = "example.com/gpu";
 
@@ -186,15 +188,7 @@ class MetricsWithManagerTest : public ::testing::Test {
 };
 
 TEST_F(MetricsWithManagerTest, TheManagerReportsRegistrationsAllocationsAndCheckpointWrites) {
-  Pod pod;
-  pod.uid = "uid-1";
-  pod.namespace_name = "default";
-  pod.name = "train";
-  Container c;
-  c.name = "main";
-  c.limits[kGpu] = Quantity::FromInt(2);
-  c.requests[kGpu] = Quantity::FromInt(2);
-  pod.containers.push_back(c);
+  Pod pod = MakePod("uid-1", {{"main", {{kGpu, 2}}}});
   ASSERT_TRUE(manager_->Allocate(pod, "main").ok());
   std::string text = wired_->Render(manager_.get());
   EXPECT_THAT(text, HasSubstr("kubelet_device_plugin_registration_total{resource_name=\"example.com/gpu\"} 1"));
@@ -206,15 +200,7 @@ TEST_F(MetricsWithManagerTest, TheManagerReportsRegistrationsAllocationsAndCheck
 }
 
 TEST_F(MetricsWithManagerTest, KdmMetricsFollowTheManagersState) {
-  Pod pod;
-  pod.uid = "uid-1";
-  pod.namespace_name = "default";
-  pod.name = "train";
-  Container c;
-  c.name = "main";
-  c.limits[kGpu] = Quantity::FromInt(1);
-  c.requests[kGpu] = Quantity::FromInt(1);
-  pod.containers.push_back(c);
+  Pod pod = MakePod("uid-1", {{"main", {{kGpu, 1}}}});
   ASSERT_TRUE(manager_->Allocate(pod, "main").ok());
 
   auto m = Metrics::Create();
@@ -263,16 +249,10 @@ TEST_F(MetricsWithManagerTest, RefusedSnapshotsAndRestrictedRejectionsAreCounted
   EXPECT_THAT(text, HasSubstr("kdm_restricted_rejections_total 0"));
 
   // A pod outside the allowed namespaces is refused before any reservation.
-  Pod pod;
-  pod.uid = "uid-2";
+  Pod pod = MakePod("uid-2", {{"main", {{kGpu, 1}}}});
   pod.namespace_name = "guests";
-  pod.name = "intruder";
-  Container c;
-  c.name = "main";
-  c.limits[kGpu] = Quantity::FromInt(1);
-  c.requests[kGpu] = Quantity::FromInt(1);
-  pod.containers.push_back(c);
-  EXPECT_FALSE(manager_->Allocate(pod, "main").ok());
+  Status refused_pod = manager_->Allocate(pod, "main");
+  EXPECT_EQ(refused_pod.code(), StatusCode::kPermissionDenied) << refused_pod;
 
   // A snapshot with a 254-byte device id is dropped; the old devices stay.
   plugin_->SetDevices({{"gpu0", true, {0}}, {std::string(254, 'x'), true, {0}}});
