@@ -40,8 +40,8 @@
 #define KDM_FAKES_GPU_PLUGIN_H_
 
 #include <chrono>
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
