@@ -384,19 +384,25 @@ TEST_F(ManagerIntegrationTest, TwoResourcesRegisterAndAllocate) {
 
 TEST_F(ManagerIntegrationTest, HealthFlipsAreVisibleInCapacity) {
   StartManager();
+  // Subscribed before the plugin exists, so every batch is seen. (Subscribing
+  // once capacity shows the first snapshot raced that snapshot's own batch,
+  // which is delivered after the capacity changes, on the endpoint's thread:
+  // under load it arrived after the subscription, as three extra events.)
+  SubscribeToHealth();
   auto* gpu = StartPlugin(kGpu, "gpu.sock", Devices("gpu", 3));
   ASSERT_TRUE(CapIs(kGpu, 3, 3));
-  SubscribeToHealth();
   ASSERT_TRUE(gpu->SetHealth("gpu1", false).ok());
   EXPECT_TRUE(CapIs(kGpu, 3, 2));
   ASSERT_TRUE(gpu->SetHealth("gpu1", true).ok());
   EXPECT_TRUE(CapIs(kGpu, 3, 3));
   gpu->SetDevices(Devices("gpu", 5));
   EXPECT_TRUE(CapIs(kGpu, 5, 5));
-  // Health callbacks run after the capacity changes, on the endpoint's
-  // thread: wait for the last batch before looking.
-  EXPECT_TRUE(WaitUntil([&] { return Seen().size() >= 4; }));
-  EXPECT_THAT(Seen(), ElementsAre(DeviceHealthEvent{kGpu, "gpu1", false},
+  // Health callbacks run after the capacity changes: wait for the last batch.
+  EXPECT_TRUE(WaitUntil([&] { return Seen().size() >= 7; }));
+  EXPECT_THAT(Seen(), ElementsAre(DeviceHealthEvent{kGpu, "gpu0", true},
+                                DeviceHealthEvent{kGpu, "gpu1", true},
+                                DeviceHealthEvent{kGpu, "gpu2", true},
+                                DeviceHealthEvent{kGpu, "gpu1", false},
                                 DeviceHealthEvent{kGpu, "gpu1", true},
                                 DeviceHealthEvent{kGpu, "gpu3", true},
                                 DeviceHealthEvent{kGpu, "gpu4", true}));
