@@ -20,6 +20,11 @@
 
 namespace kdm {
 
+// The default cap for one outside value in a log line (a device id, a
+// plugin's error text, a manifest's name): enough to recognise it, too
+// little to flood the log.
+inline constexpr std::size_t kMaxLogValueBytes = 256;
+
 // `text` in double quotes: '"' and '\' are backslash-escaped, \n \r \t are
 // written as such, every other byte below 0x20 and 0x7f as \xNN. Bytes of
 // 0x80 and above are kept (UTF-8 text stays readable). When `text` is longer
