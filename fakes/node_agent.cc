@@ -23,8 +23,12 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "kdm/base/log_rate_limiter.h"
+#include "kdm/base/log_value.h"
+#include "kdm/base/sync.h"
 #include "kdm/devicemanager/manager.h"
 #include "kdm/devicemanager/metrics.h"
+#include "kdm/fakes/admission_queue.h"
 #include "kdm/fakes/manifest_watcher.h"
 #include "kdm/fakes/pod_manifest.h"
 #include "kdm/fakes/status_writer.h"
@@ -37,6 +41,11 @@ namespace dm = devicemanager;
 using namespace std::chrono_literals;
 
 constexpr auto kNodeRefreshInterval = 250ms;
+// However fast health changes arrive, the node status is rewritten and the
+// pods waiting for plugins are retried at most this often (latest state wins).
+constexpr auto kHealthRefreshInterval = 100ms;
+// `event=device_health` lines per resource per second; the rest are counted.
+constexpr int kHealthLogBurst = 20;
 
 Status MakeDir(const std::string& dir, mode_t mode) {
   std::error_code ec;
@@ -59,6 +68,35 @@ std::string DevicesText(const std::map<std::string, std::vector<std::string>>& d
   return out;
 }
 
+// A device plugin (or a manifest) chooses these texts: quoted and cut so that
+// they can neither forge a log line nor flood the log.
+std::string Q(std::string_view text) { return QuoteLogValue(text, kMaxLogValueBytes); }
+
+// The device resources `pod` asks for (non-zero limits of extended
+// resources): the keys that order its admission against other pods'.
+std::set<std::string> DeviceResources(const dm::Pod& pod) {
+  std::set<std::string> out;
+  for (const auto* list : {&pod.init_containers, &pod.containers}) {
+    for (const auto& c : *list) {
+      for (const auto& [resource, limit] : c.limits) {
+        if (IsExtendedResourceName(resource) && !limit.IsZero()) out.insert(resource);
+      }
+    }
+  }
+  return out;
+}
+
+// What an admission worker found out; handed to the io thread.
+struct AdmissionResult {
+  Status status;
+  std::vector<ContainerStatus> containers;  // when status is OK
+  // The pod asks for a resource that no plugin has registered (yet).
+  bool unregistered = false;
+  // The pod asks for a resource that is known but has no devices (restored
+  // from the checkpoint; its plugin has not registered again yet).
+  bool resource_without_devices = false;
+};
+
 class NodeAgentImpl final : public NodeAgent {
  public:
   explicit NodeAgentImpl(Options options) : options_(std::move(options)) {
@@ -78,13 +116,27 @@ class NodeAgentImpl final : public NodeAgent {
   }
 
  private:
-  enum class PodState { kAdmitted, kRejected, kRecovering };
+  enum class PodState {
+    kAdmitted,
+    kRejected,
+    kRecovering,  // waiting for its plugins to register
+    kAdmitting,   // an admission worker runs it now
+    kPending,     // waits for another file's admission of the same uid to end
+  };
   // One manifest file, as last acted on.
   struct FileEntry {
     size_t content_hash = 0;
     std::string status_file;        // file name under status/
     std::optional<dm::Pod> pod;     // set when the manifest parsed
     PodState state = PodState::kRejected;
+    // Identifies the admission now running for this entry (kAdmitting).
+    uint64_t generation = 0;
+    bool waiting_logged = false;
+  };
+  // The admission running for a pod uid (at most one per uid at a time).
+  struct InFlight {
+    std::string file_name;
+    uint64_t generation = 0;
   };
 
   std::set<std::string> ActiveUids() const {
@@ -102,22 +154,38 @@ class NodeAgentImpl final : public NodeAgent {
     active_.erase(uid);
   }
 
+  // Admission workers (no agent state touched: only the Manager, which is
+  // thread-safe, and the pod copy they were given).
+  AdmissionResult RunAdmission(const dm::Pod& pod);
+
   // All below run on the io thread.
   void OnManifestEvent(const ManifestWatcher::Event& e);
   void ForgetFile(const std::string& file_name, bool delete_status);
+  // Hands the entry's pod to an admission worker (or parks it as kPending
+  // while another admission of its uid runs).
   void AdmitFile(const std::string& file_name, FileEntry& entry);
-  // OK: admitted. UNAVAILABLE while recovering: retry later. Else rejected.
-  Status AdmitPod(const dm::Pod& pod);
-  bool AsksForResourceWithoutDevices(const dm::Pod& pod) const;
-  // At startup: true when the pod's status file says Rejected and is not
-  // older than its manifest (the rejection stands until the file changes).
-  bool StillRejected(const std::string& manifest_path, const std::string& status_file) const;
+  void OnAdmissionDone(const std::string& file_name, uint64_t generation, const std::string& uid,
+                       bool recovering, AdmissionResult result);
+  void FinishAdmission(const std::string& file_name, FileEntry& entry, bool recovering,
+                       AdmissionResult result);
+  // True when a file other than `except_file` has an entry for `uid` that
+  // holds (or is being given) devices.
+  bool UidHeldByOtherFile(const std::string& uid, const std::string& except_file) const;
+  void RemovePodDevices(const std::string& uid);
+  // At startup: the phase in the pod's status file when that file is not
+  // older than its manifest (it then describes this manifest), else "".
+  std::string PhaseAtStart(const std::string& manifest_path, const std::string& status_file) const;
   void WritePodStatus(const std::string& file_name, const PodStatus& status);
   void Reject(const std::string& file_name, FileEntry& entry, const char* reason,
               const std::string& message);
   void RetryRecovering();
   void RefreshNode();
   void ScheduleNodeRefresh();
+  // Health changes arrived: refresh the node and retry waiting pods once,
+  // at most every kHealthRefreshInterval.
+  void OnHealthChanged();
+  void FlushHealthLog();
+  void OnRegistrationGraceOver();
   void FinishStartup();
 
   const Options options_;
@@ -135,14 +203,32 @@ class NodeAgentImpl final : public NodeAgent {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
   std::unique_ptr<ManifestWatcher> watcher_;
   std::unique_ptr<asio::steady_timer> node_timer_;
+  std::unique_ptr<asio::steady_timer> health_timer_;
+  std::unique_ptr<asio::steady_timer> grace_timer_;
+  std::unique_ptr<AdmissionQueue> admissions_;
   std::thread io_thread_;
   bool stopped_ = false;
 
   // io thread only.
   std::map<std::string, FileEntry> files_;          // by manifest file name
+  std::map<std::string, InFlight> in_flight_;       // by pod uid
+  uint64_t next_generation_ = 0;
   std::set<std::string> recovered_uids_;            // held devices at start
+  // Pods whose status file said Admitted at start; they wait for their
+  // plugins until the registration grace is over.
+  std::set<std::string> previously_admitted_;
+  bool registration_grace_over_ = false;
   std::string last_node_json_;
   bool startup_done_ = false;
+  bool health_timer_armed_ = false;
+  std::chrono::steady_clock::time_point last_health_refresh_{};
+
+  // Set by the health callback when it posts a refresh, cleared by the io
+  // thread when it runs one: a flapping plugin posts one task, not thousands.
+  std::atomic<bool> health_refresh_posted_{false};
+  // Shared by the Manager's delivery thread (Admit) and the io thread (Flush).
+  kdm::Mutex health_log_mu_;
+  LogRateLimiter health_log_ ABSL_GUARDED_BY(health_log_mu_){kHealthLogBurst, 1s};
 
   mutable std::mutex active_mu_;
   std::map<std::string, dm::ActivePod> active_;     // guarded by active_mu_
@@ -158,8 +244,8 @@ Status NodeAgentImpl::Init() {
   auto opened = checkpoint::OpenStoreForRoot(options_.root, options_.checkpoint);
   if (!opened.ok()) return opened.status().WithPrefix("checkpoint");
   if (!opened->recovered.ok()) {
-    spdlog::warn("event=checkpoint_quarantined path={} error=\"{}\"", opened->quarantined_path,
-                 opened->recovered.message());
+    spdlog::warn("event=checkpoint_quarantined path={} error={}", Q(opened->quarantined_path),
+                 Q(opened->recovered.message()));
   }
   store_ = std::move(opened->store);
 
@@ -179,6 +265,7 @@ Status NodeAgentImpl::Init() {
   mo.store = store_;
   mo.rpc_timeout = options_.rpc_timeout;
   mo.registration_timeout = options_.rpc_timeout;
+  mo.pre_start_timeout = options_.pre_start_timeout;
   mo.grace_period = options_.grace_period;
   mo.active_pods = [this] { return ActiveUids(); };
   mo.restrictions = options_.restrictions;
@@ -193,7 +280,7 @@ Status NodeAgentImpl::Init() {
   // Devices of pods whose manifests went away while the agent was down are
   // collected before any pod is admitted, so that new pods can have them.
   if (Status gc = manager_->UpdateAllocatedDevices(); !gc.ok()) {
-    spdlog::warn("event=gc_failed error=\"{}\"", gc.message());
+    spdlog::warn("event=gc_failed error={}", Q(gc.message()));
   }
   for (const auto& uid : manager_->GetPodsWithDevices()) recovered_uids_.insert(uid);
   spdlog::info("event=manager_started plugin_dir={}/device-plugins checkpoint={} recovered_pods={}",
@@ -214,6 +301,8 @@ Status NodeAgentImpl::Init() {
                  metrics_server_->port());
   }
 
+  admissions_ = std::make_unique<AdmissionQueue>(std::max(1, options_.admission_threads));
+
   ManifestWatcher::Options wo;
   wo.dir = manifest_dir_;
   wo.debounce = options_.manifest_debounce;
@@ -224,17 +313,26 @@ Status NodeAgentImpl::Init() {
   asio::post(io_, [this] { FinishStartup(); });
 
   health_subscription_ = manager_->Subscribe([this](const std::vector<dm::DeviceHealthEvent>& events) {
-    for (const auto& e : events) {
-      spdlog::info("event=device_health resource={} device={} healthy={}", e.resource_name,
-                   e.device_id, e.healthy);
+    const auto now = std::chrono::steady_clock::now();
+    {
+      kdm::MutexLock lock(&health_log_mu_);
+      for (const auto& e : events) {
+        if (auto suppressed = health_log_.Admit(e.resource_name, now)) {
+          spdlog::info("event=device_health resource={} device={} healthy={} suppressed={}",
+                       Q(e.resource_name), Q(e.device_id), e.healthy, *suppressed);
+        }
+      }
     }
-    asio::post(io_, [this] {
-      RefreshNode();
-      RetryRecovering();
-    });
+    if (!health_refresh_posted_.exchange(true)) asio::post(io_, [this] { OnHealthChanged(); });
   });
 
   node_timer_ = std::make_unique<asio::steady_timer>(io_);
+  health_timer_ = std::make_unique<asio::steady_timer>(io_);
+  grace_timer_ = std::make_unique<asio::steady_timer>(io_);
+  grace_timer_->expires_after(options_.registration_grace);
+  grace_timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) OnRegistrationGraceOver();
+  });
   work_.emplace(asio::make_work_guard(io_));
   asio::post(io_, [this] { RefreshNode(); });
   ScheduleNodeRefresh();
@@ -248,11 +346,16 @@ void NodeAgentImpl::Stop() {
   if (stopped_) return;
   stopped_ = true;
   if (manager_ && health_subscription_ >= 0) manager_->Unsubscribe(health_subscription_);
+  // Running admissions end within the plugin RPC deadlines; their results
+  // are posted to io_ and dropped with it.
+  if (admissions_) admissions_->Stop();
   work_.reset();
   io_.stop();
   if (io_thread_.joinable()) io_thread_.join();
   if (watcher_) watcher_->Stop();
   node_timer_.reset();
+  health_timer_.reset();
+  grace_timer_.reset();
   if (metrics_server_) metrics_server_->Stop();
   if (pod_resources_) pod_resources_->Stop();
   if (manager_) manager_->Stop();
@@ -264,8 +367,45 @@ void NodeAgentImpl::ScheduleNodeRefresh() {
   node_timer_->async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
     RefreshNode();
+    FlushHealthLog();
     ScheduleNodeRefresh();
   });
+}
+
+void NodeAgentImpl::OnHealthChanged() {
+  if (health_timer_armed_) return;
+  health_timer_armed_ = true;
+  const auto now = std::chrono::steady_clock::now();
+  const auto due = last_health_refresh_ + kHealthRefreshInterval;
+  health_timer_->expires_after(due > now ? due - now : std::chrono::steady_clock::duration::zero());
+  health_timer_->async_wait([this](const boost::system::error_code& ec) {
+    health_timer_armed_ = false;
+    if (ec) return;
+    // Changes after this point post a new refresh.
+    health_refresh_posted_.store(false);
+    last_health_refresh_ = std::chrono::steady_clock::now();
+    RefreshNode();
+    RetryRecovering();
+  });
+}
+
+void NodeAgentImpl::FlushHealthLog() {
+  std::vector<std::pair<std::string, int64_t>> flushed;
+  {
+    kdm::MutexLock lock(&health_log_mu_);
+    flushed = health_log_.Flush(std::chrono::steady_clock::now());
+  }
+  for (const auto& [resource, n] : flushed) {
+    spdlog::info("event=device_health_suppressed resource={} suppressed={}", Q(resource), n);
+  }
+}
+
+void NodeAgentImpl::OnRegistrationGraceOver() {
+  registration_grace_over_ = true;
+  if (!previously_admitted_.empty()) {
+    spdlog::info("event=registration_grace_over waiting_pods={}", previously_admitted_.size());
+  }
+  RetryRecovering();
 }
 
 void NodeAgentImpl::FinishStartup() {
@@ -276,7 +416,7 @@ void NodeAgentImpl::FinishStartup() {
   }
   // Pods whose manifests went away while the agent was down.
   if (Status s = manager_->UpdateAllocatedDevices(); !s.ok()) {
-    spdlog::warn("event=gc_failed error=\"{}\"", s.message());
+    spdlog::warn("event=gc_failed error={}", Q(s.message()));
   }
   // Status files of pods whose manifests went away while the agent was down.
   std::set<std::string> owned = {"node.json"};
@@ -286,7 +426,7 @@ void NodeAgentImpl::FinishStartup() {
     std::string name = e.path().filename().string();
     if (name.size() > 5 && name.ends_with(".json") && name.front() != '.' && !owned.count(name)) {
       std::filesystem::remove(e.path(), ec);
-      spdlog::info("event=stale_status_removed file={}", name);
+      spdlog::info("event=stale_status_removed file={}", Q(name));
     }
   }
   RefreshNode();
@@ -300,7 +440,7 @@ void NodeAgentImpl::RefreshNode() {
   std::string text = RenderNodeStatus(node);
   if (text == last_node_json_) return;
   if (Status s = WriteFileAtomically(status_dir_ + "/node.json", text); !s.ok()) {
-    spdlog::error("event=status_write_failed file=node.json error=\"{}\"", s.message());
+    spdlog::error("event=status_write_failed file=node.json error={}", Q(s.message()));
     return;
   }
   last_node_json_ = std::move(text);
@@ -313,16 +453,16 @@ void NodeAgentImpl::RefreshNode() {
 void NodeAgentImpl::WritePodStatus(const std::string& file_name, const PodStatus& status) {
   if (Status s = WriteFileAtomically(status_dir_ + "/" + file_name, RenderPodStatus(status));
       !s.ok()) {
-    spdlog::error("event=status_write_failed file={} error=\"{}\"", file_name, s.message());
+    spdlog::error("event=status_write_failed file={} error={}", Q(file_name), Q(s.message()));
   }
 }
 
 void NodeAgentImpl::OnManifestEvent(const ManifestWatcher::Event& e) {
   if (e.kind == ManifestWatcher::EventKind::kGone) {
-    spdlog::info("event=manifest_removed file={}", e.file_name);
+    spdlog::info("event=manifest_removed file={}", Q(e.file_name));
     ForgetFile(e.file_name, /*delete_status=*/true);
     if (Status s = manager_->UpdateAllocatedDevices(); !s.ok()) {
-      spdlog::warn("event=gc_failed error=\"{}\"", s.message());
+      spdlog::warn("event=gc_failed error={}", Q(s.message()));
     }
     RefreshNode();
     return;
@@ -330,23 +470,23 @@ void NodeAgentImpl::OnManifestEvent(const ManifestWatcher::Event& e) {
   auto bytes = ReadManifestBytes(e.path);
   if (!bytes.ok()) {
     if (bytes.status().code() == StatusCode::kNotFound) return;  // gone again; its event follows
-    spdlog::warn("event=manifest_unreadable file={} error=\"{}\"", e.file_name,
-                 bytes.status().message());
+    spdlog::warn("event=manifest_unreadable file={} error={}", Q(e.file_name),
+                 Q(bytes.status().message()));
     return;
   }
   size_t hash = std::hash<std::string>{}(*bytes);
   auto it = files_.find(e.file_name);
   if (it != files_.end() && it->second.content_hash == hash) {
-    spdlog::debug("event=manifest_unchanged file={}", e.file_name);
+    spdlog::debug("event=manifest_unchanged file={}", Q(e.file_name));
     return;
   }
   std::string old_status_file;
   if (it != files_.end()) {
-    spdlog::info("event=manifest_changed file={}", e.file_name);
+    spdlog::info("event=manifest_changed file={}", Q(e.file_name));
     old_status_file = it->second.status_file;
     ForgetFile(e.file_name, /*delete_status=*/false);
   } else {
-    spdlog::info("event=manifest_added file={}", e.file_name);
+    spdlog::info("event=manifest_added file={}", Q(e.file_name));
   }
   FileEntry& entry = files_[e.file_name];
   entry.content_hash = hash;
@@ -363,49 +503,69 @@ void NodeAgentImpl::OnManifestEvent(const ManifestWatcher::Event& e) {
     Reject(e.file_name, entry, kReasonInvalidManifest, pod.status().message());
     return;
   }
+  // A pod (by namespace/name, and by uid: the Manager keys devices by uid)
+  // belongs to one manifest. The second one is refused before it touches
+  // any device, so removing either file can never free the other's.
   for (const auto& [other_name, other] : files_) {
-    if (other_name != e.file_name && other.pod && other.state != PodState::kRejected &&
-        other.pod->namespace_name == pod->namespace_name && other.pod->name == pod->name) {
-      entry.status_file = ManifestStatusFileName(e.file_name);
-      Reject(e.file_name, entry, kReasonDuplicatePod,
-             e.file_name + ": pod " + pod->namespace_name + "/" + pod->name +
-                 " is already defined by " + other_name);
-      return;
+    if (other_name == e.file_name || !other.pod || other.state == PodState::kRejected) continue;
+    std::string why;
+    if (other.pod->namespace_name == pod->namespace_name && other.pod->name == pod->name) {
+      why = "pod " + pod->namespace_name + "/" + pod->name + " is already defined by " + other_name;
+    } else if (other.pod->uid == pod->uid) {
+      why = "pod uid \"" + pod->uid + "\" (pod " + pod->namespace_name + "/" + pod->name +
+            ") is already used by " + other_name + " (pod " + other.pod->namespace_name + "/" +
+            other.pod->name + ")";
+    } else {
+      continue;
     }
+    entry.status_file = ManifestStatusFileName(e.file_name);
+    Reject(e.file_name, entry, kReasonDuplicatePod, e.file_name + ": " + why);
+    return;
   }
   entry.pod = std::move(*pod);
-  if (!startup_done_ && StillRejected(e.path, entry.status_file)) {
-    entry.state = PodState::kRejected;
-    spdlog::info("event=pod_still_rejected file={} pod={}/{} status={}", e.file_name,
-                 entry.pod->namespace_name, entry.pod->name, entry.status_file);
-    return;
+  if (!startup_done_) {
+    const std::string phase = PhaseAtStart(e.path, entry.status_file);
+    if (phase == kPhaseRejected) {
+      entry.state = PodState::kRejected;
+      spdlog::info("event=pod_still_rejected file={} pod={}/{} status={}", Q(e.file_name),
+                   entry.pod->namespace_name, entry.pod->name, Q(entry.status_file));
+      return;
+    }
+    if (phase == kPhaseAdmitted && !registration_grace_over_) {
+      previously_admitted_.insert(entry.pod->uid);
+    }
   }
   AdmitFile(e.file_name, entry);
 }
 
-bool NodeAgentImpl::StillRejected(const std::string& manifest_path,
-                                  const std::string& status_file) const {
+std::string NodeAgentImpl::PhaseAtStart(const std::string& manifest_path,
+                                        const std::string& status_file) const {
   const std::string status_path = status_dir_ + "/" + status_file;
   struct stat manifest_st, status_st;
   if (::stat(manifest_path.c_str(), &manifest_st) != 0 ||
       ::stat(status_path.c_str(), &status_st) != 0) {
-    return false;
+    return "";
   }
   auto ns = [](const struct timespec& t) { return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; };
-  if (ns(status_st.st_mtim) < ns(manifest_st.st_mtim)) return false;
+  if (ns(status_st.st_mtim) < ns(manifest_st.st_mtim)) return "";
   auto bytes = ReadManifestBytes(status_path);
-  return bytes.ok() && bytes->find("\"phase\": \"Rejected\"") != std::string::npos;
+  if (!bytes.ok()) return "";
+  for (const char* phase : {kPhaseRejected, kPhaseAdmitted}) {
+    if (bytes->find(std::string("\"phase\": \"") + phase + "\"") != std::string::npos) return phase;
+  }
+  return "";
 }
 
 void NodeAgentImpl::Reject(const std::string& file_name, FileEntry& entry, const char* reason,
                            const std::string& message) {
   entry.state = PodState::kRejected;
   if (entry.pod) {
-    ClearActive(entry.pod->uid);
+    if (!UidHeldByOtherFile(entry.pod->uid, file_name)) ClearActive(entry.pod->uid);
     recovered_uids_.erase(entry.pod->uid);
+    previously_admitted_.erase(entry.pod->uid);
   }
-  spdlog::warn("event=pod_rejected file={} status={} reason={} message=\"{}\"", file_name,
-               entry.status_file, reason, message);
+  spdlog::warn("event=pod_rejected file={} status={} reason={} message={}", Q(file_name),
+               Q(entry.status_file), reason, Q(message));
   PodStatus status;
   status.phase = kPhaseRejected;
   status.reason = reason;
@@ -413,20 +573,45 @@ void NodeAgentImpl::Reject(const std::string& file_name, FileEntry& entry, const
   WritePodStatus(entry.status_file, status);
 }
 
+bool NodeAgentImpl::UidHeldByOtherFile(const std::string& uid,
+                                       const std::string& except_file) const {
+  for (const auto& [name, entry] : files_) {
+    if (name == except_file || !entry.pod || entry.pod->uid != uid) continue;
+    if (entry.state == PodState::kAdmitted || entry.state == PodState::kRecovering ||
+        entry.state == PodState::kAdmitting) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void NodeAgentImpl::RemovePodDevices(const std::string& uid) {
+  if (Status s = manager_->RemovePod(uid); !s.ok()) {
+    spdlog::warn("event=pod_remove_failed uid={} error={}", Q(uid), Q(s.message()));
+  }
+}
+
 void NodeAgentImpl::ForgetFile(const std::string& file_name, bool delete_status) {
   auto it = files_.find(file_name);
   if (it == files_.end()) return;
   FileEntry& entry = it->second;
-  if (entry.pod && entry.state != PodState::kRejected) {
+  if (entry.pod && entry.state != PodState::kRejected && entry.state != PodState::kPending) {
     const dm::Pod& pod = *entry.pod;
-    ClearActive(pod.uid);
     recovered_uids_.erase(pod.uid);
-    if (Status s = manager_->RemovePod(pod.uid); !s.ok()) {
-      spdlog::warn("event=pod_remove_failed pod={}/{} uid={} error=\"{}\"", pod.namespace_name,
-                   pod.name, pod.uid, s.message());
+    previously_admitted_.erase(pod.uid);
+    // Never free what a pod of another file holds (the duplicate checks keep
+    // a uid to one file; this holds even if they were bypassed).
+    const bool shared = UidHeldByOtherFile(pod.uid, file_name);
+    if (!shared) ClearActive(pod.uid);
+    if (entry.state == PodState::kAdmitting) {
+      // Its worker may still be allocating: OnAdmissionDone frees what it got.
+      spdlog::info("event=pod_deleted_while_admitting file={} pod={}/{} uid={}", Q(file_name),
+                   pod.namespace_name, pod.name, Q(pod.uid));
+    } else {
+      if (!shared) RemovePodDevices(pod.uid);
+      spdlog::info("event=pod_deleted file={} pod={}/{} uid={}", Q(file_name), pod.namespace_name,
+                   pod.name, Q(pod.uid));
     }
-    spdlog::info("event=pod_deleted file={} pod={}/{} uid={}", file_name, pod.namespace_name,
-                 pod.name, pod.uid);
   }
   if (delete_status && !entry.status_file.empty()) {
     ::unlink((status_dir_ + "/" + entry.status_file).c_str());
@@ -434,91 +619,138 @@ void NodeAgentImpl::ForgetFile(const std::string& file_name, bool delete_status)
   files_.erase(it);
 }
 
-Status NodeAgentImpl::AdmitPod(const dm::Pod& pod) {
+AdmissionResult NodeAgentImpl::RunAdmission(const dm::Pod& pod) {
+  AdmissionResult result;
   // The Manager skips resources no plugin ever registered (like the
   // kubelet's device manager); the kubelet then rejects the pod for lack
   // of the resource. Say so with the device manager's text.
   dm::CapacityReport capacity = manager_->GetCapacity();
-  auto check = [&](const dm::Container& c) -> Status {
-    for (const auto& [resource, limit] : c.limits) {
-      if (!IsExtendedResourceName(resource) || limit.IsZero()) continue;
-      if (!capacity.resources.count(resource)) {
-        return FailedPreconditionError("cannot allocate unregistered device " + resource);
-      }
+  for (const std::string& resource : DeviceResources(pod)) {
+    auto it = capacity.resources.find(resource);
+    if (it == capacity.resources.end()) {
+      result.unregistered = true;
+      result.status = FailedPreconditionError("cannot allocate unregistered device " + resource);
+      return result;
     }
-    return OkStatus();
-  };
-  for (const auto& c : pod.init_containers) KDM_RETURN_IF_ERROR(check(c));
-  for (const auto& c : pod.containers) KDM_RETURN_IF_ERROR(check(c));
-  for (const auto& c : pod.init_containers) KDM_RETURN_IF_ERROR(manager_->Allocate(pod, c.name));
-  for (const auto& c : pod.containers) KDM_RETURN_IF_ERROR(manager_->Allocate(pod, c.name));
-  return OkStatus();
-}
-
-bool NodeAgentImpl::AsksForResourceWithoutDevices(const dm::Pod& pod) const {
-  dm::CapacityReport capacity = manager_->GetCapacity();
+    if (it->second.capacity == 0) result.resource_without_devices = true;
+  }
   for (const auto* list : {&pod.init_containers, &pod.containers}) {
     for (const auto& c : *list) {
-      for (const auto& [resource, limit] : c.limits) {
-        auto it = capacity.resources.find(resource);
-        if (!limit.IsZero() && it != capacity.resources.end() && it->second.capacity == 0) {
-          return true;
-        }
-      }
+      result.status = manager_->Allocate(pod, c.name);
+      if (!result.status.ok()) return result;
     }
   }
-  return false;
+  for (const auto* list : {&pod.init_containers, &pod.containers}) {
+    for (const auto& c : *list) {
+      ContainerStatus cs;
+      cs.name = c.name;
+      for (const auto& cd : manager_->GetDevices(pod.uid, c.name)) {
+        auto& ids = cs.devices[cd.resource_name];
+        ids.insert(ids.end(), cd.device_ids.begin(), cd.device_ids.end());
+      }
+      for (auto& [resource, ids] : cs.devices) std::sort(ids.begin(), ids.end());
+      auto run = manager_->GetDeviceRunContainerOptions(pod, c.name);
+      if (!run.ok()) {
+        result.status = run.status();
+        result.containers.clear();
+        return result;
+      }
+      cs.run = std::move(*run);
+      result.containers.push_back(std::move(cs));
+    }
+  }
+  return result;
 }
 
 void NodeAgentImpl::AdmitFile(const std::string& file_name, FileEntry& entry) {
   const dm::Pod& pod = *entry.pod;
+  if (in_flight_.count(pod.uid)) {
+    // The previous version of this pod (a changed or removed file) is still
+    // being admitted: this one starts when that one is done and undone.
+    entry.state = PodState::kPending;
+    spdlog::info("event=pod_admission_deferred file={} uid={} reason=\"same uid in flight\"",
+                 Q(file_name), Q(pod.uid));
+    return;
+  }
   const bool recovering = recovered_uids_.count(pod.uid) > 0;
+  entry.state = PodState::kAdmitting;
+  entry.generation = ++next_generation_;
   // Active while admitting, so that no garbage collection drops devices the
   // pod is being given (or held before a restart).
   SetActive(pod);
-  Status s = AdmitPod(pod);
+  in_flight_[pod.uid] = {file_name, entry.generation};
+  const uint64_t generation = entry.generation;
+  bool queued = admissions_->Submit(
+      DeviceResources(pod), [this, file_name, generation, recovering, pod = pod] {
+        AdmissionResult result = RunAdmission(pod);
+        asio::post(io_, [this, file_name, generation, recovering, uid = pod.uid,
+                         result = std::move(result)]() mutable {
+          OnAdmissionDone(file_name, generation, uid, recovering, std::move(result));
+        });
+      });
+  if (!queued) in_flight_.erase(pod.uid);  // stopping
+}
+
+void NodeAgentImpl::OnAdmissionDone(const std::string& file_name, uint64_t generation,
+                                    const std::string& uid, bool recovering,
+                                    AdmissionResult result) {
+  in_flight_.erase(uid);
+  auto it = files_.find(file_name);
+  const bool current = it != files_.end() && it->second.generation == generation &&
+                       it->second.state == PodState::kAdmitting;
+  if (current) {
+    FinishAdmission(file_name, it->second, recovering, std::move(result));
+  } else {
+    // The manifest was removed or changed while its pod was being admitted:
+    // free what the admission got, unless another file's pod holds the uid.
+    if (!UidHeldByOtherFile(uid, "")) {
+      ClearActive(uid);
+      RemovePodDevices(uid);
+    }
+    spdlog::info("event=admission_superseded file={} uid={}", Q(file_name), Q(uid));
+  }
+  // Entries that waited for this uid's admission to end.
+  for (auto& [name, entry] : files_) {
+    if (entry.state == PodState::kPending && entry.pod && entry.pod->uid == uid) {
+      AdmitFile(name, entry);
+      break;  // one admission per uid at a time; the rest wait for this one
+    }
+  }
+}
+
+void NodeAgentImpl::FinishAdmission(const std::string& file_name, FileEntry& entry,
+                                    bool recovering, AdmissionResult result) {
+  const dm::Pod& pod = *entry.pod;
+  Status s = std::move(result.status);
   // After a restart the resources come back from the checkpoint with no
   // devices until their plugins register again. A pod that held devices, or
   // that asks for such a resource, waits for the plugin instead of being
   // rejected (the kubelet rejects it: a known kubelet restart race). If the
   // plugin never returns, the resource is deleted after the grace period and
-  // the retry rejects the pod as unregistered.
-  if (!s.ok() && s.code() == StatusCode::kUnavailable &&
-      (recovering || AsksForResourceWithoutDevices(pod))) {
-    if (entry.state != PodState::kRecovering) {
-      spdlog::info("event=pod_waiting_for_plugins file={} pod={}/{} uid={} reason=\"{}\"",
-                   file_name, pod.namespace_name, pod.name, pod.uid, s.message());
+  // the retry rejects the pod as unregistered. A pod that was admitted
+  // before the restart but whose devices were not restored (lost
+  // checkpoint) waits the same way, up to the registration grace.
+  const bool waits_for_registration =
+      !registration_grace_over_ && previously_admitted_.count(pod.uid) > 0;
+  const bool wait =
+      !s.ok() &&
+      ((s.code() == StatusCode::kUnavailable && (recovering || result.resource_without_devices)) ||
+       (waits_for_registration &&
+        (result.unregistered || result.resource_without_devices ||
+         s.code() == StatusCode::kUnavailable)));
+  if (wait) {
+    if (!entry.waiting_logged) {
+      spdlog::info("event=pod_waiting_for_plugins file={} pod={}/{} uid={} reason={}",
+                   Q(file_name), pod.namespace_name, pod.name, Q(pod.uid), Q(s.message()));
+      entry.waiting_logged = true;
     }
     entry.state = PodState::kRecovering;
     return;
   }
-  PodStatus status;
-  if (s.ok()) {
-    for (const auto* list : {&pod.init_containers, &pod.containers}) {
-      for (const auto& c : *list) {
-        ContainerStatus cs;
-        cs.name = c.name;
-        for (const auto& cd : manager_->GetDevices(pod.uid, c.name)) {
-          auto& ids = cs.devices[cd.resource_name];
-          ids.insert(ids.end(), cd.device_ids.begin(), cd.device_ids.end());
-        }
-        for (auto& [resource, ids] : cs.devices) std::sort(ids.begin(), ids.end());
-        auto run = manager_->GetDeviceRunContainerOptions(pod, c.name);
-        if (!run.ok()) {
-          s = run.status();
-          break;
-        }
-        cs.run = std::move(*run);
-        status.containers.push_back(std::move(cs));
-      }
-      if (!s.ok()) break;
-    }
-  }
   recovered_uids_.erase(pod.uid);
+  previously_admitted_.erase(pod.uid);
   if (!s.ok()) {
-    if (Status r = manager_->RemovePod(pod.uid); !r.ok()) {
-      spdlog::warn("event=pod_remove_failed uid={} error=\"{}\"", pod.uid, r.message());
-    }
+    RemovePodDevices(pod.uid);
     if (s.code() == StatusCode::kPermissionDenied) {
       // An administrator's rule (--restrict), not an unexpected failure.
       Reject(file_name, entry, kReasonRestrictedResource, s.message());
@@ -528,6 +760,8 @@ void NodeAgentImpl::AdmitFile(const std::string& file_name, FileEntry& entry) {
     }
     return;
   }
+  PodStatus status;
+  status.containers = std::move(result.containers);
   entry.state = PodState::kAdmitted;
   status.phase = kPhaseAdmitted;
   WritePodStatus(entry.status_file, status);
@@ -537,8 +771,9 @@ void NodeAgentImpl::AdmitFile(const std::string& file_name, FileEntry& entry) {
       all[c.name + ":" + resource] = ids;
     }
   }
-  spdlog::info("event=pod_admitted file={} pod={}/{} uid={} recovered={} devices=\"{}\"",
-               file_name, pod.namespace_name, pod.name, pod.uid, recovering, DevicesText(all));
+  spdlog::info("event=pod_admitted file={} pod={}/{} uid={} recovered={} devices={}",
+               Q(file_name), pod.namespace_name, pod.name, Q(pod.uid), recovering,
+               Q(DevicesText(all)));
 }
 
 void NodeAgentImpl::RetryRecovering() {

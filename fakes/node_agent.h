@@ -15,16 +15,34 @@
 // a removed file frees the pod's devices (Manager::RemovePod, then
 // Manager::UpdateAllocatedDevices) and deletes its status file. A rejected
 // pod stays rejected until its file changes. The Manager's active pods are
-// the pods admitted from manifests.
+// the pods admitted from manifests. A pod uid belongs to one manifest: a
+// second file with the same uid (or the same namespace/name) is rejected
+// with reason DuplicatePod naming both files, and removing one file never
+// frees devices that a pod of another file holds.
+//
+// Admission runs on worker threads (AdmissionQueue): pods that share no
+// device resource are admitted side by side, so a plugin that hangs until
+// its deadline delays only the pods that ask for its resource; pods that
+// share one are admitted in manifest order.
+//
+// Health changes are coalesced: the node status and the retries of pods
+// waiting for plugins run at most every 100 ms however fast a plugin flaps,
+// and `event=device_health` lines are rate-limited per resource (the count
+// of lines left out follows as `suppressed=N`).
 //
 // Restart: the Manager restores every allocation from the store. A pod that
 // held devices before the restart is re-admitted with the same devices once
 // its plugins have registered again; until then it stays active (its
-// devices are not collected) and its old status file is left as it was.
+// devices are not collected) and its old status file is left as it was. A
+// pod whose status file says Admitted but whose devices were not restored
+// (the checkpoint was lost or quarantined) waits up to registration_grace
+// for its plugins before it is judged, and then gets devices nobody holds.
 //
-// Threads: one Asio thread runs the watcher, admission and status writes;
-// the Manager, the pod-resources server and the metrics server own theirs.
-// Stop() joins them all.
+// Threads: one Asio thread runs the watcher, the per-file state and status
+// writes; the admission workers run the Manager's blocking calls; the
+// Manager, the pod-resources server and the metrics server own theirs.
+// Stop() joins them all (a running admission first finishes, bounded by
+// the plugin RPC deadlines).
 //
 // Thread-safety: Start/Stop from one thread; ActivePods() from any thread.
 //
@@ -73,6 +91,19 @@ class NodeAgent {
     // Deadline of every plugin RPC (GetPreferredAllocation, Allocate,
     // registration steps).
     std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};
+    // Deadline of PreStartContainer (the kubelet's is 30 s).
+    std::chrono::milliseconds pre_start_timeout{std::chrono::seconds(30)};
+    // At start, how long a pod that was admitted before the restart (its
+    // status file says Admitted, or the checkpoint holds its devices) waits
+    // for the plugins of its resources to register before it is judged. A
+    // plugin re-registers within seconds of a kubelet restart; without this
+    // wait such a pod is rejected "unregistered" for good when the
+    // checkpoint was lost.
+    std::chrono::milliseconds registration_grace{std::chrono::seconds(30)};
+    // Pods admitted at the same time (worker threads). Pods that share a
+    // device resource are admitted one after another, in manifest order;
+    // pods that share none do not wait for each other.
+    int admission_threads = 8;
     // Quiet time before a manifest change is acted on.
     std::chrono::milliseconds manifest_debounce{std::chrono::milliseconds(100)};
     // Resource -> the namespaces whose pods may use it (Manager::Options::

@@ -31,6 +31,8 @@ struct KubeletFlags {
   std::string metrics_addr;
   std::string grace = "5m";
   std::string rpc_timeout = "10s";
+  std::string pre_start_timeout = "30s";
+  std::string registration_grace = "30s";
   std::vector<std::string> restrictions;  // RESOURCE=NS1,NS2 (repeatable)
   int verbosity = 0;
 };
@@ -61,6 +63,15 @@ int RunKubelet(const KubeletFlags& flags) {
   if (!rpc.ok()) return usage("--rpc-timeout: " + rpc.status().message());
   if (rpc->count() == 0) return usage("--rpc-timeout: must be more than 0");
   options.rpc_timeout = *rpc;
+  auto pre_start = ParseDurationFlag(flags.pre_start_timeout);
+  if (!pre_start.ok()) return usage("--pre-start-timeout: " + pre_start.status().message());
+  if (pre_start->count() == 0) return usage("--pre-start-timeout: must be more than 0");
+  options.pre_start_timeout = *pre_start;
+  auto registration_grace = ParseDurationFlag(flags.registration_grace);
+  if (!registration_grace.ok()) {
+    return usage("--registration-grace: " + registration_grace.status().message());
+  }
+  options.registration_grace = *registration_grace;
   options.metrics_addr = flags.metrics_addr;
   auto restrictions = fakes::ParseRestrictions(flags.restrictions);
   if (!restrictions.ok()) return usage("--restrict " + restrictions.status().message());
@@ -77,9 +88,12 @@ int RunKubelet(const KubeletFlags& flags) {
   signal(SIGPIPE, SIG_IGN);
 
   SetUpLogging(flags.verbosity);
-  spdlog::info("event=starting root={} checkpoint={} grace={}ms rpc_timeout={}ms metrics_addr={}",
-               options.root, flags.checkpoint, options.grace_period.count(),
-               options.rpc_timeout.count(), options.metrics_addr.empty() ? "off" : options.metrics_addr);
+  spdlog::info(
+      "event=starting root={} checkpoint={} grace={}ms rpc_timeout={}ms pre_start_timeout={}ms "
+      "registration_grace={}ms metrics_addr={}",
+      options.root, flags.checkpoint, options.grace_period.count(), options.rpc_timeout.count(),
+      options.pre_start_timeout.count(), options.registration_grace.count(),
+      options.metrics_addr.empty() ? "off" : options.metrics_addr);
   auto agent = fakes::NodeAgent::Start(options);
   if (!agent.ok()) {
     spdlog::error("event=start_failed error=\"{}\"", agent.status().message());
@@ -114,7 +128,14 @@ void AddKubeletCommand(CLI::App& app, int& exit_code) {
                   "How long a resource whose plugin went away stays before it is deleted (e.g. 5m)")
       ->capture_default_str();
   cmd->add_option("--rpc-timeout", flags->rpc_timeout,
-                  "Deadline of every device plugin RPC (e.g. 300ms, 10s)")
+                  "Deadline of every device plugin RPC but PreStartContainer (e.g. 300ms, 10s)")
+      ->capture_default_str();
+  cmd->add_option("--pre-start-timeout", flags->pre_start_timeout,
+                  "Deadline of PreStartContainer (the kubelet's: 30s)")
+      ->capture_default_str();
+  cmd->add_option("--registration-grace", flags->registration_grace,
+                  "At start, how long a pod admitted before the restart waits for its plugins "
+                  "to register before it is judged (e.g. 30s; 0: not at all)")
       ->capture_default_str();
   cmd->add_option("--restrict", flags->restrictions,
                   "RESOURCE=NS1,NS2: only pods of these namespaces may use RESOURCE; others are "

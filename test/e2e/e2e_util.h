@@ -68,8 +68,12 @@ class Process {
  public:
   // stdout and stderr both appended to `log_path` (read with Log()).
   Process(const std::vector<std::string>& args, const std::string& log_path)
+      : Process(KdmBinary(), args, log_path) {}
+  // The same for another program (a test helper binary) than kdm.
+  Process(const std::string& binary, const std::vector<std::string>& args,
+          const std::string& log_path)
       : out_(log_path), err_(log_path) {
-    Spawn(args, [&](posix_spawn_file_actions_t* a) {
+    Spawn(binary, args, [&](posix_spawn_file_actions_t* a) {
       posix_spawn_file_actions_addopen(a, STDOUT_FILENO, log_path.c_str(),
                                        O_WRONLY | O_CREAT | O_APPEND, 0644);
       posix_spawn_file_actions_adddup2(a, STDOUT_FILENO, STDERR_FILENO);
@@ -79,7 +83,7 @@ class Process {
   Process(const std::vector<std::string>& args, const std::string& out_path,
           const std::string& err_path)
       : out_(out_path), err_(err_path) {
-    Spawn(args, [&](posix_spawn_file_actions_t* a) {
+    Spawn(KdmBinary(), args, [&](posix_spawn_file_actions_t* a) {
       posix_spawn_file_actions_addopen(a, STDOUT_FILENO, out_path.c_str(),
                                        O_WRONLY | O_CREAT | O_TRUNC, 0644);
       posix_spawn_file_actions_addopen(a, STDERR_FILENO, err_path.c_str(),
@@ -123,11 +127,11 @@ class Process {
 
  private:
   template <typename Redirect>
-  void Spawn(const std::vector<std::string>& args, Redirect redirect) {
+  void Spawn(const std::string& binary, const std::vector<std::string>& args, Redirect redirect) {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     redirect(&actions);
-    std::vector<std::string> argv_s = {KdmBinary()};
+    std::vector<std::string> argv_s = {binary};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : argv_s) argv.push_back(a.data());

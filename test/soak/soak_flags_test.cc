@@ -82,6 +82,13 @@ TEST(SoakFlags, MissingBinaryExits2) {
   EXPECT_THAT(r.output, HasSubstr("is not an executable file"));
 }
 
+TEST(SoakFlags, MissingHostilePluginExits2) {
+  Result r = RunSoak("--seconds 1 " + Kdm() + " --hostile-plugin /nonexistent/kdm_hostile_plugin");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--hostile-plugin: /nonexistent/kdm_hostile_plugin is not an "
+                                  "executable file"));
+}
+
 TEST(SoakFlags, RootThatIsNotFreshExits2) {
   fs::path dir = fs::temp_directory_path() / ("kdm-soak-flags-" + std::to_string(::getpid()));
   fs::create_directories(dir);

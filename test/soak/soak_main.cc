@@ -7,7 +7,13 @@
 // SIGKILLed and restarted after a short random delay, `kdm kubelet`
 // SIGKILLed (or SIGTERMed) and restarted on the same root, and one plugin
 // (example.com/nic) started with `--fault pref-not-subset`, so that every
-// GetPreferredAllocation answer it gives is garbage.
+// GetPreferredAllocation answer it gives is garbage. Two hostile plugins
+// (kdm_hostile_plugin) join them: example.com/flappy flips one device's
+// health every millisecond for 5 s after every (re)connect, and
+// example.com/hung hangs in Allocate until the kubelet's deadline (a few
+// pods ask for it). A duplicate-uid action writes a second manifest with
+// the uid of an admitted pod: it must be rejected (DuplicatePod), and
+// removing it must free nothing.
 //
 // Invariants, read through the pod-resources API (List,
 // GetAllocatableResources), the SQLite checkpoint (read-only use of the
@@ -25,8 +31,8 @@
 // is a violation. Every violation is printed on stderr as it is found; the
 // exit code is 0 only when there was none.
 //
-// Usage: kdm_soak --seconds N [--seed S] [--kdm PATH] [--root DIR] [--keep]
-//                 [--nic-fault NAME]
+// Usage: kdm_soak --seconds N [--seed S] [--kdm PATH] [--hostile-plugin PATH]
+//                 [--root DIR] [--keep] [--nic-fault NAME]
 // Exit codes: 0 no violation, 1 violations (or interrupted, or the setup
 // failed), 2 bad usage.
 #include <dirent.h>
@@ -85,17 +91,19 @@ struct Flags {
   uint64_t seed = 0;
   bool seed_given = false;
   std::string kdm;
+  std::string hostile_plugin;
   std::string root;
   bool keep = false;
   std::string nic_fault = "pref-not-subset";
 };
 
 constexpr char kUsage[] =
-    "usage: kdm_soak --seconds N [--seed S] [--kdm PATH] [--root DIR] [--keep] "
-    "[--nic-fault NAME|none]\n"
+    "usage: kdm_soak --seconds N [--seed S] [--kdm PATH] [--hostile-plugin PATH] [--root DIR] "
+    "[--keep] [--nic-fault NAME|none]\n"
     "  --seconds N      how long to churn (1..86400; default 60)\n"
     "  --seed S         the random seed (default: from the clock; always printed)\n"
     "  --kdm PATH       the kdm binary (default: kdm beside kdm_soak)\n"
+    "  --hostile-plugin PATH  kdm_hostile_plugin (default: beside kdm_soak)\n"
     "  --root DIR       the kubelet's root (must not exist or be empty; default:\n"
     "                   a fresh temporary directory, removed at the end)\n"
     "  --keep           keep the root (logs, checkpoint) at the end\n"
@@ -178,6 +186,8 @@ Status ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
       flags->seed_given = true;
     } else if (arg == "--kdm") {
       KDM_RETURN_IF_ERROR(take(&flags->kdm));
+    } else if (arg == "--hostile-plugin") {
+      KDM_RETURN_IF_ERROR(take(&flags->hostile_plugin));
     } else if (arg == "--root") {
       KDM_RETURN_IF_ERROR(take(&flags->root));
       if (flags->root.empty()) return InvalidArgumentError("--root must not be empty");
@@ -198,6 +208,16 @@ Status ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
     return InvalidArgumentError("--kdm: " + flags->kdm + " is not an executable file");
   }
   flags->kdm = fs::absolute(flags->kdm).lexically_normal().string();
+  if (flags->hostile_plugin.empty()) {
+    std::string dir = SelfDir();
+    flags->hostile_plugin = (dir.empty() ? std::string(".") : dir) + "/kdm_hostile_plugin";
+  }
+  if (::stat(flags->hostile_plugin.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      ::access(flags->hostile_plugin.c_str(), X_OK) != 0) {
+    return InvalidArgumentError("--hostile-plugin: " + flags->hostile_plugin +
+                                " is not an executable file");
+  }
+  flags->hostile_plugin = fs::absolute(flags->hostile_plugin).lexically_normal().string();
   if (!flags->root.empty()) {
     std::error_code ec;
     if (fs::exists(flags->root, ec)) {
@@ -342,6 +362,9 @@ class Soak {
   void FlipHealth();
   void KillPlugin();
   void KillKubelet(int sig);
+  // Writes a second manifest with the uid of an admitted pod; it must be
+  // rejected as DuplicatePod, and removing it must free nothing.
+  void DuplicateUid();
   void WriteHealthFile(Plugin& p);
 
   // Reading the agent.
@@ -445,6 +468,27 @@ Status Soak::Setup() {
   if (flags_.nic_fault != "none") {
     defs[2].extra.insert(defs[2].extra.end(), {"--fault", flags_.nic_fault});
   }
+  // The hostile plugins: no health file; each serves dev-0 ... dev-3 (the
+  // flapping one ends each flap with every device healthy).
+  struct HostileDef {
+    std::string resource, short_name;
+    std::vector<std::string> extra;
+  };
+  const std::vector<HostileDef> hostile = {
+      {"example.com/flappy", "flappy", {"--flap-ms", "1", "--flap-for", "5"}},
+      {"example.com/hung", "hung", {"--hang", "allocate"}},
+  };
+  for (const auto& h : hostile) {
+    Plugin p;
+    p.resource = h.resource;
+    p.ids = make_ids("dev-", 4);
+    std::vector<std::string> argv = {flags_.hostile_plugin, "--plugin-dir",
+                                     root + "/device-plugins", "--resource", h.resource};
+    argv.insert(argv.end(), h.extra.begin(), h.extra.end());
+    p.child = std::make_unique<ChildProcess>("plugin " + h.resource, argv,
+                                             root + "/logs/" + h.short_name + "-plugin.log");
+    plugins_.push_back(std::move(p));
+  }
   for (auto& d : defs) {
     Plugin p;
     p.resource = d.resource;
@@ -463,7 +507,8 @@ Status Soak::Setup() {
     if (!p.health_file.empty()) WriteHealthFile(p);
   }
   kubelet_ = std::make_unique<ChildProcess>(
-      "kubelet", std::vector<std::string>{kdm, "kubelet", "--root", root},
+      // A short deadline: pods of the hung plugin are rejected in 3 s.
+      "kubelet", std::vector<std::string>{kdm, "kubelet", "--root", root, "--rpc-timeout", "3s"},
       root + "/logs/kubelet.log");
   StartKubelet();
   for (auto& p : plugins_) StartPlugin(p);
@@ -631,6 +676,8 @@ void Soak::CreatePod() {
     if (chance(55)) limits["nvidia.com/gpu"] = chance(5) ? 9 : pick(1, 4);
     if (chance(35)) limits["example.com/fpga"] = chance(5) ? 5 : pick(1, 2);
     if (chance(45)) limits["example.com/nic"] = chance(5) ? 9 : pick(1, 3);
+    if (chance(8)) limits["example.com/flappy"] = pick(1, 2);
+    if (chance(3)) limits["example.com/hung"] = 1;
     if (limits.empty()) limits["example.com/nic"] = pick(1, 2);
     return limits;
   };
@@ -695,6 +742,62 @@ void Soak::DeletePod() {
                                       " s after its manifest was removed");
     }
   }
+}
+
+void Soak::DuplicateUid() {
+  if (!kubelet_->running()) return;
+  std::vector<std::string> admitted;
+  for (const auto& [name, p] : pods_) {
+    if (p.manifest_present && p.outcome == "admitted" && !p.rejected_after_admission) {
+      admitted.push_back(name);
+    }
+  }
+  if (admitted.empty()) return;
+  const PodRecord& original =
+      pods_[admitted[std::uniform_int_distribution<size_t>(0, admitted.size() - 1)(rng_)]];
+  PodRecord dup = original;
+  dup.name = "dup-" + std::to_string(next_pod_++);
+  const std::string file = dup.name + ".json";
+  const std::string status = flags_.root + "/status/manifest_" + file + ".json";
+  if (!WriteFileAtomically(flags_.root + "/manifests", file, ManifestJson(dup))) {
+    Violation("setup", "cannot write the manifest of " + dup.name);
+    return;
+  }
+  Bump(faults_, "duplicate-uid manifests");
+  Log("duplicate " + dup.name + " uid=" + dup.uid + " (of " + original.name + ")");
+  std::string reason;
+  bool judged = WaitFor(
+      [&] {
+        if (!kubelet_->running()) return true;
+        std::ifstream in(status);
+        if (!in) return false;
+        std::stringstream text;
+        text << in.rdbuf();
+        json j = json::parse(text.str(), nullptr, false);
+        if (!j.is_object()) return false;
+        reason = j.value("reason", "");
+        return true;
+      },
+      kSettleBound);
+  if (kubelet_->running() && !Stopping()) {
+    if (!judged) {
+      Violation("duplicate-uid", dup.name + ": no status file within " +
+                                     std::to_string(kSettleBound.count()) + " s");
+    } else if (reason != "DuplicatePod") {
+      Violation("duplicate-uid", dup.name + " (uid of " + original.name +
+                                     ") was not rejected as DuplicatePod: reason \"" + reason +
+                                     "\"");
+    }
+    if (fs::exists(flags_.root + "/status/default_" + dup.name + ".json")) {
+      Violation("duplicate-uid", dup.name + " got a pod status of its own (admitted?)");
+    }
+  }
+  std::error_code ec;
+  fs::remove(flags_.root + "/manifests/" + file, ec);
+  if (kubelet_->running()) {
+    WaitFor([&] { return !fs::exists(status) || !kubelet_->running(); }, kSettleBound);
+  }
+  // CheckPods (after every action) finds any device the removal freed.
 }
 
 void Soak::WriteHealthFile(Plugin& p) {
@@ -1241,6 +1344,8 @@ int Soak::Run() {
       KillKubelet(SIGKILL);
     } else if (roll < 92) {
       KillKubelet(SIGTERM);
+    } else if (roll < 95) {
+      DuplicateUid();
     } else {
       ++since_settle;  // quiet: a pause below
     }
