@@ -153,7 +153,7 @@ wait "$kubelet_pid" 2>/dev/null || true
 rm -f "$root/status/node.json"  # so that what follows is the new agent's view
 start_kubelet
 for name in train-a train-b infer-c infer-d; do
-  wait_for "$name recovered" 15 log_has kubelet.log "event=pod_admitted file=$name.yaml .*recovered=true"
+  wait_for "$name recovered" 15 log_has kubelet.log "event=pod_admitted file=\"$name.yaml\" .*recovered=true"
   [[ "$(gpus_of "default_$name")" == "${chosen[$name]}" ]] || fail "$name recovered other GPUs"
   echo "   $name recovered {${chosen[$name]}}"
 done
@@ -161,7 +161,7 @@ wait_for "GPU plugin registered again" 10 allocatable_is nvidia.com/gpu 8
 wait_for "FPGA plugin registered again" 10 allocatable_is example.com/fpga 4
 echo "   plugins registered again: $(jq_file "$root/status/node.json" \
   "', '.join(p['resource']+' '+p['state']+' '+str(p['healthy'])+'/'+str(p['devices']) for p in j['plugins'])")"
-log_has kubelet.log "event=pod_still_rejected file=too-big.yaml" || fail "too-big not kept rejected"
+log_has kubelet.log "event=pod_still_rejected file=\"too-big.yaml\"" || fail "too-big not kept rejected"
 echo "   too-big stays rejected until its manifest changes"
 
 echo "-- GPU3 turns unhealthy (plugin health file)"
