@@ -9,6 +9,7 @@
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kdm/devicemanager/os.h"
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/unix_target.h"
 #include "spdlog/spdlog.h"
 
 namespace kdm::conformance {
@@ -52,21 +53,20 @@ Registrar::Registrar(std::string socket_path)
 Registrar::~Registrar() { Stop(); }
 
 StatusOr<std::unique_ptr<Registrar>> Registrar::Start(const std::string& plugin_dir) {
+  StatusOr<std::string> socket = pluginapi::AbsoluteSocketPath(
+      devicemanager::JoinPath(plugin_dir, pluginapi::kKubeletSocketName));
+  if (!socket.ok()) return socket.status().WithPrefix("registration socket");
   KDM_RETURN_IF_ERROR(devicemanager::EnsureDirectory(plugin_dir, 0750));
-  std::string socket = devicemanager::JoinPath(plugin_dir, pluginapi::kKubeletSocketName);
-  if (socket.size() > pluginapi::kMaxUnixSocketPathLength) {
-    return InvalidArgumentError("registration socket path " + socket + " is longer than " +
-                                std::to_string(pluginapi::kMaxUnixSocketPathLength) + " bytes");
-  }
-  std::unique_ptr<Registrar> r(new Registrar(socket));
+  std::unique_ptr<Registrar> r(new Registrar(*socket));
   KDM_RETURN_IF_ERROR(r->Serve());
   return r;
 }
 
 Status Registrar::Serve() {
   ::unlink(socket_path_.c_str());
+  KDM_ASSIGN_OR_RETURN(std::string target, pluginapi::UnixSocketTarget(socket_path_));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix://" + socket_path_, grpc::InsecureServerCredentials());
+  builder.AddListeningPort(target, grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());
   auto server = std::make_unique<Server>();
   server->server = builder.BuildAndStart();

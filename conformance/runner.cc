@@ -25,6 +25,7 @@
 #include "kdm/devicemanager/os.h"
 #include "kdm/devicemanager/registration_server.h"
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/unix_target.h"
 #include "spdlog/spdlog.h"
 
 namespace kdm::conformance {
@@ -311,7 +312,9 @@ Status Session::Setup() {
       return OkStatus();
     }
   } else {
-    socket_path_ = options_.plugin_socket;
+    StatusOr<std::string> abs = pluginapi::AbsoluteSocketPath(options_.plugin_socket);
+    if (!abs.ok()) return abs.status().WithPrefix("plugin socket");
+    socket_path_ = *abs;
     struct stat st;
     if (::stat(socket_path_.c_str(), &st) != 0) {
       return UnavailableError("cannot dial " + socket_path_ + ": no such file");
@@ -320,7 +323,8 @@ Status Session::Setup() {
       return UnavailableError("cannot dial " + socket_path_ + ": not a unix socket");
     }
   }
-  channel_ = grpc::CreateChannel("unix:" + socket_path_, grpc::InsecureChannelCredentials());
+  KDM_ASSIGN_OR_RETURN(std::string target, pluginapi::UnixSocketTarget(socket_path_));
+  channel_ = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
   stub_ = v1beta1::DevicePlugin::NewStub(channel_);
   if (registrar_ == nullptr && !channel_->WaitForConnected(DeadlineIn(options_.timeout))) {
     return UnavailableError("cannot dial " + socket_path_ + " within " +

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "google/protobuf/arena.h"
+#include "kdm/pluginapi/unix_target.h"
 #include "spdlog/spdlog.h"
 
 namespace kdm::devicemanager {
@@ -36,8 +37,9 @@ StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> DialPlugin(
   grpc::ResourceQuota quota("kdm-plugin-" + socket_path);
   quota.Resize(static_cast<size_t>(max_receive_bytes) * 2 + (1 << 20));
   args.SetResourceQuota(quota);
-  auto channel = grpc::CreateCustomChannel("unix://" + socket_path,
-                                           grpc::InsecureChannelCredentials(), args);
+  StatusOr<std::string> target = pluginapi::UnixSocketTarget(socket_path);
+  if (!target.ok()) return target.status().WithPrefix("cannot dial plugin socket");
+  auto channel = grpc::CreateCustomChannel(*target, grpc::InsecureChannelCredentials(), args);
   if (!channel->WaitForConnected(DeadlineIn(timeout))) {
     return UnavailableError("cannot dial plugin socket " + socket_path + " within " +
                             std::to_string(timeout.count()) + " ms");

@@ -151,7 +151,9 @@ struct ManagerStats {
 class Manager {
  public:
   struct Options {
-    // Directory of kubelet.sock and the plugins' sockets (created 0750).
+    // Directory of kubelet.sock and the plugins' sockets (created 0750). A
+    // relative path is made absolute by Create, against the working
+    // directory then; <plugin_dir>/kubelet.sock must fit a unix socket path.
     std::string plugin_dir = "/var/lib/kubelet/device-plugins";
     // Where allocations live across restarts. Null: an in-memory store.
     std::shared_ptr<checkpoint::Store> store;

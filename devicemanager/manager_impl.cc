@@ -1,12 +1,14 @@
 #include "kdm/devicemanager/manager_impl.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 #include <utility>
 
 #include "kdm/devicemanager/device_snapshot.h"
 #include "kdm/devicemanager/os.h"
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/unix_target.h"
 #include "spdlog/fmt/ranges.h"
 #include "spdlog/spdlog.h"
 
@@ -101,12 +103,12 @@ StatusOr<std::unique_ptr<Manager>> Manager::Create(Options options) {
   if (options.plugin_dir.empty()) {
     return InvalidArgumentError("Options.plugin_dir is empty");
   }
-  std::string socket = JoinPath(options.plugin_dir, pluginapi::kKubeletSocketName);
-  if (socket.size() > pluginapi::kMaxUnixSocketPathLength) {
-    return InvalidArgumentError("Options.plugin_dir: " + socket + " is longer than " +
-                                std::to_string(pluginapi::kMaxUnixSocketPathLength) +
-                                " bytes, the limit of a unix socket path");
-  }
+  // A relative directory is made absolute now, against the working
+  // directory of today, and every socket path under it with it.
+  StatusOr<std::string> socket =
+      pluginapi::AbsoluteSocketPath(JoinPath(options.plugin_dir, pluginapi::kKubeletSocketName));
+  if (!socket.ok()) return socket.status().WithPrefix("Options.plugin_dir");
+  options.plugin_dir = std::filesystem::path(*socket).parent_path().string();
   auto positive = [](std::chrono::milliseconds d, const char* name) -> Status {
     if (d.count() <= 0) {
       return InvalidArgumentError(std::string("Options.") + name + " must be positive, got " +

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/unix_target.h"
 
 namespace kdm::devicemanager {
 
@@ -121,13 +122,11 @@ StatusOr<std::string> CheckPluginEndpoint(const std::string& dir, const std::str
     return invalid("the file name is " + std::to_string(endpoint.size()) +
                    " bytes, longer than " + std::to_string(kMaxEndpointNameLength));
   }
-  std::string path = JoinPath(dir, endpoint);
-  if (path.size() > pluginapi::kMaxUnixSocketPathLength) {
-    return invalid("the socket path is " + std::to_string(path.size()) +
-                   " bytes, longer than the " +
-                   std::to_string(pluginapi::kMaxUnixSocketPathLength) +
-                   " a unix socket path can hold");
-  }
+  // Absolute: a relative plugin directory is read against the working
+  // directory now, and the length that counts is the absolute one.
+  StatusOr<std::string> abs = pluginapi::AbsoluteSocketPath(JoinPath(dir, endpoint));
+  if (!abs.ok()) return invalid(abs.status().message());
+  const std::string& path = *abs;
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) {

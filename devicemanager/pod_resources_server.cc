@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/unix_target.h"
 #include "podresources/v1/api.grpc.pb.h"
 
 namespace kdm::devicemanager {
@@ -101,12 +102,9 @@ class PodResourcesServerImpl final : public PodResourcesServer {
   Status Serve() {
     grpc::ServerBuilder builder;
     int bound_port = 0;
-    // "unix://" + a relative path would read its first component as an
-    // authority; an absolute path is unambiguous.
-    std::error_code ec;
-    std::filesystem::path abs = std::filesystem::absolute(socket_path_, ec);
-    builder.AddListeningPort("unix://" + (ec ? socket_path_ : abs.lexically_normal().string()),
-                             grpc::InsecureServerCredentials(), &bound_port);
+    StatusOr<std::string> target = pluginapi::UnixSocketTarget(socket_path_);
+    if (!target.ok()) return target.status().WithPrefix("pod-resources socket");
+    builder.AddListeningPort(*target, grpc::InsecureServerCredentials(), &bound_port);
     builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
@@ -184,11 +182,10 @@ ActivePod ActivePodOf(const Pod& pod) {
 
 StatusOr<std::unique_ptr<PodResourcesServer>> PodResourcesServer::Start(Options options) {
   if (options.socket_path.empty()) return InvalidArgumentError("socket_path must not be empty");
-  if (options.socket_path.size() > pluginapi::kMaxUnixSocketPathLength) {
-    return InvalidArgumentError("pod-resources socket path " + options.socket_path +
-                                " is longer than " +
-                                std::to_string(pluginapi::kMaxUnixSocketPathLength) + " bytes");
-  }
+  // Absolute from here on: logs and errors name the file itself.
+  StatusOr<std::string> abs = pluginapi::AbsoluteSocketPath(options.socket_path);
+  if (!abs.ok()) return abs.status().WithPrefix("pod-resources socket");
+  options.socket_path = *abs;
   if (options.manager == nullptr) return InvalidArgumentError("manager must not be null");
   KDM_RETURN_IF_ERROR(PrepareSocketPath(options.socket_path));
   auto server = std::make_unique<PodResourcesServerImpl>(

@@ -55,7 +55,8 @@ ActivePod ActivePodOf(const Pod& pod);
 class PodResourcesServer {
  public:
   struct Options {
-    // Unix socket path; its parent directory is created 0750 when missing.
+    // Unix socket path; its parent directory is created 0750 when missing. A
+    // relative path is made absolute by Start, against the working directory.
     std::string socket_path;
     // REQUIRES: not null; outlives the server.
     Manager* manager = nullptr;
@@ -64,9 +65,10 @@ class PodResourcesServer {
   };
 
   // Creates the parent directory (0750), removes a stale socket, serves the
-  // API and makes the socket 0600. Errors: INVALID_ARGUMENT (empty or
-  // too-long path, null manager), UNAVAILABLE/INTERNAL naming the path when
-  // the directory or socket cannot be made or served.
+  // API and makes the socket 0600. Errors: INVALID_ARGUMENT (empty path or
+  // one longer than a unix socket path allows once absolute, null manager),
+  // UNAVAILABLE/INTERNAL naming the path when the directory or socket cannot
+  // be made or served.
   static StatusOr<std::unique_ptr<PodResourcesServer>> Start(Options options);
 
   // Stops if running.
@@ -75,7 +77,7 @@ class PodResourcesServer {
   // Stops serving (in-flight RPCs finish) and removes the socket. Idempotent.
   virtual void Stop() = 0;
 
-  // The socket path served.
+  // The socket path served (absolute).
   virtual const std::string& socket_path() const = 0;
 };
 

@@ -14,6 +14,7 @@
 #include "kdm/base/log_value.h"
 #include "kdm/devicemanager/os.h"
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/unix_target.h"
 #include "spdlog/spdlog.h"
 
 namespace kdm::devicemanager {
@@ -131,17 +132,18 @@ RegistrationServer::~RegistrationServer() { Stop(); }
 
 StatusOr<std::unique_ptr<RegistrationServer>> RegistrationServer::Start(
     const std::string& dir, Handler handler, RejectObserver on_invalid) {
-  std::string socket = JoinPath(dir, pluginapi::kKubeletSocketName);
-  if (socket.size() > pluginapi::kMaxUnixSocketPathLength) {
-    return InvalidArgumentError("registration socket path " + socket + " is longer than " +
-                                std::to_string(pluginapi::kMaxUnixSocketPathLength) + " bytes");
-  }
+  StatusOr<std::string> abs =
+      pluginapi::AbsoluteSocketPath(JoinPath(dir, pluginapi::kKubeletSocketName));
+  if (!abs.ok()) return abs.status().WithPrefix("registration socket");
+  const std::string& socket = *abs;
+  StatusOr<std::string> target = pluginapi::UnixSocketTarget(socket);
+  if (!target.ok()) return target.status().WithPrefix("registration socket");
   ::unlink(socket.c_str());
   std::unique_ptr<RegistrationServer> rs(
       new RegistrationServer(dir, socket, std::move(handler), std::move(on_invalid)));
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort("unix://" + socket, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(*target, grpc::InsecureServerCredentials(), &bound_port);
   builder.RegisterService(rs->service_.get());
   rs->server_ = builder.BuildAndStart();
   if (!rs->server_) {

@@ -23,6 +23,7 @@
 #include "kdm/base/sync.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
+#include "kdm/pluginapi/unix_target.h"
 
 namespace kdm::fakes {
 namespace {
@@ -691,8 +692,9 @@ Status FaultyPlugin::Impl::Serve() {
     generation = ++generation_;
   }
   auto service = std::make_unique<Service>(this, generation);
+  KDM_ASSIGN_OR_RETURN(std::string target, pluginapi::UnixSocketTarget(socket_path_));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket_path_, grpc::InsecureServerCredentials());
+  builder.AddListeningPort(target, grpc::InsecureServerCredentials());
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) return UnavailableError("cannot serve on unix socket " + socket_path_);
@@ -720,8 +722,8 @@ void FaultyPlugin::Impl::ShutdownServer() {
 }
 
 Status FaultyPlugin::Impl::RegisterOnce() {
-  auto channel =
-      grpc::CreateChannel("unix:" + kubelet_path_, grpc::InsecureChannelCredentials());
+  KDM_ASSIGN_OR_RETURN(std::string target, pluginapi::UnixSocketTarget(kubelet_path_));
+  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
   auto stub = v1beta1::Registration::NewStub(channel);
   const std::string socket_name = fs::path(socket_path_).filename().string();
   v1beta1::RegisterRequest request;

@@ -46,6 +46,7 @@
 #include "kdm/checkpoint/sqlite_store.h"
 #include "kdm/devicemanager/manager.h"
 #include "kdm/fakes/gpu_plugin.h"
+#include "kdm/pluginapi/unix_target.h"
 
 namespace kdm::bench {
 namespace {
@@ -192,14 +193,15 @@ int Main(int argc, char** argv) {
   // The floor's server and channel.
   BareService service;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix://" + sock_dir + "/floor.sock", grpc::InsecureServerCredentials());
+  StatusOr<std::string> target = pluginapi::UnixSocketTarget(sock_dir + "/floor.sock");
+  if (!target.ok()) Die(target.status().message());
+  builder.AddListeningPort(*target, grpc::InsecureServerCredentials());
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) Die("cannot serve " + sock_dir + "/floor.sock");
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel = grpc::CreateCustomChannel("unix://" + sock_dir + "/floor.sock",
-                                           grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(*target, grpc::InsecureChannelCredentials(), args);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + 10s)) {
     Die("cannot dial the floor's socket");
   }

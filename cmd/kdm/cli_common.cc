@@ -1,8 +1,24 @@
 #include "cli_common.h"
 
+#include <grpc/support/log.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
+#include <filesystem>
+#include <system_error>
+
+#include "kdm/base/log_value.h"
+#include "kdm/pluginapi/unix_target.h"
+
 namespace kdm::cli {
+namespace {
+
+void GrpcLogToSpdlog(gpr_log_func_args* args) {
+  spdlog::debug("event=grpc_core_log severity={} file={}:{} message={}",
+                gpr_log_severity_string(args->severity), args->file, args->line,
+                QuoteLogValue(args->message ? args->message : ""));
+}
+
+}  // namespace
 
 void SetUpStderrLogging(const std::string& name, spdlog::level::level_enum level) {
   auto logger = spdlog::stderr_logger_mt(name);
@@ -17,5 +33,37 @@ std::string UnknownArgumentsMessage(const std::vector<std::string>& extras) {
   for (const std::string& e : extras) list += (list.empty() ? "'" : ", '") + e + "'";
   return std::string("unknown argument") + (extras.size() > 1 ? "s " : " ") + list;
 }
+
+StatusOr<std::string> AbsolutePathFlag(std::string_view flag, const std::string& value) {
+  if (value.empty()) return std::string();
+  std::error_code ec;
+  std::filesystem::path abs = std::filesystem::absolute(value, ec);
+  if (ec) {
+    return InvalidArgumentError(std::string(flag) + ": cannot make " + value +
+                                " absolute: " + ec.message());
+  }
+  return abs.lexically_normal().string();
+}
+
+Status CheckSocketPathFlag(std::string_view flag, const std::string& socket) {
+  StatusOr<std::string> abs = pluginapi::AbsoluteSocketPath(socket);
+  if (!abs.ok()) return abs.status().WithPrefix(flag);
+  return OkStatus();
+}
+
+Status MakeDirectoryFlag(std::string_view flag, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return UnavailableError(std::string(flag) + ": cannot create directory " + dir + ": " +
+                            ec.message());
+  }
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return FailedPreconditionError(std::string(flag) + ": " + dir + " is not a directory");
+  }
+  return OkStatus();
+}
+
+void RouteGrpcLogsToDebug() { gpr_set_log_function(GrpcLogToSpdlog); }
 
 }  // namespace kdm::cli

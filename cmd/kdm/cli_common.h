@@ -1,12 +1,22 @@
-// Small pieces every kdm subcommand shares: the stderr log format and the
-// text of an unknown-arguments usage error.
+// Small pieces every kdm subcommand shares: the stderr log format, the text
+// of an unknown-arguments usage error, and path flags.
+//
+// Path flags (--root, --plugin-dir, --plugin-socket, --topology,
+// --health-file, --junit, ...) accept what a user types: relative paths,
+// `./x`, `a/../b`, names with spaces. Each command makes them absolute once,
+// while parsing (against the working directory then; kdm never changes it),
+// and an error about a path that cannot work names the flag:
+//   "--root: cannot create directory /home/me/file/node: Not a directory"
 #ifndef KDM_CMD_KDM_CLI_COMMON_H_
 #define KDM_CMD_KDM_CLI_COMMON_H_
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <spdlog/spdlog.h>
+
+#include "kdm/base/status.h"
 
 namespace kdm::cli {
 
@@ -16,6 +26,27 @@ void SetUpStderrLogging(const std::string& name, spdlog::level::level_enum level
 
 // "unknown argument 'x'" or "unknown arguments 'x', 'y'".
 std::string UnknownArgumentsMessage(const std::vector<std::string>& extras);
+
+// The absolute, lexically normal form of the value of the path flag `flag`
+// ("" stays ""). Error: "<flag>: cannot make <value> absolute: <reason>".
+StatusOr<std::string> AbsolutePathFlag(std::string_view flag, const std::string& value);
+
+// OK when `socket`, a unix socket path under the path flag `flag`, can be
+// bound or dialled: its absolute form fits a unix socket path. Error:
+// "<flag>: <socket> ... is N bytes, longer than the 107 bytes a unix socket
+// path allows".
+Status CheckSocketPathFlag(std::string_view flag, const std::string& socket);
+
+// Creates the directory `dir` (and its parents) for the path flag `flag`;
+// OK when it exists already. Error: "<flag>: cannot create directory <dir>:
+// <reason>".
+Status MakeDirectoryFlag(std::string_view flag, const std::string& dir);
+
+// Sends gRPC core's own log lines (printed to stderr in its own format, e.g.
+// a failed bind) to the spdlog default logger at debug level, so that users
+// see kdm's one-line errors, and `-v` still shows gRPC's detail. Call once,
+// before the first gRPC object is made.
+void RouteGrpcLogsToDebug();
 
 }  // namespace kdm::cli
 

@@ -8,12 +8,16 @@
 // plugin could not be checked at all (no plugin registered within
 // --timeout, the socket cannot be dialed, the directory cannot be used) or
 // the --junit file cannot be written (the text report is still printed).
+// Path flags may be relative (made absolute at once); a socket path too
+// long for a unix socket or a directory that cannot be made is exit 3 with a
+// message naming the flag.
 // The report goes to stdout, logs to stderr.
 #include <signal.h>
 
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <spdlog/sinks/stdout_sinks.h>
@@ -67,8 +71,17 @@ std::vector<std::string> SplitIds(const std::string& text) {
 
 int RunConform(const ConformFlags& f) {
   conformance::Runner::Options options;
-  options.root = f.root;
-  options.plugin_socket = f.plugin_socket;
+  std::string junit;
+  // Path flags are made absolute at once (see cli_common.h).
+  const std::pair<const char*, std::pair<const std::string*, std::string*>> paths[] = {
+      {"--root", {&f.root, &options.root}},
+      {"--plugin-socket", {&f.plugin_socket, &options.plugin_socket}},
+      {"--junit", {&f.junit, &junit}}};
+  for (const auto& [flag, from_to] : paths) {
+    StatusOr<std::string> abs = AbsolutePathFlag(flag, *from_to.first);
+    if (!abs.ok()) return Fail(kCannotCheck, abs.status().message());
+    *from_to.second = *abs;
+  }
   options.resource = f.resource;
   StatusOr<std::chrono::milliseconds> timeout = ParseDurationFlag(f.timeout);
   if (!timeout.ok()) return Fail(kUsageError, "--timeout: " + timeout.status().message());
@@ -78,14 +91,27 @@ int RunConform(const ConformFlags& f) {
     return Fail(kUsageError, s.message());
   }
   SetUpLogging(f.verbose);
+  // A socket path that cannot work and a directory that cannot be made are
+  // said here, naming their flag, before anything is served or dialled.
+  if (!options.root.empty()) {
+    const std::string dir = options.root + "/device-plugins";
+    if (Status s = CheckSocketPathFlag("--root", dir + "/kubelet.sock"); !s.ok()) {
+      return Fail(kCannotCheck, s.message());
+    }
+    if (Status s = MakeDirectoryFlag("--root", dir); !s.ok()) {
+      return Fail(kCannotCheck, s.message());
+    }
+  } else if (Status s = CheckSocketPathFlag("--plugin-socket", options.plugin_socket); !s.ok()) {
+    return Fail(kCannotCheck, s.message());
+  }
   // A plugin that goes away mid-check must not kill us with SIGPIPE.
   signal(SIGPIPE, SIG_IGN);
 
   StatusOr<conformance::Report> report = conformance::Runner::Run(options);
   if (!report.ok()) return Fail(kCannotCheck, report.status().message());
   std::cout << conformance::RenderText(*report) << std::flush;
-  if (!f.junit.empty()) {
-    if (Status s = conformance::WriteFileAtomically(f.junit, conformance::RenderJUnit(*report));
+  if (!junit.empty()) {
+    if (Status s = conformance::WriteFileAtomically(junit, conformance::RenderJUnit(*report));
         !s.ok()) {
       return Fail(kCannotCheck, "--junit: " + s.message());
     }

@@ -24,6 +24,7 @@
 
 #include "commands.h"
 #include "kdm/base/status.h"
+#include "kdm/pluginapi/unix_target.h"
 #include "podresources/v1/api.grpc.pb.h"
 
 namespace kdm::cli {
@@ -110,6 +111,8 @@ class PodResourcesClient {
   static StatusOr<PodResourcesClient> Connect(const GetFlags& flags) {
     KDM_RETURN_IF_ERROR(CheckRoot(flags.root));
     const std::string socket = SocketPath(flags.root);
+    StatusOr<std::string> target = pluginapi::UnixSocketTarget(socket);
+    if (!target.ok()) return target.status().WithPrefix("--root");
     struct stat st;
     if (::stat(socket.c_str(), &st) != 0) {
       return NotFoundError("pod-resources socket " + socket +
@@ -119,7 +122,7 @@ class PodResourcesClient {
     if (!S_ISSOCK(st.st_mode)) {
       return FailedPreconditionError("pod-resources socket " + socket + " is not a socket");
     }
-    return PodResourcesClient(socket, flags.timeout_seconds);
+    return PodResourcesClient(socket, *target, flags.timeout_seconds);
   }
 
   StatusOr<v1::ListPodResourcesResponse> List() {
@@ -141,19 +144,11 @@ class PodResourcesClient {
   }
 
  private:
-  PodResourcesClient(std::string socket, int timeout_seconds)
+  PodResourcesClient(std::string socket, const std::string& target, int timeout_seconds)
       : socket_(std::move(socket)),
         timeout_seconds_(timeout_seconds),
         stub_(v1::PodResourcesLister::NewStub(
-            grpc::CreateChannel(UnixTarget(socket_), grpc::InsecureChannelCredentials()))) {}
-
-  // "unix://" + a relative path would read its first component as an
-  // authority; an absolute path is unambiguous.
-  static std::string UnixTarget(const std::string& path) {
-    std::error_code ec;
-    std::filesystem::path abs = std::filesystem::absolute(path, ec);
-    return "unix://" + (ec ? path : abs.lexically_normal().string());
-  }
+            grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {}
 
   void SetDeadline(grpc::ClientContext& ctx) const {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_seconds_));

@@ -2,7 +2,9 @@
 // process. Flag parsing, logging and signals only.
 //
 // Exit codes: 0 after SIGTERM/SIGINT (clean shutdown), 1 when the agent
-// cannot start (message on stderr), 2 usage.
+// cannot start (message on stderr; for a --root that cannot work, e.g. too
+// long for its sockets or not creatable, the message names --root), 2 usage.
+// --root may be relative; it is made absolute at once.
 #include <signal.h>
 
 #include <cctype>
@@ -52,7 +54,12 @@ int RunKubelet(const KubeletFlags& flags) {
   };
   if (flags.root.empty()) return usage("--root is required");
   fakes::NodeAgent::Options options;
-  options.root = flags.root;
+  StatusOr<std::string> root = AbsolutePathFlag("--root", flags.root);
+  if (!root.ok()) {
+    std::cerr << "kdm kubelet: " << root.status().message() << "\n";
+    return 1;
+  }
+  options.root = *root;
   auto kind = checkpoint::ParseStoreKind(flags.checkpoint);
   if (!kind.ok()) return usage("--checkpoint: " + kind.status().message());
   options.checkpoint = *kind;
@@ -88,6 +95,20 @@ int RunKubelet(const KubeletFlags& flags) {
   signal(SIGPIPE, SIG_IGN);
 
   SetUpLogging(flags.verbosity);
+  auto cannot_start = [](const Status& s) {
+    spdlog::error("event=start_failed error=\"{}\"", s.message());
+    std::cerr << "kdm kubelet: " << s.message() << "\n";
+    return 1;
+  };
+  // The sockets under --root must fit a unix socket path, and --root must be
+  // a directory we can make: said here, naming the flag, before anything
+  // starts.
+  for (const char* socket : {"/device-plugins/kubelet.sock", "/pod-resources/kubelet.sock"}) {
+    if (Status s = CheckSocketPathFlag("--root", options.root + socket); !s.ok()) {
+      return cannot_start(s);
+    }
+  }
+  if (Status s = MakeDirectoryFlag("--root", options.root); !s.ok()) return cannot_start(s);
   spdlog::info(
       "event=starting root={} checkpoint={} grace={}ms rpc_timeout={}ms pre_start_timeout={}ms "
       "registration_grace={}ms metrics_addr={}",
@@ -95,11 +116,7 @@ int RunKubelet(const KubeletFlags& flags) {
       options.pre_start_timeout.count(), options.registration_grace.count(),
       options.metrics_addr.empty() ? "off" : options.metrics_addr);
   auto agent = fakes::NodeAgent::Start(options);
-  if (!agent.ok()) {
-    spdlog::error("event=start_failed error=\"{}\"", agent.status().message());
-    std::cerr << "kdm kubelet: " << agent.status().message() << "\n";
-    return 1;
-  }
+  if (!agent.ok()) return cannot_start(agent.status());
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {
   }

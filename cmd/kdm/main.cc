@@ -1,9 +1,12 @@
 // kdm: one binary, one subcommand per job (see docs and `kdm --help`).
 #include <iostream>
 
+#include "cli_common.h"
 #include "commands.h"
 
 int main(int argc, char** argv) {
+  // Before any gRPC object: gRPC core's own stderr lines become debug logs.
+  kdm::cli::RouteGrpcLogsToDebug();
   CLI::App app{"kdm: a Kubernetes device manager (device plugin API v1beta1)"};
   app.require_subcommand(1);
   int exit_code = 0;

@@ -11,7 +11,9 @@
 // unix socket, a directory that cannot be used, a socket that cannot be
 // bound); 2 bad usage (missing or conflicting flags, a malformed number, an
 // unknown preset, policy or fault, an empty or malformed resource name,
-// --fault together with --health-file).
+// --fault together with --health-file). Path flags may be relative; they are
+// made absolute at once, and a directory or socket path that cannot work is
+// an error naming its flag.
 #include <pthread.h>
 #include <signal.h>
 
@@ -24,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <spdlog/sinks/stdout_sinks.h>
@@ -35,6 +38,7 @@
 #include "kdm/fakes/gpu_plugin.h"
 #include "kdm/fakes/health_file.h"
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/sdk/plugin_server.h"
 #include "kdm/topology/presets.h"
 
 namespace kdm::cli {
@@ -185,7 +189,25 @@ int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
   return 0;
 }
 
-int RunPlugin(const PluginFlags& f) {
+// `given` with its path flags made absolute (see cli_common.h), or the
+// error naming the flag.
+StatusOr<PluginFlags> WithAbsolutePaths(const PluginFlags& given) {
+  PluginFlags f = given;
+  const std::pair<const char*, std::string*> paths[] = {{"--root", &f.root},
+                                                        {"--plugin-dir", &f.plugin_dir},
+                                                        {"--topology", &f.topology_file},
+                                                        {"--health-file", &f.health_file}};
+  for (const auto& [flag, value] : paths) {
+    KDM_ASSIGN_OR_RETURN(*value, AbsolutePathFlag(flag, *value));
+  }
+  return f;
+}
+
+int RunPlugin(const PluginFlags& given) {
+  StatusOr<PluginFlags> absolute = WithAbsolutePaths(given);
+  if (!absolute.ok()) return Fail(kRuntimeError, absolute.status().message());
+  const PluginFlags& f = *absolute;
+
   // Block the stop signals before any thread exists, so every thread
   // inherits the mask and only the sigtimedwait below receives them.
   sigset_t stop_signals;
@@ -197,14 +219,22 @@ int RunPlugin(const PluginFlags& f) {
   fakes::PluginConfig config;
   if (auto usage = CheckUsage(f, &config)) return Fail(kUsageError, *usage);
   SetUpLogging(f.verbose);
+  // Both sockets in the plugin directory must fit a unix socket path: said
+  // here, naming the flag that gave the directory.
+  const char* dir_flag = f.root.empty() ? "--plugin-dir" : "--root";
+  const std::string own_socket =
+      f.socket_name.empty() ? plugin::DefaultSocketName(f.resource) : f.socket_name;
+  for (const std::string& name : {std::string(pluginapi::kKubeletSocketName), own_socket}) {
+    std::string socket = (std::filesystem::path(config.plugin_dir) / name).string();
+    if (Status s = CheckSocketPathFlag(dir_flag, socket); !s.ok()) {
+      return Fail(kRuntimeError, s.message());
+    }
+  }
   if (!f.root.empty()) {
     // The agent may not have made its directory yet; the plugin waits for
     // kubelet.sock there either way.
-    std::error_code ec;
-    std::filesystem::create_directories(config.plugin_dir, ec);
-    if (ec) {
-      return Fail(kRuntimeError, "cannot create plugin directory " + config.plugin_dir + ": " +
-                                     ec.message());
+    if (Status s = MakeDirectoryFlag("--root", config.plugin_dir); !s.ok()) {
+      return Fail(kRuntimeError, s.message());
     }
   }
   if (f.fault_given) return RunFaultyPlugin(f, config, stop_signals);

@@ -23,6 +23,7 @@
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "google/protobuf/arena.h"
 #include "kdm/base/sync.h"
+#include "kdm/pluginapi/unix_target.h"
 
 namespace kdm::plugin {
 
@@ -325,7 +326,9 @@ class PluginServerImpl final : public PluginServer {
     }
     auto service = std::make_unique<DevicePluginService>(this, generation);
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("unix:" + socket_path_, grpc::InsecureServerCredentials());
+    StatusOr<std::string> target = pluginapi::UnixSocketTarget(socket_path_);
+    if (!target.ok()) return target.status();
+    builder.AddListeningPort(*target, grpc::InsecureServerCredentials());
     builder.RegisterService(service.get());
     std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
     if (!server) {
@@ -420,8 +423,9 @@ class PluginServerImpl final : public PluginServer {
   }
 
   Status RegisterOnce() {
-    auto channel = grpc::CreateChannel("unix:" + kubelet_socket_path_,
-                                       grpc::InsecureChannelCredentials());
+    StatusOr<std::string> target = pluginapi::UnixSocketTarget(kubelet_socket_path_);
+    if (!target.ok()) return target.status();
+    auto channel = grpc::CreateChannel(*target, grpc::InsecureChannelCredentials());
     auto stub = v1beta1::Registration::NewStub(channel);
     v1beta1::RegisterRequest request;
     request.set_version(std::string(pluginapi::kVersion));
@@ -600,22 +604,17 @@ StatusOr<std::unique_ptr<PluginServer>> PluginServer::Create(Options options) {
     return InvalidArgumentError("plugin options for " + options.resource_name +
                                 ": socket_name must not be kubelet.sock");
   }
-  std::error_code ec;
-  std::filesystem::path dir = std::filesystem::absolute(options.plugin_dir, ec);
-  if (ec) {
-    return InvalidArgumentError("plugin directory " + options.plugin_dir + ": " + ec.message());
-  }
-  std::string socket_path = (dir.lexically_normal() / options.socket_name).string();
-  std::string kubelet_path = (dir.lexically_normal() / std::string(pluginapi::kKubeletSocketName)).string();
-  for (const std::string& p : {socket_path, kubelet_path}) {
-    if (p.size() > pluginapi::kMaxUnixSocketPathLength) {
-      return InvalidArgumentError("socket path " + p + " is " + std::to_string(p.size()) +
-                                  " bytes; a unix socket path allows at most " +
-                                  std::to_string(pluginapi::kMaxUnixSocketPathLength));
-    }
-  }
+  // Both sockets, absolute (a relative plugin_dir is read against the
+  // working directory now) and short enough for a unix socket.
+  const std::filesystem::path dir(options.plugin_dir);
+  StatusOr<std::string> socket_path =
+      pluginapi::AbsoluteSocketPath((dir / options.socket_name).string());
+  if (!socket_path.ok()) return socket_path.status().WithPrefix("plugin socket");
+  StatusOr<std::string> kubelet_path =
+      pluginapi::AbsoluteSocketPath((dir / std::string(pluginapi::kKubeletSocketName)).string());
+  if (!kubelet_path.ok()) return kubelet_path.status().WithPrefix("kubelet socket");
   return std::unique_ptr<PluginServer>(
-      std::make_unique<PluginServerImpl>(std::move(options), std::move(socket_path)));
+      std::make_unique<PluginServerImpl>(std::move(options), std::move(*socket_path)));
 }
 
 }  // namespace kdm::plugin

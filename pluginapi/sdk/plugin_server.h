@@ -77,7 +77,8 @@ class PluginServer {
   struct Options {
     // Extended resource name, e.g. "vendor.com/gpu". Required.
     std::string resource_name;
-    // Directory holding kubelet.sock and the plugin's own socket.
+    // Directory holding kubelet.sock and the plugin's own socket. A relative
+    // path is made absolute by Create, against the working directory then.
     std::string plugin_dir = std::string(pluginapi::kDevicePluginPath);
     // File name of the plugin's socket inside plugin_dir. Default: the
     // resource name with every character outside [A-Za-z0-9._-] replaced by

@@ -201,7 +201,7 @@ TEST(RunnerTest, RootThatCannotHoldTheSocket) {
   Runner::Options o = Options(dir.path() + "/" + std::string(120, 'x'), kFpga);
   StatusOr<Report> report = Runner::Run(o);
   ASSERT_FALSE(report.ok());
-  EXPECT_THAT(report.status().message(), HasSubstr("longer than 107 bytes"));
+  EXPECT_THAT(report.status().message(), HasSubstr("longer than the 107 bytes a unix socket path allows"));
   // A regular file where the directory should be.
   std::string file = dir.path() + "/file";
   FILE* f = std::fopen(file.c_str(), "w");

@@ -207,7 +207,7 @@ TEST_F(ManagerMockTest, CreateRejectsBadOptions) {
   EXPECT_THAT(Manager::Create(o).status().message(), HasSubstr("plugin_dir is empty"));
   o = BaseOptions();
   o.plugin_dir = "/tmp/" + std::string(120, 'x');
-  EXPECT_THAT(Manager::Create(o).status().message(), HasSubstr("longer than 107 bytes"));
+  EXPECT_THAT(Manager::Create(o).status().message(), HasSubstr("longer than the 107 bytes a unix socket path allows"));
   o = BaseOptions();
   o.rpc_timeout = std::chrono::milliseconds(0);
   EXPECT_THAT(Manager::Create(o).status().message(), HasSubstr("rpc_timeout must be positive"));

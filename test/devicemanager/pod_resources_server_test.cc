@@ -420,7 +420,7 @@ TEST_F(PodResourcesServerTest, StartRefusesBadOptionsWithClearErrors) {
   o.socket_path = root_ + "/" + std::string(120, 'a') + ".sock";
   s = PodResourcesServer::Start(o);
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.status().message(), HasSubstr("longer than 107 bytes"));
+  EXPECT_THAT(s.status().message(), HasSubstr("longer than the 107 bytes a unix socket path allows"));
 
   o.socket_path = socket();
   o.manager = nullptr;

@@ -62,18 +62,32 @@ bool WaitFor(Pred pred, std::chrono::milliseconds bound = kWaitBound) {
   return true;
 }
 
+// The working directory a Process starts in (default: the test's own).
+struct InDir {
+  std::string path;
+};
+
 // One running `kdm` process (the binary under test). Killed with SIGKILL and
 // reaped if still running when destroyed.
 class Process {
  public:
   // stdout and stderr both appended to `log_path` (read with Log()).
   Process(const std::vector<std::string>& args, const std::string& log_path)
-      : Process(KdmBinary(), args, log_path) {}
+      : Process(InDir{}, args, log_path) {}
+  // As above, started in the working directory `cwd` (relative paths in
+  // `args` are read from there; `log_path` is opened from there too, so give
+  // it absolute).
+  Process(const InDir& cwd, const std::vector<std::string>& args, const std::string& log_path)
+      : Process(cwd, KdmBinary(), args, log_path) {}
   // The same for another program (a test helper binary) than kdm.
   Process(const std::string& binary, const std::vector<std::string>& args,
           const std::string& log_path)
+      : Process(InDir{}, binary, args, log_path) {}
+  Process(const InDir& cwd, const std::string& binary, const std::vector<std::string>& args,
+          const std::string& log_path)
       : out_(log_path), err_(log_path) {
     Spawn(binary, args, [&](posix_spawn_file_actions_t* a) {
+      if (!cwd.path.empty()) posix_spawn_file_actions_addchdir_np(a, cwd.path.c_str());
       posix_spawn_file_actions_addopen(a, STDOUT_FILENO, log_path.c_str(),
                                        O_WRONLY | O_CREAT | O_APPEND, 0644);
       posix_spawn_file_actions_adddup2(a, STDOUT_FILENO, STDERR_FILENO);
@@ -82,8 +96,13 @@ class Process {
   // stdout to `out_path`, stderr to `err_path`, both truncated first.
   Process(const std::vector<std::string>& args, const std::string& out_path,
           const std::string& err_path)
+      : Process(InDir{}, args, out_path, err_path) {}
+  // As above, started in the working directory `cwd` (see the first pair).
+  Process(const InDir& cwd, const std::vector<std::string>& args, const std::string& out_path,
+          const std::string& err_path)
       : out_(out_path), err_(err_path) {
     Spawn(KdmBinary(), args, [&](posix_spawn_file_actions_t* a) {
+      if (!cwd.path.empty()) posix_spawn_file_actions_addchdir_np(a, cwd.path.c_str());
       posix_spawn_file_actions_addopen(a, STDOUT_FILENO, out_path.c_str(),
                                        O_WRONLY | O_CREAT | O_TRUNC, 0644);
       posix_spawn_file_actions_addopen(a, STDERR_FILENO, err_path.c_str(),

@@ -481,7 +481,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlagsCase{"RootTooLongForUnixSocket",
                      {"--root", "{ROOT}/" + kLong, "--resource", kGpu, "--preset", "dgx1-v100"},
                      1,
-                     "a unix socket path allows at most 107"},
+                     "bytes, longer than the 107 bytes a unix socket path allows"},
         BadFlagsCase{"CountNotANumber",
                      {"--root", "{ROOT}", "--resource", "example.com/fpga", "--count", "four"},
                      2,

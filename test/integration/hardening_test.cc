@@ -348,7 +348,7 @@ TEST_F(HardeningTest, RefusedEndpointsNameTheReasonAndLeaveRegistrationsAlone) {
       {outside + "/real.sock", StatusCode::kInvalidArgument, "without '/'"},
       {std::string("ok.sock\0", 8), StatusCode::kInvalidArgument,
        "invalid endpoint \"ok.sock\\0\": contains a NUL byte"},
-      {too_long, StatusCode::kInvalidArgument, "a unix socket path can hold"},
+      {too_long, StatusCode::kInvalidArgument, "a unix socket path allows"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE("endpoint=\"" + c.endpoint + "\"");

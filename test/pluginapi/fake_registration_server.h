@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kdm/pluginapi/unix_target.h"
 
 namespace kdm::testing {
 
@@ -33,7 +34,9 @@ class FakeRegistrationServer final : public v1beta1::Registration::Service {
   bool Start() {
     std::filesystem::remove(SocketPath());
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("unix:" + SocketPath(), grpc::InsecureServerCredentials());
+    StatusOr<std::string> target = pluginapi::UnixSocketTarget(SocketPath());
+    if (!target.ok()) return false;
+    builder.AddListeningPort(*target, grpc::InsecureServerCredentials());
     builder.RegisterService(this);
     server_ = builder.BuildAndStart();
     return server_ != nullptr;
@@ -112,8 +115,9 @@ class FakeRegistrationServer final : public v1beta1::Registration::Service {
       requests_.push_back(*request);
       if (refusal_) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, *refusal_);
     }
-    auto channel = grpc::CreateChannel("unix:" + dir_ + "/" + request->endpoint(),
-                                       grpc::InsecureChannelCredentials());
+    StatusOr<std::string> target = pluginapi::UnixSocketTarget(dir_ + "/" + request->endpoint());
+    if (!target.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, target.status().message());
+    auto channel = grpc::CreateChannel(*target, grpc::InsecureChannelCredentials());
     auto stub = v1beta1::DevicePlugin::NewStub(channel);
     v1beta1::DevicePluginOptions options;
     {

@@ -64,6 +64,7 @@
 #include "kdm/test/soak/child_process.h"
 #include "kdm/base/status.h"
 #include "kdm/checkpoint/paths.h"
+#include "kdm/pluginapi/unix_target.h"
 #include "podresources/v1/api.grpc.pb.h"
 
 namespace kdm::soak {
@@ -595,8 +596,10 @@ std::unique_ptr<v1::PodResourcesLister::Stub> NewStub(const std::string& root) {
   // sit in its reconnect back-off.
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // --root may be relative: the wire layer's target reads it as a path.
+  StatusOr<std::string> target = pluginapi::UnixSocketTarget(root + "/pod-resources/kubelet.sock");
   return v1::PodResourcesLister::NewStub(grpc::CreateCustomChannel(
-      "unix://" + root + "/pod-resources/kubelet.sock", grpc::InsecureChannelCredentials(), args));
+      target.ok() ? *target : "unix:/nonexistent", grpc::InsecureChannelCredentials(), args));
 }
 
 StatusOr<v1::ListPodResourcesResponse> Soak::List() {
