@@ -519,21 +519,25 @@ TEST_F(ManagerIntegrationTest, HungAllocateHitsItsDeadlineAndFreesItsReservation
   Manager::Options o = BaseOptions();
   o.rpc_timeout = std::chrono::milliseconds(300);
   StartManager(std::move(o));
-  kdm::Notification release;
-  std::atomic<int> calls{0};
+  // Shared with the handler: the client gives up at its deadline, so the
+  // handler may still be leaving the wait when this test body returns (a
+  // stack Notification was destroyed under it: "Mutex corrupt", once in ~700
+  // runs under two CPU hogs). The plugins stop in TearDown.
+  auto release = std::make_shared<kdm::Notification>();
+  auto calls = std::make_shared<std::atomic<int>>(0);
   plugin::PluginServer::Options po;
   po.resource_name = kGpu;
   po.socket_name = "gpu.sock";
   po.devices = Devices("gpu", 2);
-  po.allocate = [&](const v1beta1::ContainerAllocateRequest& req)
+  po.allocate = [release, calls](const v1beta1::ContainerAllocateRequest& req)
       -> StatusOr<v1beta1::ContainerAllocateResponse> {
-    if (calls++ == 0) release.WaitForNotificationWithTimeout(absl::Seconds(10));
+    if ((*calls)++ == 0) release->WaitForNotificationWithTimeout(absl::Seconds(10));
     return EchoAllocate(req);
   };
   StartPlugin(std::move(po));
   ASSERT_TRUE(CapIs(kGpu, 2, 2));
   Status s = manager_->Allocate(MakePod("p", {{"main", {{kGpu, 2}}}}), "main");
-  release.Notify();
+  release->Notify();
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
   EXPECT_THAT(s.message(), HasSubstr("Allocate of vendor.com/gpu"));
   EXPECT_TRUE(DevicesOf("p", "main").empty());
