@@ -4,9 +4,12 @@
 #include <grpcpp/resource_quota.h>
 
 #include <memory>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "google/protobuf/arena.h"
+#include "kdm/base/log_value.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "spdlog/spdlog.h"
 
@@ -16,6 +19,12 @@ namespace {
 
 std::chrono::system_clock::time_point DeadlineIn(std::chrono::milliseconds d) {
   return std::chrono::system_clock::now() + d;
+}
+
+// A value from the plugin (or its registration) for a log line: quoted and
+// cut, so it can neither forge a line nor flood the log.
+std::string LogValue(std::string_view text) {
+  return kdm::QuoteLogValue(text, kdm::kMaxLogValueBytes);
 }
 
 }  // namespace
@@ -154,8 +163,8 @@ void Endpoint::ReadLoop() {
   while (reader->Read(response)) {
     if (Status valid = ValidateSnapshot(resource_, *response, limits_); !valid.ok()) {
       // Dropped: the previous snapshot (if any) stays the latest.
-      spdlog::error("event=snapshot_refused resource={} socket={} error=\"{}\"", resource_,
-                    socket_path_, valid.message());
+      spdlog::error("event=snapshot_refused resource={} socket={} error={}", LogValue(resource_),
+                    LogValue(socket_path_), LogValue(valid.message()));
       {
         kdm::MutexLock lock(&mu_);
         if (latest_.seq == 0 && first_refusal_.ok()) first_refusal_ = valid;
@@ -188,12 +197,12 @@ void Endpoint::ReadLoop() {
     if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
       // A message bigger than the channel's max receive size: gRPC refuses
       // it and ends the stream; the plugin counts as disconnected.
-      spdlog::error("event=listandwatch_message_too_large resource={} socket={} error=\"{}\"",
-                    resource_, socket_path_, status.error_message());
+      spdlog::error("event=listandwatch_message_too_large resource={} socket={} error={}",
+                    LogValue(resource_), LogValue(socket_path_), LogValue(status.error_message()));
     }
-    spdlog::info("event=listandwatch_ended resource={} socket={} code={} message=\"{}\"",
-                 resource_, socket_path_, static_cast<int>(status.error_code()),
-                 status.error_message());
+    spdlog::info("event=listandwatch_ended resource={} socket={} code={} message={}",
+                 LogValue(resource_), LogValue(socket_path_), static_cast<int>(status.error_code()),
+                 LogValue(status.error_message()));
     if (!status.ok()) CountError(kListAndWatch);
     if (callbacks_.on_stream_end) callbacks_.on_stream_end(this);
   }

@@ -16,8 +16,11 @@
 // Thread-safety: every method may be called from any thread concurrently.
 // One internal mutex guards the state; it is never held across a plugin RPC,
 // so a hung plugin delays only the pods that use it. Callbacks given in
-// Options and Subscribe() are invoked without that mutex held, on internal
-// threads (gRPC, endpoint readers, the clock's timer thread); they may call
+// Options are invoked without that mutex held, on internal threads (gRPC,
+// endpoint readers, the clock's timer thread). Subscribe() callbacks run on
+// one thread of the Manager's own, the delivery thread (started by Create,
+// joined by Stop), never on the embedder's threads: an embedder with its own
+// event loop posts from the callback to its loop. Every callback may call
 // the Manager's query methods but must not call Stop().
 //
 // Example:
@@ -137,6 +140,10 @@ struct ManagerStats {
   int64_t allocations = 0;             // (container, resource) allocations committed
   int64_t allocation_failures = 0;     // Allocate() calls that returned an error
   int64_t checkpoint_errors = 0;       // store writes that failed
+  // Retries of checkpoint writes that failed after a snapshot, a stream end
+  // or a grace expiry (those are kept pending and retried until they land;
+  // docs/architecture.md "Error policy").
+  int64_t checkpoint_retries = 0;
   // ListAndWatch messages dropped for breaking the snapshot limits (more than
   // 100,000 devices, or a device id longer than 253 bytes).
   int64_t snapshots_refused = 0;
@@ -250,9 +257,27 @@ class Manager {
   // Pod uids with recorded devices, sorted.
   virtual std::vector<std::string> GetPodsWithDevices() const = 0;
 
-  // Calls `callback` with every batch of device health changes. Returns an
-  // id for Unsubscribe(); after Unsubscribe returns the callback is not
-  // running and will not run again.
+  // Calls `callback` with every batch of device health changes that the
+  // Manager takes in after Subscribe() was called (none from before, even
+  // if still undelivered). Returns an id for Unsubscribe(); after
+  // Unsubscribe returns the callback is not running and will not run again.
+  //
+  // Order: changes are delivered in the order the Manager took them in
+  // (snapshot order per resource, and one order across resources), on the
+  // delivery thread, one callback at a time; a batch holds every change
+  // still undelivered when the thread came round (the changes of one or
+  // more snapshots, in order).
+  //
+  // Bound: while callbacks are slow the undelivered changes wait in one
+  // queue. When it holds more than a bound of changes (1024, or twice what
+  // the last coalescing kept), pending changes of the same (resource,
+  // device) collapse into one: the latest state wins, and the change keeps
+  // the place where that device first appeared. A subscriber may then miss
+  // a flip that was undone meanwhile (unhealthy then healthy again), never
+  // the final state; the queue holds at most about one change per device.
+  //
+  // Stop() delivers every change taken in before it, then joins the
+  // delivery thread; no callback runs after Stop() returns.
   virtual int64_t Subscribe(HealthCallback callback) = 0;
   virtual void Unsubscribe(int64_t id) = 0;
 

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
+#include <string_view>
 #include <utility>
 
+#include "kdm/base/log_value.h"
 #include "kdm/devicemanager/device_snapshot.h"
 #include "kdm/devicemanager/os.h"
 #include "kdm/pluginapi/constants.h"
@@ -15,6 +17,51 @@
 namespace kdm::devicemanager {
 
 namespace {
+
+// A value from outside (a plugin, a manifest, an RPC peer) for a log line:
+// quoted (a newline cannot start a forged line) and cut (a 3 MB error text
+// cannot flood the log).
+std::string LogValue(std::string_view text) {
+  return kdm::QuoteLogValue(text, kdm::kMaxLogValueBytes);
+}
+
+// A list of outside values: joined with ',' and quoted and cut as one value.
+std::string LogList(const std::vector<std::string>& items) {
+  std::string joined;
+  for (const std::string& item : items) {
+    if (!joined.empty()) joined += ',';
+    joined += item;
+  }
+  return LogValue(joined);
+}
+
+// Folds `later` into `into` as if `into` were applied first and `later`
+// second. REQUIRES: `into` touches registered devices only (its removals
+// and upserts are empty), so the pod part of `later` commutes with it; per
+// resource, the later state (a healthy set, or the removal) wins.
+void MergeChange(checkpoint::Change& into, const checkpoint::Change& later) {
+  into.removed_pods.insert(into.removed_pods.end(), later.removed_pods.begin(),
+                           later.removed_pods.end());
+  into.removals.insert(into.removals.end(), later.removals.begin(), later.removals.end());
+  into.upserts.insert(into.upserts.end(), later.upserts.begin(), later.upserts.end());
+  for (const std::string& resource : later.removed_resources) {
+    into.registered_devices.erase(resource);
+    if (std::find(into.removed_resources.begin(), into.removed_resources.end(), resource) ==
+        into.removed_resources.end()) {
+      into.removed_resources.push_back(resource);
+    }
+  }
+  for (const auto& [resource, ids] : later.registered_devices) {
+    into.removed_resources.erase(
+        std::remove(into.removed_resources.begin(), into.removed_resources.end(), resource),
+        into.removed_resources.end());
+    into.registered_devices[resource] = ids;
+  }
+}
+
+bool TouchesRegisteredDevicesOnly(const checkpoint::Change& change) {
+  return change.removed_pods.empty() && change.removals.empty() && change.upserts.empty();
+}
 
 // Health changes between two device lists of `resource` (ids that vanished
 // count as turning unhealthy).
@@ -142,7 +189,10 @@ ManagerImpl::ManagerImpl(Options options, StubFactory stub_factory)
       stub_factory_(std::move(stub_factory)),
       clock_(options_.clock ? options_.clock : NewRealClock()),
       store_(options_.store ? options_.store
-                            : std::shared_ptr<checkpoint::Store>(checkpoint::NewMemoryStore())) {}
+                            : std::shared_ptr<checkpoint::Store>(checkpoint::NewMemoryStore())) {
+  kdm::MutexLock lifecycle(&lifecycle_mu_);
+  delivery_thread_ = std::thread([this] { DeliveryLoop(); });
+}
 
 ManagerImpl::~ManagerImpl() { Stop(); }
 
@@ -213,7 +263,7 @@ Status ManagerImpl::Start() {
   KDM_ASSIGN_OR_RETURN(std::vector<std::string> removed,
                        RemoveSocketsExcept(dir, pluginapi::kKubeletSocketName));
   for (const auto& name : removed) {
-    spdlog::info("event=stale_socket_removed dir={} socket={}", dir, name);
+    spdlog::info("event=stale_socket_removed dir={} socket={}", dir, LogValue(name));
   }
   KDM_ASSIGN_OR_RETURN(
       registration_,
@@ -248,8 +298,32 @@ void ManagerImpl::Stop() {
     }
     for (auto& ep : retired_) deferred.to_stop.push_back(ep);
     retired_.clear();
+    for (Clock::TimerId* timer : {&retry_timer_, &log_flush_timer_}) {
+      if (*timer != 0) deferred.to_cancel.push_back(*timer);
+      *timer = 0;
+    }
   }
+  // Endpoints stopped and timers cancelled: nothing changes the Ledger now.
   RunDeferred(std::move(deferred));
+  {
+    kdm::MutexLock lock(&mu_);
+    if (pending_change_) {
+      // One last attempt; what still fails only described registered
+      // devices, which every plugin reports again after a restart.
+      checkpoint::Change none;
+      if (!PersistLocked(none, "pending changes at stop").ok()) {
+        spdlog::error("event=checkpoint_write_dropped store=\"{}\" reason=stopping",
+                      store_->Describe());
+      }
+    }
+    FlushLogLimitersLocked(/*all=*/true);
+  }
+  // Every event queued so far is delivered; then the thread ends.
+  {
+    kdm::MutexLock lock(&events_mu_);
+    delivery_stop_ = true;
+  }
+  if (delivery_thread_.joinable()) delivery_thread_.join();
   if (was_started) spdlog::info("event=device_manager_stopped dir={}", options_.plugin_dir);
 }
 
@@ -262,7 +336,6 @@ void ManagerImpl::RunDeferred(Deferred deferred, bool reap_retired) {
   for (auto& ep : deferred.to_stop) ep->Stop();
   for (auto& ep : retired) ep->Stop();
   for (Clock::TimerId id : deferred.to_cancel) clock_->Cancel(id);
-  if (!deferred.events.empty()) Notify(deferred.events);
 }
 
 // ---------------------------------------------------------------- registration
@@ -280,8 +353,8 @@ std::optional<std::string> ManagerImpl::OtherResourceOfSocketLocked(
 Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::string& socket_path) {
   auto refuse = [&](const Status& s) {
     UpdateStats([](ManagerStats& st) { st.registrations_rejected++; });
-    spdlog::warn("event=plugin_refused resource={} socket={} error=\"{}\"", resource, socket_path,
-                 s.message());
+    spdlog::warn("event=plugin_refused resource={} socket={} error={}", LogValue(resource),
+                 LogValue(socket_path), LogValue(s.message()));
     return s;
   };
   // A socket serves one resource: a second resource naming a socket that is
@@ -345,10 +418,10 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
         deferred.to_cancel.push_back(state.grace_timer);
         state.grace_timer = 0;
       }
-      ApplySnapshotLocked(resource, state, deferred);
+      ApplySnapshotLocked(resource, state);
       // The stream may have ended before the endpoint was installed, when its
       // own callback found nothing to act on.
-      if ((*ep)->stopped()) HandleStreamEndLocked(ep->get(), deferred);
+      if ((*ep)->stopped()) HandleStreamEndLocked(ep->get());
     }
   }
   bool refused_for_stop = deferred.to_stop.size() == 1 && deferred.to_stop[0] == *ep;
@@ -359,26 +432,19 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
   if (options_.metrics) options_.metrics->ObserveRegistration(resource);
   spdlog::info("event=plugin_registered resource={} socket={} pre_start_required={} "
                "get_preferred_allocation_available={}",
-               resource, socket_path, (*ep)->options().pre_start_required(),
+               LogValue(resource), LogValue(socket_path), (*ep)->options().pre_start_required(),
                (*ep)->options().get_preferred_allocation_available());
   return OkStatus();
 }
 
 void ManagerImpl::OnEndpointUpdate(Endpoint* ep) {
-  Deferred deferred;
-  {
-    kdm::MutexLock lock(&mu_);
-    auto it = resources_.find(ep->resource());
-    if (it == resources_.end() || it->second.current.get() != ep) return;  // not the newest
-    ApplySnapshotLocked(ep->resource(), it->second, deferred);
-  }
-  // On the endpoint's own reader thread: joining retired endpoints here could
-  // mean joining this very thread.
-  RunDeferred(std::move(deferred), /*reap_retired=*/false);
+  kdm::MutexLock lock(&mu_);
+  auto it = resources_.find(ep->resource());
+  if (it == resources_.end() || it->second.current.get() != ep) return;  // not the newest
+  ApplySnapshotLocked(ep->resource(), it->second);
 }
 
-void ManagerImpl::ApplySnapshotLocked(const std::string& resource, ResourceState& state,
-                                      Deferred& deferred) {
+void ManagerImpl::ApplySnapshotLocked(const std::string& resource, ResourceState& state) {
   if (!state.current) return;
   Endpoint::Snapshot snap = state.current->Latest();
   if (snap.seq <= state.applied_seq) return;
@@ -386,37 +452,85 @@ void ManagerImpl::ApplySnapshotLocked(const std::string& resource, ResourceState
   std::vector<LedgerDevice> devices = ToLedgerDevices(*snap.devices);
   StatusOr<SnapshotReport> report = ledger_.SetDevices(resource, devices);
   if (!report.ok()) {
-    spdlog::error("event=snapshot_refused resource={} error=\"{}\"", resource,
-                  report.status().message());
+    spdlog::error("event=snapshot_refused resource={} error={}", LogValue(resource),
+                  LogValue(report.status().message()));
     return;
   }
+  // A flapping plugin sends a snapshot every millisecond: both lines are
+  // rate-limited per resource, and what they leave out is counted.
+  const Clock::TimePoint now = clock_->Now();
+  bool held_back = false;
   if (!report->duplicate_ids.empty() || report->empty_ids > 0) {
-    spdlog::warn("event=snapshot_repaired resource={} duplicate_ids=[{}] empty_ids={}", resource,
-                 fmt::join(report->duplicate_ids, ","), report->empty_ids);
+    if (std::optional<int64_t> suppressed = repaired_log_.Admit(resource, now)) {
+      spdlog::warn("event=snapshot_repaired resource={} duplicate_ids={} empty_ids={} "
+                   "suppressed={}",
+                   LogValue(resource), LogList(report->duplicate_ids), report->empty_ids,
+                   *suppressed);
+    } else {
+      held_back = true;
+    }
   }
-  (void)PersistLocked(report->change, "device snapshot");
+  PersistOrRetryLocked(report->change, "device snapshot");
   // The Ledger found the health changes while taking the snapshot in (no
   // copies of the before and after device lists: they cost as much as the
   // rest of a 10,000-device snapshot).
   const size_t healthy = report->change.registered_devices[resource].size();
-  spdlog::info("event=devices_updated resource={} seq={} devices={} healthy={} changes={}",
-               resource, snap.seq, devices.size(), healthy, report->health_changes.size());
-  deferred.events.reserve(deferred.events.size() + report->health_changes.size());
-  for (LedgerDevice& d : report->health_changes) {
-    deferred.events.push_back({resource, std::move(d.id), d.healthy});
+  if (std::optional<int64_t> suppressed = devices_log_.Admit(resource, now)) {
+    spdlog::info("event=devices_updated resource={} seq={} devices={} healthy={} changes={} "
+                 "suppressed={}",
+                 LogValue(resource), snap.seq, devices.size(), healthy,
+                 report->health_changes.size(), *suppressed);
+  } else {
+    held_back = true;
   }
+  if (held_back) {
+    log_held_back_ = true;
+    ScheduleLogFlushLocked();
+  }
+  std::vector<DeviceHealthEvent> events;
+  events.reserve(report->health_changes.size());
+  for (LedgerDevice& d : report->health_changes) {
+    events.push_back({resource, std::move(d.id), d.healthy});
+  }
+  QueueHealthEventsLocked(std::move(events));
+}
+
+void ManagerImpl::FlushLogLimitersLocked(bool all) {
+  // With `all`, every window counts as over.
+  const Clock::TimePoint now = clock_->Now() + (all ? kSnapshotLogWindow : Clock::Duration(0));
+  for (const auto& [resource, n] : devices_log_.Flush(now)) {
+    spdlog::info("event=devices_updated_suppressed resource={} suppressed={}", LogValue(resource),
+                 n);
+  }
+  for (const auto& [resource, n] : repaired_log_.Flush(now)) {
+    spdlog::warn("event=snapshot_repaired_suppressed resource={} suppressed={}",
+                 LogValue(resource), n);
+  }
+}
+
+void ManagerImpl::ScheduleLogFlushLocked() {
+  if (log_flush_timer_ != 0 || stopping_) return;
+  log_flush_timer_ = clock_->ScheduleAfter(kSnapshotLogWindow, [this] { OnLogFlush(); });
+}
+
+void ManagerImpl::OnLogFlush() {
+  kdm::MutexLock lock(&mu_);
+  log_flush_timer_ = 0;
+  if (stopping_) return;
+  FlushLogLimitersLocked(/*all=*/false);
+  // Every window that held a line back before now is over one window later:
+  // the count of a flood's last lines goes out even when no snapshot follows.
+  if (std::exchange(log_held_back_, false)) ScheduleLogFlushLocked();
 }
 
 void ManagerImpl::OnEndpointStreamEnd(Endpoint* ep) {
-  Deferred deferred;
-  {
-    kdm::MutexLock lock(&mu_);
-    HandleStreamEndLocked(ep, deferred);
-  }
-  RunDeferred(std::move(deferred), /*reap_retired=*/false);  // see OnEndpointUpdate
+  // On the endpoint's own reader thread: the endpoint goes to retired_, to
+  // be joined by another thread (joining here would join this very thread).
+  kdm::MutexLock lock(&mu_);
+  HandleStreamEndLocked(ep);
 }
 
-void ManagerImpl::HandleStreamEndLocked(Endpoint* ep, Deferred& deferred) {
+void ManagerImpl::HandleStreamEndLocked(Endpoint* ep) {
   auto rit = resources_.find(ep->resource());
   if (rit == resources_.end()) return;
   ResourceState& state = rit->second;
@@ -428,8 +542,8 @@ void ManagerImpl::HandleStreamEndLocked(Endpoint* ep, Deferred& deferred) {
   state.order.erase(ep);
   const std::string& resource = ep->resource();
   if (state.current.get() != ep) {
-    spdlog::info("event=endpoint_closed resource={} socket={} current=false", resource,
-                 ep->socket_path());
+    spdlog::info("event=endpoint_closed resource={} socket={} current=false", LogValue(resource),
+                 LogValue(ep->socket_path()));
     return;  // an older endpoint of a rolling update went away
   }
   if (!state.endpoints.empty()) {
@@ -441,19 +555,18 @@ void ManagerImpl::HandleStreamEndLocked(Endpoint* ep, Deferred& deferred) {
                                    });
     state.current = newest->second;
     state.applied_seq = 0;
-    spdlog::info("event=endpoint_closed resource={} socket={} fallback={}", resource,
-                 ep->socket_path(), state.current->socket_path());
-    ApplySnapshotLocked(resource, state, deferred);
+    spdlog::info("event=endpoint_closed resource={} socket={} fallback={}", LogValue(resource),
+                 LogValue(ep->socket_path()), LogValue(state.current->socket_path()));
+    ApplySnapshotLocked(resource, state);
     return;
   }
   std::vector<LedgerDevice> before = ledger_.Devices(resource);
   checkpoint::Change change = ledger_.MarkAllUnhealthy(resource);
-  (void)PersistLocked(change, "endpoint stopped");
-  auto events = HealthChanges(resource, before, ledger_.Devices(resource));
-  deferred.events.insert(deferred.events.end(), events.begin(), events.end());
+  PersistOrRetryLocked(change, "endpoint stopped");
+  QueueHealthEventsLocked(HealthChanges(resource, before, ledger_.Devices(resource)));
   StartGraceTimerLocked(resource, state);
-  spdlog::warn("event=endpoint_stopped resource={} socket={} grace_ms={}", resource,
-               ep->socket_path(), options_.grace_period.count());
+  spdlog::warn("event=endpoint_stopped resource={} socket={} grace_ms={}", LogValue(resource),
+               LogValue(ep->socket_path()), options_.grace_period.count());
 }
 
 void ManagerImpl::StartGraceTimerLocked(const std::string& resource, ResourceState& state) {
@@ -480,8 +593,9 @@ void ManagerImpl::OnGraceExpired(const std::string& resource, uint64_t generatio
     state.current.reset();
     state.applied_seq = 0;
     checkpoint::Change change = ledger_.RemoveResource(resource);
-    (void)PersistLocked(change, "grace period expired");
-    spdlog::warn("event=resource_removed resource={} reason=grace_period_expired", resource);
+    PersistOrRetryLocked(change, "grace period expired");
+    spdlog::warn("event=resource_removed resource={} reason=grace_period_expired",
+                 LogValue(resource));
   }
   RunDeferred(std::move(deferred));
 }
@@ -498,8 +612,9 @@ Status ManagerImpl::Allocate(const Pod& pod, const std::string& container) {
       s.allocation_failures++;
       s.restricted_rejections++;
     });
-    spdlog::warn("event=allocate_restricted pod={} namespace={} container={} error=\"{}\"",
-                 pod.uid, pod.namespace_name, container, allowed.message());
+    spdlog::warn("event=allocate_restricted pod={} namespace={} container={} error={}",
+                 LogValue(pod.uid), LogValue(pod.namespace_name), LogValue(container),
+                 LogValue(allowed.message()));
     return allowed;
   }
   std::map<std::string, int64_t> requests;
@@ -517,8 +632,9 @@ Status ManagerImpl::Allocate(const Pod& pod, const std::string& container) {
     Status s = AllocateResource(pod, container, resource, count);
     if (!s.ok()) {
       UpdateStats([](ManagerStats& st) { st.allocation_failures++; });
-      spdlog::warn("event=allocate_failed pod={} container={} resource={} count={} error=\"{}\"",
-                   pod.uid, container, resource, count, s.message());
+      spdlog::warn("event=allocate_failed pod={} container={} resource={} count={} error={}",
+                   LogValue(pod.uid), LogValue(container), LogValue(resource), count,
+                   LogValue(s.message()));
       return s;
     }
   }
@@ -574,23 +690,26 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
     if (!answer.ok()) {
       UpdateStats([](ManagerStats& s) { s.preferred_rpc_error++; });
       spdlog::warn("event=preferred_allocation_fallback resource={} pod={} container={} "
-                   "reason=rpc_error error=\"{}\"",
-                   resource, pod.uid, container, answer.status().message());
+                   "reason=rpc_error error={}",
+                   LogValue(resource), LogValue(pod.uid), LogValue(container),
+                   LogValue(answer.status().message()));
     } else {
       kdm::MutexLock lock(&mu_);
       Status valid = ledger_.ValidatePreferred(plan, *answer);
       if (!valid.ok()) {
         UpdateStats([](ManagerStats& s) { s.preferred_invalid++; });
         spdlog::warn("event=preferred_allocation_fallback resource={} pod={} container={} "
-                     "reason=invalid_answer answer=[{}] error=\"{}\"",
-                     resource, pod.uid, container, fmt::join(*answer, ","), valid.message());
+                     "reason=invalid_answer answer={} error={}",
+                     LogValue(resource), LogValue(pod.uid), LogValue(container),
+                     LogList(*answer), LogValue(valid.message()));
       } else if (Status r = ledger_.Reserve(plan, *answer); !r.ok()) {
         // Another admission took one of the preferred devices meanwhile; the
         // default choice is still reserved (Reserve changes nothing on error).
         UpdateStats([](ManagerStats& s) { s.preferred_taken++; });
         spdlog::warn("event=preferred_allocation_fallback resource={} pod={} container={} "
-                     "reason=taken error=\"{}\"",
-                     resource, pod.uid, container, r.message());
+                     "reason=taken error={}",
+                     LogValue(resource), LogValue(pod.uid), LogValue(container),
+                     LogValue(r.message()));
       } else {
         choice = *answer;
         UpdateStats([](ManagerStats& s) { s.preferred_ok++; });
@@ -625,26 +744,72 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
     return s;
   }
   UpdateStats([](ManagerStats& s) { s.allocations++; });
-  spdlog::info("event=allocated pod={} container={} resource={} devices=[{}]", pod.uid, container,
-               resource, fmt::join(choice, ","));
+  spdlog::info("event=allocated pod={} container={} resource={} devices={}", LogValue(pod.uid),
+               LogValue(container), LogValue(resource), LogList(choice));
   return OkStatus();
 }
 
 Status ManagerImpl::PersistLocked(const checkpoint::Change& change, const char* what) {
-  if (change.empty()) return OkStatus();
+  // The pending change goes first, in the same transaction: the store never
+  // sees a later change without the earlier ones.
+  checkpoint::Change merged;
+  const checkpoint::Change* write = &change;
+  if (pending_change_) {
+    merged = *pending_change_;
+    MergeChange(merged, change);
+    write = &merged;
+  }
+  if (write->empty()) return OkStatus();
   const auto write_start = std::chrono::steady_clock::now();
-  Status s = store_->Apply(change);
+  Status s = store_->Apply(*write);
   if (options_.metrics) {
     options_.metrics->ObserveCheckpointWrite(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - write_start).count());
   }
   if (!s.ok()) {
     UpdateStats([](ManagerStats& st) { st.checkpoint_errors++; });
-    spdlog::error("event=checkpoint_write_failed what=\"{}\" store=\"{}\" error=\"{}\"", what,
-                  store_->Describe(), s.message());
+    spdlog::error("event=checkpoint_write_failed what=\"{}\" store=\"{}\" pending={} error={}",
+                  what, store_->Describe(), pending_change_.has_value(), LogValue(s.message()));
     return s.WithPrefix(std::string("cannot write checkpoint (") + what + ")");
   }
+  if (pending_change_) {
+    spdlog::info("event=checkpoint_pending_written what=\"{}\"", what);
+    pending_change_.reset();
+    retry_backoff_ = kCheckpointRetryInitial;
+  }
   return OkStatus();
+}
+
+void ManagerImpl::PersistOrRetryLocked(const checkpoint::Change& change, const char* what) {
+  if (PersistLocked(change, what).ok()) return;
+  // A fact about a plugin cannot be rolled back: keep it until it lands.
+  if (!TouchesRegisteredDevicesOnly(change)) {
+    // Not reachable: snapshots, stream ends and grace expiries change only
+    // registered devices. A pending pod change could not merge in order.
+    spdlog::error("event=checkpoint_change_not_retryable what=\"{}\"", what);
+    return;
+  }
+  if (!pending_change_) pending_change_.emplace();
+  MergeChange(*pending_change_, change);
+  ScheduleCheckpointRetryLocked();
+}
+
+void ManagerImpl::ScheduleCheckpointRetryLocked() {
+  if (retry_timer_ != 0 || stopping_) return;
+  retry_timer_ = clock_->ScheduleAfter(retry_backoff_, [this] { OnCheckpointRetry(); });
+}
+
+void ManagerImpl::OnCheckpointRetry() {
+  kdm::MutexLock lock(&mu_);
+  retry_timer_ = 0;
+  if (stopping_ || !pending_change_) return;
+  UpdateStats([](ManagerStats& st) { st.checkpoint_retries++; });
+  spdlog::warn("event=checkpoint_write_retry store=\"{}\" backoff_ms={}", store_->Describe(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(retry_backoff_).count());
+  checkpoint::Change none;
+  if (PersistLocked(none, "retry").ok()) return;
+  retry_backoff_ = std::min<Clock::Duration>(retry_backoff_ * 2, kCheckpointRetryMax);
+  ScheduleCheckpointRetryLocked();
 }
 
 // ---------------------------------------------------------------- run options
@@ -675,8 +840,9 @@ StatusOr<RunContainerOptions> ManagerImpl::GetDeviceRunContainerOptions(
   }
   for (const auto& p : pre_starts) {
     if (Status s = p.ep->PreStartContainer(p.ids); !s.ok()) {
-      spdlog::warn("event=pre_start_failed pod={} container={} resource={} error=\"{}\"", pod.uid,
-                   container, p.ep->resource(), s.message());
+      spdlog::warn("event=pre_start_failed pod={} container={} resource={} error={}",
+                   LogValue(pod.uid), LogValue(container), LogValue(p.ep->resource()),
+                   LogValue(s.message()));
       return s;
     }
   }
@@ -691,8 +857,9 @@ StatusOr<RunContainerOptions> ManagerImpl::GetDeviceRunContainerOptions(
                       const std::string& ignored_from) {
     out.conflicts.push_back(what + ": " + ignored_from + "'s value ignored, " + kept_by +
                             "'s kept");
-    spdlog::warn("event=run_options_conflict pod={} container={} what=\"{}\" kept={} ignored={}",
-                 pod.uid, container, what, kept_by, ignored_from);
+    spdlog::warn("event=run_options_conflict pod={} container={} what={} kept={} ignored={}",
+                 LogValue(pod.uid), LogValue(container), LogValue(what), LogValue(kept_by),
+                 LogValue(ignored_from));
   };
   for (const auto& e : entries) {
     v1beta1::ContainerAllocateResponse r;
@@ -767,7 +934,7 @@ Status ManagerImpl::UpdateAllocatedDevices() {
     if (!result.ok()) {
       ledger_ = std::move(before);
     } else if (!change.removed_pods.empty()) {
-      spdlog::info("event=pods_garbage_collected pods=[{}]", fmt::join(change.removed_pods, ","));
+      spdlog::info("event=pods_garbage_collected pods={}", LogList(change.removed_pods));
     }
   }
   RunDeferred(std::move(deferred));  // joins retired endpoints
@@ -783,7 +950,7 @@ Status ManagerImpl::RemovePod(const std::string& pod_uid) {
     ledger_ = std::move(before);
     return s;
   }
-  if (!change.empty()) spdlog::info("event=pod_removed pod={}", pod_uid);
+  if (!change.empty()) spdlog::info("event=pod_removed pod={}", LogValue(pod_uid));
   return OkStatus();
 }
 
@@ -860,7 +1027,13 @@ std::vector<std::string> ManagerImpl::GetPodsWithDevices() const {
 int64_t ManagerImpl::Subscribe(HealthCallback callback) {
   kdm::MutexLock lock(&subscribers_mu_);
   int64_t id = ++next_subscriber_;
-  subscribers_[id] = std::move(callback);
+  uint64_t from_seq;
+  {
+    // Changes taken in before now are not this subscriber's.
+    kdm::MutexLock events(&events_mu_);
+    from_seq = next_event_seq_;
+  }
+  subscribers_[id] = Subscriber{std::move(callback), from_seq};
   return id;
 }
 
@@ -869,9 +1042,83 @@ void ManagerImpl::Unsubscribe(int64_t id) {
   subscribers_.erase(id);
 }
 
-void ManagerImpl::Notify(const std::vector<DeviceHealthEvent>& events) {
-  kdm::MutexLock lock(&subscribers_mu_);
-  for (const auto& [id, callback] : subscribers_) callback(events);
+void ManagerImpl::QueueHealthEventsLocked(std::vector<DeviceHealthEvent> events) {
+  if (events.empty()) return;
+  kdm::MutexLock lock(&events_mu_);
+  if (delivery_stop_) return;  // after Stop(): nobody is left to deliver them
+  if (pending_events_.empty()) {
+    pending_events_ = std::move(events);
+  } else {
+    pending_events_.insert(pending_events_.end(), std::make_move_iterator(events.begin()),
+                           std::make_move_iterator(events.end()));
+  }
+  while (pending_seqs_.size() < pending_events_.size()) pending_seqs_.push_back(next_event_seq_++);
+  if (pending_events_.size() > coalesce_at_) CoalesceEventsLocked();
+  max_pending_events_ = std::max(max_pending_events_, pending_events_.size());
+}
+
+void ManagerImpl::CoalesceEventsLocked() {
+  // Latest state wins; an event keeps the place of its device's first one.
+  // The sequence number is the latest one's: the state is the latest's.
+  std::map<std::pair<std::string_view, std::string_view>, size_t> slot;
+  std::vector<DeviceHealthEvent> kept;
+  std::vector<uint64_t> kept_seqs;
+  for (size_t i = 0; i < pending_events_.size(); ++i) {
+    const DeviceHealthEvent& e = pending_events_[i];
+    auto [it, inserted] = slot.try_emplace({e.resource_name, e.device_id}, kept.size());
+    if (inserted) {
+      kept.push_back(e);
+      kept_seqs.push_back(pending_seqs_[i]);
+    } else {
+      kept[it->second].healthy = e.healthy;
+      kept_seqs[it->second] = pending_seqs_[i];
+    }
+  }
+  slot.clear();  // its keys view pending_events_
+  const size_t before = pending_events_.size();
+  pending_events_ = std::move(kept);
+  pending_seqs_ = std::move(kept_seqs);
+  // Amortised: the next coalescing needs at least as many new events.
+  coalesce_at_ = std::max(kHealthEventsCoalesceAt, 2 * pending_events_.size());
+  spdlog::debug("event=health_events_coalesced before={} after={}", before,
+                pending_events_.size());
+}
+
+bool ManagerImpl::HasEventsOrStopLocked() const {
+  return !pending_events_.empty() || delivery_stop_;
+}
+
+void ManagerImpl::DeliveryLoop() {
+  for (;;) {
+    std::vector<DeviceHealthEvent> batch;
+    std::vector<uint64_t> seqs;
+    std::function<void(const std::vector<DeviceHealthEvent>&)> hook;
+    {
+      // Idle until there is work; Stop() sets delivery_stop_ and ends this.
+      kdm::MutexLock lock(&events_mu_,
+                          kdm::Condition(this, &ManagerImpl::HasEventsOrStopLocked));
+      if (pending_events_.empty()) return;  // stopping, and everything delivered
+      batch.swap(pending_events_);
+      seqs.swap(pending_seqs_);
+      coalesce_at_ = kHealthEventsCoalesceAt;
+      hook = before_delivery_for_test_;
+    }
+    if (hook) hook(batch);
+    const uint64_t oldest = *std::min_element(seqs.begin(), seqs.end());
+    kdm::MutexLock lock(&subscribers_mu_);
+    for (const auto& [id, subscriber] : subscribers_) {
+      if (subscriber.from_seq <= oldest) {
+        subscriber.callback(batch);
+        continue;
+      }
+      // Subscribed while this batch was on its way: only the later changes.
+      std::vector<DeviceHealthEvent> later;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (seqs[i] >= subscriber.from_seq) later.push_back(batch[i]);
+      }
+      if (!later.empty()) subscriber.callback(later);
+    }
+  }
 }
 
 // ---------------------------------------------------------------- stats, tests
@@ -898,6 +1145,32 @@ ManagerStats ManagerImpl::GetStats() const {
 Status ManagerImpl::CheckInvariantsForTest() const {
   kdm::MutexLock lock(&mu_);
   return ledger_.CheckInvariants();
+}
+
+checkpoint::CheckpointData ManagerImpl::LedgerCheckpointForTest() const {
+  kdm::MutexLock lock(&mu_);
+  return ledger_.ToCheckpointData();
+}
+
+bool ManagerImpl::CheckpointPendingForTest() const {
+  kdm::MutexLock lock(&mu_);
+  return pending_change_.has_value();
+}
+
+std::size_t ManagerImpl::PendingHealthEventsForTest() const {
+  kdm::MutexLock lock(&events_mu_);
+  return pending_events_.size();
+}
+
+std::size_t ManagerImpl::MaxPendingHealthEventsForTest() const {
+  kdm::MutexLock lock(&events_mu_);
+  return max_pending_events_;
+}
+
+void ManagerImpl::SetBeforeHealthDeliveryForTest(
+    std::function<void(const std::vector<DeviceHealthEvent>&)> hook) {
+  kdm::MutexLock lock(&events_mu_);
+  before_delivery_for_test_ = std::move(hook);
 }
 
 int ManagerImpl::LiveEndpointsForTest(const std::string& resource) const {
