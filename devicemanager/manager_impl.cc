@@ -230,7 +230,8 @@ Status ManagerImpl::Start() {
           [this](const std::string& resource, const std::string& socket) {
             return RegisterPlugin(resource, socket);
           },
-          [this](const Status&) { UpdateStats([](ManagerStats& s) { s.registrations_rejected++; }); }));
+          [this](const Status&) { UpdateStats([](ManagerStats& s) { s.registrations_rejected++; }); },
+          {.max_in_flight = options_.max_registrations_in_flight}));
   return OkStatus();
 }
 
