@@ -708,18 +708,21 @@ std::string Http2Hello() {
 // Reads (bounded) until every fd in `fds` is closed by its peer (EOF or
 // reset); returns how many were.
 int WaitUntilClosedByPeer(const std::vector<int>& fds) {
-  std::vector<bool> closed(fds.size(), false);
+  std::vector<pollfd> open;
+  for (int fd : fds) open.push_back({fd, POLLIN, 0});
   int n = 0;
   WaitUntil([&] {
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (closed[i]) continue;
-      char buf[4096];
-      ssize_t r;
-      while ((r = recv(fds[i], buf, sizeof buf, MSG_DONTWAIT)) > 0) {
-      }
-      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        closed[i] = true;
-        ++n;
+    if (poll(open.data(), open.size(), 0) > 0) {
+      for (pollfd& p : open) {
+        if (p.fd < 0 || p.revents == 0) continue;
+        char buf[4096];
+        ssize_t r;
+        while ((r = recv(p.fd, buf, sizeof buf, MSG_DONTWAIT)) > 0) {
+        }
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+          p.fd = -1;  // poll skips it from now on
+          ++n;
+        }
       }
     }
     return n == static_cast<int>(fds.size());
