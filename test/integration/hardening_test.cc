@@ -798,8 +798,9 @@ TEST_F(HardeningTest, HangingRegisterCallsAreCappedAndThreadsAndFdsStayBounded) 
   }
   // Every refusal came while the admitted calls were still hanging.
   EXPECT_EQ(refused_while_hanging, kCalls - kCap);
-  // A thread per call in flight and gRPC's own; the dial of each.
-  EXPECT_LE(peak_threads - threads_before, kCap + 16);
+  // A thread per call in flight, the server's spare threads (8) and the
+  // client side's (measured: +20..26 in all); the dial of each call.
+  EXPECT_LE(peak_threads - threads_before, kCap + 24);
   EXPECT_LE(peak_fds - fds_before, 3 * kCap + 16);
   close(silent);
   // The cap is a count of calls in flight, not of calls ever made.
