@@ -1,10 +1,13 @@
 #include "kdm/checkpoint/file_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <ctime>
 
@@ -134,6 +137,40 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents) {
     return ErrnoError(err, "rename " + tmp + " to", path);
   }
   return FsyncDirectory(DirName(path));
+}
+
+StatusOr<std::vector<std::string>> RemoveStaleTempFiles(const std::string& path) {
+  const std::string dir = DirName(path);
+  size_t slash = path.find_last_of('/');
+  const std::string prefix =
+      (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp-";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return ErrnoError(errno, "open directory", dir);
+  std::vector<std::string> candidates;
+  while (const dirent* e = ::readdir(d)) {
+    std::string_view name(e->d_name);
+    if (!name.starts_with(prefix)) continue;
+    std::string_view pid_text = name.substr(prefix.size());
+    // WriteFileAtomically names its file after its pid, in decimal.
+    if (pid_text.empty() || pid_text.size() > 9 || pid_text.front() == '0' ||
+        pid_text.find_first_not_of("0123456789") != std::string_view::npos) {
+      continue;
+    }
+    candidates.emplace_back(name);
+  }
+  ::closedir(d);
+  std::vector<std::string> removed;
+  for (const std::string& name : candidates) {
+    const pid_t pid = static_cast<pid_t>(std::stol(name.substr(prefix.size())));
+    // kill(pid, 0) fails with ESRCH only when no such process exists; EPERM
+    // means it exists (another user's).
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    const std::string full = (dir == "/" ? "" : dir) + "/" + name;
+    struct stat st {};
+    if (::lstat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::unlink(full.c_str()) == 0) removed.push_back(full);
+  }
+  return removed;
 }
 
 Status MakeDirectories(const std::string& dir) {

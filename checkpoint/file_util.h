@@ -34,6 +34,15 @@ StatusOr<std::string> ReadWholeFile(const std::string& path);
 // the old or the new content, whole. On error `path` is unchanged.
 Status WriteFileAtomically(const std::string& path, std::string_view contents);
 
+// Removes what a WriteFileAtomically(path, ...) killed between creating its
+// temporary file and renaming it leaves behind: regular files
+// "<path>.tmp-<pid>" beside `path` whose writer process <pid> is gone (a
+// live pid may be a writer still at work, or a reused pid: its file is left
+// alone). Nothing else is touched. Returns the paths removed; a file that
+// cannot be removed is skipped. Errors only when the directory cannot be
+// read (NOT_FOUND when it does not exist).
+StatusOr<std::vector<std::string>> RemoveStaleTempFiles(const std::string& path);
+
 // mkdir -p.
 Status MakeDirectories(const std::string& dir);
 

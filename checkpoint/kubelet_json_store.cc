@@ -119,6 +119,14 @@ StatusOr<OpenResult> OpenKubeletJsonStore(const KubeletJsonOptions& options) {
                                    " is a directory");
   }
   OpenResult result;
+  // A kill -9 during Apply() or SetBootId() leaves "<file>.tmp-<pid>".
+  for (const std::string& written : {options.path, options.path + kBootIdSuffix}) {
+    StatusOr<std::vector<std::string>> removed =
+        internal::RemoveStaleTempFiles(written);
+    if (!removed.ok()) continue;  // the read below reports an unusable directory
+    result.removed_temp_files.insert(result.removed_temp_files.end(),
+                                     removed->begin(), removed->end());
+  }
   bool content_error = false;
   StatusOr<CheckpointData> data = ReadCheckpoint(options, &content_error);
   if (!data.ok()) {

@@ -7,7 +7,10 @@
 // baseline. The format has no boot id: SetBootId() keeps it in a small
 // sidecar file "<path>.boot-id" (written the same atomic way).
 //
-// Opening: a missing file is an empty state. A file that does not decode or
+// Opening: temporary files a killed writer left beside the file
+// ("<path>.tmp-<pid>", "<path>.boot-id.tmp-<pid>", the pid no longer
+// running) are removed and listed in OpenResult::removed_temp_files. A
+// missing file is an empty state. A file that does not decode or
 // whose checksum does not verify is moved aside to
 // "<path>.corrupt-<UTC yyyymmddThhmmssZ>" (never deleted) and a fresh, empty
 // store is returned with the reason in OpenResult::recovered. Errors that

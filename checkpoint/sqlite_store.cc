@@ -493,7 +493,7 @@ Status SqliteStore::SetBootId(const std::string& boot_id) {
 
 StatusOr<OpenResult> OpenSqliteStore(const SqliteOptions& options) {
   StatusOr<std::unique_ptr<SqliteStore>> opened = SqliteStore::Open(options);
-  if (opened.ok()) return OpenResult{std::move(*opened), OkStatus(), ""};
+  if (opened.ok()) return OpenResult{std::move(*opened), OkStatus(), "", {}};
   if (opened.status().code() != StatusCode::kDataLoss ||
       !options.quarantine_corrupt) {
     return opened.status();
@@ -514,7 +514,7 @@ StatusOr<OpenResult> OpenSqliteStore(const SqliteOptions& options) {
   return OpenResult{std::move(*reopened),
                     DataLossError(why.message() + "; moved aside to " + moved +
                                   ", starting with an empty checkpoint"),
-                    moved};
+                    moved, {}};
 }
 
 }  // namespace kdm::checkpoint

@@ -112,6 +112,10 @@ struct OpenResult {
   Status recovered;
   // Where the bad file was moved to; empty when nothing was moved.
   std::string quarantined_path;
+  // Temporary files of a writer that died mid-write (kill -9 between
+  // creating and renaming one), removed when the store was opened; the
+  // opener logs them. Kubelet JSON store only (SQLite keeps no such files).
+  std::vector<std::string> removed_temp_files;
 };
 
 // A store that lives in memory only (tests, and embedders that want no

@@ -1056,7 +1056,7 @@ StatusOr<std::map<std::string, ResourceHints>> Ledger::PodTopologyHints(
 
 // ---------------------------------------------------------------- restart
 
-int64_t Ledger::Restore(const checkpoint::CheckpointData& data) {
+RestoreReport Ledger::Restore(const checkpoint::CheckpointData& data) {
   resources_.clear();
   deleted_.clear();
   records_.clear();
@@ -1065,24 +1065,28 @@ int64_t Ledger::Restore(const checkpoint::CheckpointData& data) {
   reserved_.clear();
   records_per_resource_.clear();
   last_commit_.reset();
-  int64_t skipped = 0;
+  RestoreReport report;
   // resource -> device id -> pod holding it, to refuse cross-pod sharing.
   std::map<std::string, std::map<std::string, std::string>> owner;
   for (const PodDevicesEntry& e : data.entries) {
     if (e.pod_uid.empty() || e.container_name.empty() ||
         e.resource_name.empty()) {
-      ++skipped;
+      report.skipped.push_back({e.pod_uid, e.container_name, e.resource_name,
+                                "", "",
+                                "empty pod uid, container or resource name"});
       continue;
     }
     std::vector<std::string> ids = FlattenDeviceIds(e.device_ids);
     auto& owners = owner[e.resource_name];
-    bool conflict =
-        std::any_of(ids.begin(), ids.end(), [&](const std::string& id) {
+    auto conflict =
+        std::find_if(ids.begin(), ids.end(), [&](const std::string& id) {
           auto it = owners.find(id);
           return it != owners.end() && it->second != e.pod_uid;
         });
-    if (conflict) {
-      ++skipped;
+    if (conflict != ids.end()) {
+      report.skipped.push_back({e.pod_uid, e.container_name, e.resource_name,
+                                *conflict, owners.at(*conflict),
+                                "device held by another pod"});
       continue;
     }
     for (const std::string& id : ids) owners[id] = e.pod_uid;
@@ -1097,7 +1101,7 @@ int64_t Ledger::Restore(const checkpoint::CheckpointData& data) {
   for (const auto& [resource, ids] : data.registered_devices) {
     if (!resource.empty()) resources_[resource];
   }
-  return skipped;
+  return report;
 }
 
 checkpoint::CheckpointData Ledger::ToCheckpointData() const {

@@ -142,6 +142,29 @@ struct SnapshotReport {
   std::vector<LedgerDevice> health_changes;
 };
 
+// A checkpoint entry that Restore() left out, and why.
+struct SkippedCheckpointEntry {
+  std::string pod_uid;
+  std::string container_name;
+  std::string resource_name;
+  // The entry's first device that an earlier entry of another pod holds,
+  // and that pod's uid; both empty when the entry was skipped for an empty
+  // pod uid, container or resource name.
+  std::string device_id;
+  std::string held_by_pod_uid;
+  // "empty pod uid, container or resource name" or "device held by another
+  // pod".
+  std::string reason;
+
+  friend bool operator==(const SkippedCheckpointEntry&,
+                         const SkippedCheckpointEntry&) = default;
+};
+
+// What Restore() left out of a checkpoint, in the checkpoint's entry order.
+struct RestoreReport {
+  std::vector<SkippedCheckpointEntry> skipped;
+};
+
 // All device ids of an entry, unique, in natural order (a device on two NUMA
 // nodes is listed under both).
 std::vector<std::string> FlattenDeviceIds(
@@ -317,11 +340,11 @@ class Ledger {
   // recorded again; every resource of data.registered_devices is registered
   // with no devices (capacity 0, "no healthy devices present") until its
   // plugin registers and sends a snapshot (SPEC.md §4). Reservations and
-  // deleted resources are cleared. Skipped, and counted in the returned
-  // number: entries with an empty pod uid, container or resource name, and
+  // deleted resources are cleared. Skipped, and each reported with its
+  // reason: entries with an empty pod uid, container or resource name, and
   // entries naming a device that an earlier entry of another pod holds (a
   // corrupt or hand-edited checkpoint must not put a device in two pods).
-  int64_t Restore(const checkpoint::CheckpointData& data);
+  RestoreReport Restore(const checkpoint::CheckpointData& data);
 
   // The state in checkpoint form: every record, and the healthy ids of every
   // registered resource (boot_id left empty).

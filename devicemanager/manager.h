@@ -197,6 +197,11 @@ class Manager {
     // disconnected, its devices turn unhealthy (capacity kept) and the grace
     // period runs, as for any stream end. At least 4096.
     int max_plugin_message_bytes = 4 << 20;
+    // Register calls handled at once (each may wait for its plugin up to
+    // registration_timeout); one more is answered RESOURCE_EXHAUSTED `too
+    // many Register calls in flight (16, the limit); try again later`, and
+    // the plugin retries. At least 1.
+    int max_registrations_in_flight = 16;
     // Admission restrictions: resource name -> the namespaces whose pods may
     // use it. Allocate() refuses (PERMISSION_DENIED, before any device is
     // reserved) every container of a pod outside the list when any container

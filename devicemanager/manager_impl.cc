@@ -239,14 +239,23 @@ Status ManagerImpl::Start() {
       active_read = true;
       mu_.Lock();
     }
-    int64_t skipped = ledger_.Restore(*data);
+    RestoreReport restored = ledger_.Restore(*data);
+    for (const SkippedCheckpointEntry& e : restored.skipped) {
+      spdlog::warn("event=checkpoint_entry_skipped pod={} container={} resource={} device={} "
+                   "held_by={} reason={}",
+                   QuoteLogValue(e.pod_uid, kMaxLogValueBytes),
+                   QuoteLogValue(e.container_name, kMaxLogValueBytes),
+                   QuoteLogValue(e.resource_name, kMaxLogValueBytes),
+                   QuoteLogValue(e.device_id, kMaxLogValueBytes),
+                   QuoteLogValue(e.held_by_pod_uid, kMaxLogValueBytes), QuoteLogValue(e.reason));
+    }
     for (const auto& [resource, ids] : data->registered_devices) {
       ResourceState& state = resources_[resource];
       StartGraceTimerLocked(resource, state);
     }
     spdlog::info("event=checkpoint_restored store=\"{}\" entries={} skipped={} resources={} "
                  "boot_id={} previous_boot_id={}",
-                 store_->Describe(), data->entries.size(), skipped,
+                 store_->Describe(), data->entries.size(), restored.skipped.size(),
                  data->registered_devices.size(), boot_id, data->boot_id);
     if (rebooted) {
       checkpoint::Change change = ledger_.RetainOnlyPods(active);
@@ -272,7 +281,8 @@ Status ManagerImpl::Start() {
           [this](const std::string& resource, const std::string& socket) {
             return RegisterPlugin(resource, socket);
           },
-          [this](const Status&) { UpdateStats([](ManagerStats& s) { s.registrations_rejected++; }); }));
+          [this](const Status&) { UpdateStats([](ManagerStats& s) { s.registrations_rejected++; }); },
+          {.max_in_flight = options_.max_registrations_in_flight}));
   return OkStatus();
 }
 

@@ -1,7 +1,11 @@
-// MetricsServer: HTTP/1.1 with Boost.Beast, asynchronous on one owned thread.
-// Each connection reads at most kHeaderLimit bytes of header and
-// kBodyLimit bytes of body, and is closed after kIdleTimeout without
-// progress; at most kMaxConnections are open at once.
+// MetricsServer: HTTP/1.1 with Boost.Beast, asynchronous on one owned thread,
+// every connection served concurrently. Each connection reads at most
+// kHeaderLimit bytes of header and kBodyLimit bytes of body, and must send a
+// whole request within kIdleTimeout of the last response (or of connecting),
+// else it is closed. At most kMaxConnections are open at once; a new
+// connection beyond them closes the one that has waited longest for its
+// request (never one being answered), so connections that are opened and
+// held cannot lock scrapes out: they only make each other shorter-lived.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -46,6 +50,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Run() { ReadRequest(); }
 
+  // Server thread only: true while no request is being answered, i.e. the
+  // connection waits for (the rest of) a request.
+  bool waiting() const { return waiting_; }
+  std::chrono::steady_clock::time_point waiting_since() const { return waiting_since_; }
+
   // Called on the server thread only.
   void Close() {
     beast::error_code ignored;
@@ -55,6 +64,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   void ReadRequest() {
+    waiting_ = true;
+    waiting_since_ = std::chrono::steady_clock::now();
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(kBodyLimit);
@@ -66,6 +77,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void OnRead(beast::error_code ec) {
+    waiting_ = false;
     if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
         ec == net::error::operation_aborted || ec == net::error::connection_reset ||
         ec == net::error::eof) {
@@ -142,6 +154,8 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_{kHeaderLimit + kBodyLimit};
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::string_body> response_;
+  bool waiting_ = false;
+  std::chrono::steady_clock::time_point waiting_since_;
 };
 
 class MetricsServerImpl final : public MetricsServer {
@@ -207,7 +221,7 @@ class MetricsServerImpl final : public MetricsServer {
       if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
       if (!ec) {
         sessions_.remove_if([](const std::weak_ptr<Session>& w) { return w.expired(); });
-        if (sessions_.size() >= kMaxConnections) {
+        if (sessions_.size() >= kMaxConnections && !EvictLongestWaiting()) {
           beast::error_code ignored;
           socket.close(ignored);
         } else {
@@ -220,8 +234,32 @@ class MetricsServerImpl final : public MetricsServer {
     });
   }
 
+  // Closes the connection that has waited longest for a request and drops
+  // it from sessions_; false when every connection is being answered.
+  bool EvictLongestWaiting() {
+    auto victim = sessions_.end();
+    std::shared_ptr<Session> victim_session;
+    for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+      std::shared_ptr<Session> s = it->lock();
+      if (!s || !s->waiting()) continue;
+      if (!victim_session || s->waiting_since() < victim_session->waiting_since()) {
+        victim = it;
+        victim_session = std::move(s);
+      }
+    }
+    if (!victim_session) return false;
+    victim_session->Close();
+    sessions_.erase(victim);
+    if (++evicted_ == 1 || evicted_ % 1000 == 0) {
+      spdlog::warn("event=metrics_connection_evicted max_connections={} evicted_total={}",
+                   kMaxConnections, evicted_);
+    }
+    return true;
+  }
+
   const ServerContext context_;
   net::io_context ioc_{1};
+  int64_t evicted_ = 0;  // server thread only
   tcp::acceptor acceptor_;
   std::list<std::weak_ptr<Session>> sessions_;  // server thread only
   int port_ = 0;

@@ -4,8 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -95,8 +97,13 @@ class Service final : public v1::PodResourcesLister::Service {
 
 class PodResourcesServerImpl final : public PodResourcesServer {
  public:
-  PodResourcesServerImpl(std::string socket_path, std::unique_ptr<Service> service)
-      : socket_path_(std::move(socket_path)), service_(std::move(service)) {}
+  PodResourcesServerImpl(std::string socket_path, std::unique_ptr<Service> service,
+                         const Options& bounds)
+      : socket_path_(std::move(socket_path)),
+        service_(std::move(service)),
+        max_connection_idle_(bounds.max_connection_idle),
+        max_memory_bytes_(bounds.max_memory_bytes),
+        max_threads_(bounds.max_threads) {}
   ~PodResourcesServerImpl() override { Stop(); }
 
   Status Serve() {
@@ -106,6 +113,15 @@ class PodResourcesServerImpl final : public PodResourcesServer {
     if (!target.ok()) return target.status().WithPrefix("pod-resources socket");
     builder.AddListeningPort(*target, grpc::InsecureServerCredentials(), &bound_port);
     builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+    grpc::ResourceQuota quota("kdm-pod-resources");
+    quota.Resize(max_memory_bytes_);
+    quota.SetMaxThreads(max_threads_);
+    builder.SetResourceQuota(quota);
+    if (max_connection_idle_.count() > 0) {
+      builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                                 static_cast<int>(std::min<int64_t>(
+                                     max_connection_idle_.count(), INT32_MAX)));
+    }
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     if (!server_) return UnavailableError("cannot serve pod-resources on " + socket_path_);
@@ -135,6 +151,9 @@ class PodResourcesServerImpl final : public PodResourcesServer {
  private:
   const std::string socket_path_;
   const std::unique_ptr<Service> service_;
+  const std::chrono::milliseconds max_connection_idle_;
+  const size_t max_memory_bytes_;
+  const int max_threads_;
   std::unique_ptr<grpc::Server> server_;
   std::mutex stop_mu_;
   bool stopped_ = false;
@@ -187,10 +206,21 @@ StatusOr<std::unique_ptr<PodResourcesServer>> PodResourcesServer::Start(Options 
   if (!abs.ok()) return abs.status().WithPrefix("pod-resources socket");
   options.socket_path = *abs;
   if (options.manager == nullptr) return InvalidArgumentError("manager must not be null");
+  if (options.max_connection_idle.count() < 0) {
+    return InvalidArgumentError("max_connection_idle must not be negative");
+  }
+  if (options.max_memory_bytes < (1u << 20)) {
+    return InvalidArgumentError("max_memory_bytes must be at least 1 MiB, got " +
+                                std::to_string(options.max_memory_bytes));
+  }
+  if (options.max_threads < 4) {
+    return InvalidArgumentError("max_threads must be at least 4, got " +
+                                std::to_string(options.max_threads));
+  }
   KDM_RETURN_IF_ERROR(PrepareSocketPath(options.socket_path));
   auto server = std::make_unique<PodResourcesServerImpl>(
       options.socket_path,
-      std::make_unique<Service>(options.manager, std::move(options.active_pods)));
+      std::make_unique<Service>(options.manager, std::move(options.active_pods)), options);
   KDM_RETURN_IF_ERROR(server->Serve());
   return std::unique_ptr<PodResourcesServer>(std::move(server));
 }

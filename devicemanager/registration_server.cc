@@ -7,11 +7,15 @@
 #include <cerrno>
 #include <cstring>
 
+#include <atomic>
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kdm/base/log_rate_limiter.h"
 #include "kdm/base/log_value.h"
+#include "kdm/base/sync.h"
 #include "kdm/devicemanager/os.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/unix_target.h"
@@ -49,6 +53,9 @@ bool IsQualifiedNamePart(std::string_view s) {
   return true;
 }
 
+// Threads of the Registration server beyond Limits::max_in_flight.
+constexpr int kExtraThreads = 8;
+
 grpc::Status ToGrpc(const Status& s) {
   if (s.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
@@ -79,11 +86,21 @@ Status ValidateResourceName(const std::string& name) {
 
 class RegistrationServer::Service final : public v1beta1::Registration::Service {
  public:
-  Service(std::string dir, Handler handler, RejectObserver on_invalid)
-      : dir_(std::move(dir)), handler_(std::move(handler)), on_invalid_(std::move(on_invalid)) {}
+  Service(std::string dir, Handler handler, RejectObserver on_invalid, int max_in_flight)
+      : dir_(std::move(dir)),
+        handler_(std::move(handler)),
+        on_invalid_(std::move(on_invalid)),
+        max_in_flight_(max_in_flight) {}
 
   grpc::Status Register(grpc::ServerContext*, const v1beta1::RegisterRequest* request,
                         v1beta1::Empty*) override {
+    // Counted before anything else, released on every return.
+    const int in_flight = in_flight_.fetch_add(1) + 1;
+    struct Release {
+      std::atomic<int>& n;
+      ~Release() { n.fetch_sub(1); }
+    } release{in_flight_};
+    if (in_flight > max_in_flight_) return RefuseBusy(*request);
     Status s = Handle(*request);
     if (s.ok()) {
       spdlog::info("event=register_accepted resource={} endpoint={}", request->resource_name(),
@@ -117,21 +134,51 @@ class RegistrationServer::Service final : public v1beta1::Registration::Service 
     return CheckPluginEndpoint(dir_, request.endpoint());
   }
 
+  grpc::Status RefuseBusy(const v1beta1::RegisterRequest& request) {
+    Status s = ResourceExhaustedError(
+        "too many Register calls in flight (" + std::to_string(max_in_flight_) +
+        ", the limit); try again later");
+    if (on_invalid_) on_invalid_(s);
+    // A flood of refusals must not flood the log: a few lines per second,
+    // with the number left out.
+    std::optional<int64_t> suppressed;
+    {
+      kdm::MutexLock lock(&log_mu_);
+      suppressed = busy_log_.Admit("register_busy", LogRateLimiter::Clock::now());
+    }
+    if (suppressed) {
+      spdlog::warn("event=register_rejected_busy resource={} endpoint={} limit={} suppressed={}",
+                   QuoteLogValue(request.resource_name(), kMaxLogValueBytes),
+                   QuoteLogValue(request.endpoint(), kMaxLogValueBytes), max_in_flight_,
+                   *suppressed);
+    }
+    return ToGrpc(s);
+  }
+
   const std::string dir_;
   const Handler handler_;
   const RejectObserver on_invalid_;
+  const int max_in_flight_;
+  std::atomic<int> in_flight_{0};
+  kdm::Mutex log_mu_;
+  LogRateLimiter busy_log_ ABSL_GUARDED_BY(log_mu_){/*burst=*/5, std::chrono::seconds(1)};
 };
 
 RegistrationServer::RegistrationServer(std::string dir, std::string socket_path, Handler handler,
-                                       RejectObserver on_invalid)
+                                       RejectObserver on_invalid, Limits limits)
     : dir_(std::move(dir)),
       socket_path_(std::move(socket_path)),
-      service_(std::make_unique<Service>(dir_, std::move(handler), std::move(on_invalid))) {}
+      service_(std::make_unique<Service>(dir_, std::move(handler), std::move(on_invalid),
+                                         limits.max_in_flight)) {}
 
 RegistrationServer::~RegistrationServer() { Stop(); }
 
 StatusOr<std::unique_ptr<RegistrationServer>> RegistrationServer::Start(
-    const std::string& dir, Handler handler, RejectObserver on_invalid) {
+    const std::string& dir, Handler handler, RejectObserver on_invalid, Limits limits) {
+  if (limits.max_in_flight < 1) {
+    return InvalidArgumentError("max Register calls in flight must be at least 1, got " +
+                                std::to_string(limits.max_in_flight));
+  }
   StatusOr<std::string> abs =
       pluginapi::AbsoluteSocketPath(JoinPath(dir, pluginapi::kKubeletSocketName));
   if (!abs.ok()) return abs.status().WithPrefix("registration socket");
@@ -140,8 +187,14 @@ StatusOr<std::unique_ptr<RegistrationServer>> RegistrationServer::Start(
   if (!target.ok()) return target.status().WithPrefix("registration socket");
   ::unlink(socket.c_str());
   std::unique_ptr<RegistrationServer> rs(
-      new RegistrationServer(dir, socket, std::move(handler), std::move(on_invalid)));
+      new RegistrationServer(dir, socket, std::move(handler), std::move(on_invalid), limits));
   grpc::ServerBuilder builder;
+  // The sync server starts a thread per call in flight. Room for every call
+  // the counter lets through plus the pollers and the calls it refuses
+  // (refusing takes a thread briefly); past that gRPC refuses by itself.
+  grpc::ResourceQuota quota("kdm-registration");
+  quota.SetMaxThreads(limits.max_in_flight + kExtraThreads);
+  builder.SetResourceQuota(quota);
   int bound_port = 0;
   builder.AddListeningPort(*target, grpc::InsecureServerCredentials(), &bound_port);
   builder.RegisterService(rs->service_.get());

@@ -7,6 +7,15 @@
 // the Handler (the Manager), which dials the plugin, reads its options and
 // opens ListAndWatch; the Handler's Status is the Register answer.
 //
+// Bounds: a Register call may take as long as its plugin takes to answer
+// (the Handler's deadlines), so calls in flight are capped
+// (Limits::max_in_flight): one more is answered RESOURCE_EXHAUSTED at once,
+// without reaching the Handler, and the server's threads are capped by a
+// gRPC ResourceQuota (beyond them gRPC itself answers RESOURCE_EXHAUSTED
+// "Server Threadpool Exhausted"). Without the caps 200 Register calls naming
+// a plugin that never answered held 213 threads and 422 fds until their
+// deadlines passed.
+//
 // Thread-safety: Start/Stop from one owner thread; the Handler runs on gRPC
 // server threads, possibly concurrently, and must be thread-safe. Stop()
 // waits for running Register calls, so the Handler must not wait for Stop().
@@ -48,6 +57,16 @@ bool IsExtendedResourceName(std::string_view name);
 // IsExtendedResourceName(name).
 Status ValidateResourceName(const std::string& name);
 
+// RegistrationServer::Limits (at namespace scope so that it can be a
+// default argument inside the class).
+struct RegistrationLimits {
+  // Register calls in the Handler at once; one more is answered
+  // RESOURCE_EXHAUSTED `too many Register calls in flight (16, the limit);
+  // try again later`. A real node has a handful of plugins, each registering
+  // once per start. At least 1.
+  int max_in_flight = 16;
+};
+
 class RegistrationServer {
  public:
   // Gets a validated registration: the resource name and the absolute path
@@ -55,15 +74,20 @@ class RegistrationServer {
   using Handler = std::function<Status(const std::string& resource,
                                        const std::string& socket_path)>;
 
-  // Gets every request refused by validation (before the Handler).
+  // Gets every request refused before the Handler: by validation, or
+  // because too many calls are in flight.
   using RejectObserver = std::function<void(const Status& why)>;
 
+  using Limits = RegistrationLimits;
+
   // Removes a stale <dir>/kubelet.sock and serves Registration there, the
-  // socket made mode 0600. REQUIRES: `dir` exists. Errors: the socket path is
-  // too long, the server cannot bind, or the socket's mode cannot be set.
+  // socket made mode 0600. REQUIRES: `dir` exists. Errors: INVALID_ARGUMENT
+  // for limits out of range, the socket path is too long, the server cannot
+  // bind, or the socket's mode cannot be set.
   static StatusOr<std::unique_ptr<RegistrationServer>> Start(const std::string& dir,
                                                              Handler handler,
-                                                             RejectObserver on_invalid = {});
+                                                             RejectObserver on_invalid = {},
+                                                             Limits limits = {});
 
   ~RegistrationServer();
   RegistrationServer(const RegistrationServer&) = delete;
@@ -78,7 +102,7 @@ class RegistrationServer {
  private:
   class Service;
   RegistrationServer(std::string dir, std::string socket_path, Handler handler,
-                     RejectObserver on_invalid);
+                     RejectObserver on_invalid, Limits limits);
 
   const std::string dir_;
   const std::string socket_path_;

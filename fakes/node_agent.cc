@@ -240,12 +240,16 @@ Status NodeAgentImpl::Init() {
   KDM_RETURN_IF_ERROR(MakeDir(options_.root, 0755));
   KDM_RETURN_IF_ERROR(MakeDir(manifest_dir_, 0755));
   KDM_RETURN_IF_ERROR(MakeDir(status_dir_, 0755));
+  RemoveStaleTempFiles(status_dir_);  // a kill -9 mid-write leaves them
 
   auto opened = checkpoint::OpenStoreForRoot(options_.root, options_.checkpoint);
   if (!opened.ok()) return opened.status().WithPrefix("checkpoint");
   if (!opened->recovered.ok()) {
     spdlog::warn("event=checkpoint_quarantined path={} error={}", Q(opened->quarantined_path),
                  Q(opened->recovered.message()));
+  }
+  for (const auto& path : opened->removed_temp_files) {
+    spdlog::info("event=stale_temp_file_removed path={}", QuoteLogValue(path));
   }
   store_ = std::move(opened->store);
 
@@ -277,6 +281,15 @@ Status NodeAgentImpl::Init() {
   }
   KDM_ASSIGN_OR_RETURN(manager_, dm::Manager::Create(std::move(mo)));
   KDM_RETURN_IF_ERROR(manager_->Start().WithPrefix("device manager"));
+  // An emptied or replaced checkpoint is otherwise silent: its pods are
+  // admitted again, perhaps onto other devices.
+  if (auto admitted = AdmittedStatusFilesWithDevices(status_dir_);
+      !admitted.empty() && manager_->GetPodsWithDevices().empty()) {
+    spdlog::warn("event=checkpoint_state_missing admitted_status_files={} checkpoint={} "
+                 "first={} note=\"the checkpoint holds no allocation; these pods will be "
+                 "admitted again, perhaps with other devices\"",
+                 admitted.size(), QuoteLogValue(store_->Describe()), QuoteLogValue(admitted[0]));
+  }
   // Devices of pods whose manifests went away while the agent was down are
   // collected before any pod is admitted, so that new pods can have them.
   if (Status gc = manager_->UpdateAllocatedDevices(); !gc.ok()) {

@@ -32,32 +32,64 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
+// What is left of the expansion bounds while one YAML document is converted
+// (see kMaxManifestNodes): an alias is expanded every time it is used, so a
+// few hundred bytes can stand for billions of nodes.
+struct ExpansionBudget {
+  size_t nodes = 0;
+  size_t bytes = 0;
+
+  // Counts one node holding `scalar_bytes` bytes of text; an error naming the
+  // limit once a bound is passed.
+  Status Take(size_t scalar_bytes) {
+    if (++nodes > kMaxManifestNodes) {
+      return InvalidArgumentError("more than " + std::to_string(kMaxManifestNodes) +
+                                  " YAML nodes once aliases are expanded (the limit is " +
+                                  std::to_string(kMaxManifestNodes) + " nodes)");
+    }
+    bytes += scalar_bytes;
+    if (bytes > kMaxManifestExpandedBytes) {
+      return InvalidArgumentError("more than " + std::to_string(kMaxManifestExpandedBytes) +
+                                  " bytes of YAML keys and values once aliases are expanded "
+                                  "(the limit is " + std::to_string(kMaxManifestExpandedBytes) +
+                                  " bytes)");
+    }
+    return OkStatus();
+  }
+};
+
 // YAML -> JSON tree. Scalars become strings (YAML gives no reliable type),
 // so the walker below accepts a quantity or a name as a string either way.
-StatusOr<json> YamlToJson(const YAML::Node& node, int depth) {
+// Every node (map keys included) is charged to `budget` before it is built.
+StatusOr<json> YamlToJson(const YAML::Node& node, int depth, ExpansionBudget& budget) {
   if (depth > 64) return InvalidArgumentError("nested more than 64 levels deep");
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null:
+      KDM_RETURN_IF_ERROR(budget.Take(0));
       return json(nullptr);
     case YAML::NodeType::Scalar:
+      KDM_RETURN_IF_ERROR(budget.Take(node.Scalar().size()));
       return json(node.Scalar());
     case YAML::NodeType::Sequence: {
+      KDM_RETURN_IF_ERROR(budget.Take(0));
       json out = json::array();
       for (const auto& item : node) {
-        KDM_ASSIGN_OR_RETURN(json value, YamlToJson(item, depth + 1));
+        KDM_ASSIGN_OR_RETURN(json value, YamlToJson(item, depth + 1, budget));
         out.push_back(std::move(value));
       }
       return out;
     }
     case YAML::NodeType::Map: {
+      KDM_RETURN_IF_ERROR(budget.Take(0));
       json out = json::object();
       for (const auto& kv : node) {
         if (!kv.first.IsScalar()) {
           return InvalidArgumentError("line " + std::to_string(kv.first.Mark().line + 1) +
                                       ": a mapping key must be a plain value");
         }
-        KDM_ASSIGN_OR_RETURN(json value, YamlToJson(kv.second, depth + 1));
+        KDM_RETURN_IF_ERROR(budget.Take(kv.first.Scalar().size()));
+        KDM_ASSIGN_OR_RETURN(json value, YamlToJson(kv.second, depth + 1, budget));
         out[kv.first.Scalar()] = std::move(value);
       }
       return out;
@@ -84,7 +116,8 @@ StatusOr<json> ParseDocument(std::string_view text, bool as_json) {
   }
   try {
     YAML::Node root = YAML::Load(std::string(text));
-    return YamlToJson(root, 0);
+    ExpansionBudget budget;
+    return YamlToJson(root, 0, budget);
   } catch (const YAML::Exception& e) {
     std::string where;
     if (!e.mark.is_null()) {

@@ -17,6 +17,9 @@
 // count must be a whole number, a request needs a limit, and request ==
 // limit; a missing request defaults to the limit, as in the API server.
 //
+// A YAML manifest whose aliases expand to more than kMaxManifestNodes nodes
+// or kMaxManifestExpandedBytes bytes is refused (see below), cheaply.
+//
 // Every error is INVALID_ARGUMENT with a message "<file>: <field>: <what>",
 // e.g. `gpu.yaml: spec.containers[0].resources.limits[nvidia.com/gpu]: must
 // be a whole number of devices, got "1.5"`. Parsing never throws.
@@ -42,6 +45,16 @@ namespace kdm::fakes {
 // Manifests larger than this are refused without being parsed (the kubelet
 // has no limit; a fake kubelet should not load a runaway file into memory).
 inline constexpr size_t kMaxManifestBytes = 1 << 20;  // 1 MiB
+
+// Bounds on a YAML manifest once its aliases are expanded. YAML aliases
+// (`*a` naming an `&a` anchor) let a few hundred bytes stand for billions of
+// nodes ("billion laughs"); the reader counts every node and every byte of
+// keys and scalars as it expands them, and refuses the manifest as soon as
+// either count passes its limit, before the expansion is built. Real pod
+// manifests have hundreds of nodes and a few KiB of text; a manifest without
+// aliases within kMaxManifestBytes stays below the byte limit.
+inline constexpr size_t kMaxManifestNodes = 100'000;
+inline constexpr size_t kMaxManifestExpandedBytes = 4 << 20;  // 4 MiB
 
 // The namespace and name of a manifest's pod, as far as they could be read
 // (name empty when metadata.name is missing or invalid).

@@ -4,10 +4,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "kdm/base/log_value.h"
 
 namespace kdm::fakes {
 namespace {
@@ -28,6 +34,22 @@ Status WriteAll(int fd, std::string_view data, const std::string& path) {
     data.remove_prefix(static_cast<size_t>(n));
   }
   return OkStatus();
+}
+
+constexpr std::string_view kTempInfix = ".tmp-";
+constexpr size_t kTempRandomChars = 6;  // mkostemp's XXXXXX
+
+// ".<name>.tmp-XXXXXX" as WriteFileAtomically makes it.
+bool IsTempFileName(std::string_view name) {
+  if (name.size() < 1 + 1 + kTempInfix.size() + kTempRandomChars || name.front() != '.') {
+    return false;
+  }
+  std::string_view random = name.substr(name.size() - kTempRandomChars);
+  std::string_view before = name.substr(0, name.size() - kTempRandomChars);
+  return before.ends_with(kTempInfix) &&
+         std::all_of(random.begin(), random.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+         });
 }
 
 }  // namespace
@@ -124,6 +146,68 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents) {
     if (rc != 0) return Errno(err, "cannot fsync directory", dir);
   }
   return OkStatus();
+}
+
+std::vector<std::string> RemoveStaleTempFiles(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> removed;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) {
+    spdlog::warn("event=stale_temp_files_not_checked dir={} error={}", QuoteLogValue(dir),
+                 QuoteLogValue(ec.message()));
+    return removed;
+  }
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    const fs::path& path = it->path();
+    if (!IsTempFileName(path.filename().string())) continue;
+    // symlink_status: a symlink with that name is not ours to follow.
+    std::error_code type_ec;
+    if (!fs::is_regular_file(fs::symlink_status(path, type_ec))) continue;
+    if (::unlink(path.c_str()) != 0) {
+      spdlog::warn("event=stale_temp_file_not_removed path={} error={}",
+                   QuoteLogValue(path.string()), QuoteLogValue(std::strerror(errno)));
+      continue;
+    }
+    spdlog::info("event=stale_temp_file_removed path={}", QuoteLogValue(path.string()));
+    removed.push_back(path.string());
+  }
+  return removed;
+}
+
+std::vector<std::string> AdmittedStatusFilesWithDevices(const std::string& dir) {
+  namespace fs = std::filesystem;
+  constexpr uintmax_t kMaxStatusFileBytes = 1 << 20;
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == "node.json" || name.front() == '.' || !name.ends_with(".json")) continue;
+    std::error_code file_ec;
+    if (!it->is_regular_file(file_ec) || it->file_size(file_ec) > kMaxStatusFileBytes ||
+        file_ec) {
+      continue;
+    }
+    std::ifstream in(it->path());
+    nlohmann::json status = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!status.is_object()) continue;
+    auto phase = status.find("phase");
+    if (phase == status.end() || !phase->is_string() || *phase != kPhaseAdmitted) continue;
+    auto containers = status.find("containers");
+    if (containers == status.end() || !containers->is_array()) continue;
+    bool holds_devices = std::any_of(containers->begin(), containers->end(), [](const auto& c) {
+      if (!c.is_object()) return false;
+      auto devices = c.find("devices");
+      if (devices == c.end() || !devices->is_object()) return false;
+      return std::any_of(devices->begin(), devices->end(),
+                         [](const auto& ids) { return ids.is_array() && !ids.empty(); });
+    });
+    if (holds_devices) out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace kdm::fakes

@@ -85,8 +85,23 @@ struct NodeStatus {
 std::string RenderNodeStatus(const NodeStatus& status);
 
 // Writes `contents` to `path` atomically (see above). On error `path` is
-// unchanged; the error names the path and the failing step.
+// unchanged; the error names the path and the failing step. The temporary
+// file is ".<name>.tmp-XXXXXX" (mkostemp's six characters) beside `path`.
 Status WriteFileAtomically(const std::string& path, std::string_view contents);
+
+// Removes the temporary files of WriteFileAtomically that a process killed
+// between creating and renaming one left in `dir` (regular files named
+// ".<name>.tmp-XXXXXX", X a letter or digit; nothing else is touched),
+// logging each (`event=stale_temp_file_removed`). Call it before anything
+// writes to `dir`: it cannot tell a dead writer's file from a live one's.
+// Returns the paths removed; a directory that cannot be read is logged and
+// gives none.
+std::vector<std::string> RemoveStaleTempFiles(const std::string& dir);
+
+// The pod status files in `dir` (not node.json) that say "Admitted" and list
+// at least one device: pods that the checkpoint should hold after a
+// restart. Unreadable or malformed files are skipped. Sorted file names.
+std::vector<std::string> AdmittedStatusFilesWithDevices(const std::string& dir);
 
 }  // namespace kdm::fakes
 

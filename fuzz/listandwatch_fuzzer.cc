@@ -206,7 +206,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A restart: the checkpoint restores the same records.
   kdm::checkpoint::CheckpointData saved = ledger.ToCheckpointData();
   dm::Ledger restored;
-  FUZZ_CHECK(restored.Restore(saved) == 0, "Restore skipped entries of a consistent state");
+  FUZZ_CHECK(restored.Restore(saved).skipped.empty(), "Restore skipped entries of a consistent state");
   Invariants(restored, "Restore");
   FUZZ_CHECK(restored.AllEntries() == ledger.AllEntries(), "Restore changed the records");
   FUZZ_CHECK(restored.SetDevices(kResource, devices).ok(), "snapshot after Restore refused");

@@ -6,6 +6,10 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
 #include <functional>
 #include <random>
 
@@ -330,6 +334,31 @@ TEST(KubeletJsonStore, WritesAFileTheKubeletAccepts) {
   EXPECT_TRUE(
       testing::ListWithPrefix(dir.path(), "kubelet_internal_checkpoint.tmp")
           .empty());
+}
+
+// Issue 16: a kill -9 between creating "<file>.tmp-<pid>" and renaming it
+// left the temporary file behind for good. Opening the store removes those
+// whose writer is gone, and nothing else.
+TEST(KubeletJsonStore, StaleTempFilesOfDeadWritersAreRemovedAtOpen) {
+  TempDir dir;
+  const std::string path = dir.File("kubelet_internal_checkpoint");
+  pid_t dead = ::fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const std::string gone = std::to_string(dead);
+  const std::vector<std::string> stale = {path + ".tmp-" + gone, path + ".boot-id.tmp-" + gone};
+  const std::vector<std::string> kept = {
+      path + ".tmp-" + std::to_string(::getpid()),  // a live writer
+      path + ".tmp-" + gone + "x", path + ".tmp-", path + ".tmp-0" + gone,
+      dir.File("other.tmp-" + gone), path + ".corrupt-20260101T000000Z"};
+  for (const auto& f : stale) std::ofstream(f) << "partial";
+  for (const auto& f : kept) std::ofstream(f) << "keep";
+  StatusOr<OpenResult> r = OpenKubeletJsonStore(path);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->removed_temp_files, ::testing::UnorderedElementsAreArray(stale));
+  for (const auto& f : stale) EXPECT_FALSE(testing::Exists(f)) << f;
+  for (const auto& f : kept) EXPECT_TRUE(testing::Exists(f)) << f;
 }
 
 TEST(KubeletJsonStore, OpensEveryTestVector) {

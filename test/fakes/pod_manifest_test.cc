@@ -358,5 +358,75 @@ TEST(PodManifestRegression, JsonTextAfterNulByteIgnored) {
   }
 }
 
+// Issue 16: a 478-byte "billion laughs" manifest (anchors of anchors under
+// metadata.annotations: 9 levels of 9 aliases, 9^9 = 387 million strings)
+// was expanded in full while it was converted to JSON: RSS passed 4.9 GB and
+// the agent died of bad_alloc, again on every restart. The expansion is now
+// bounded (kMaxManifestNodes, kMaxManifestExpandedBytes) and checked as it
+// goes, so refusing it costs about 100,000 nodes of work.
+constexpr char kYamlAliasBomb[] = R"(apiVersion: v1
+kind: Pod
+metadata:
+  name: laughs
+  annotations:
+    a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+    b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+    c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+    d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+    e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+    f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+    g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+    h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+    i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+spec:
+  containers:
+  - name: main
+)";
+
+TEST(PodManifestRegression, YamlAliasBombIsRefused) {
+  PodIdentity id;
+  auto pod = ParsePodManifest(kYamlAliasBomb, "laughs.yaml", &id);
+  ASSERT_FALSE(pod.ok());
+  EXPECT_EQ(pod.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(pod.status().message(),
+              HasSubstr("laughs.yaml: more than 100000 YAML nodes once aliases are expanded "
+                        "(the limit is 100000 nodes)"));
+}
+
+// The byte bound: few nodes, each a long string used many times.
+TEST(PodManifestRegression, YamlAliasBombOfLongStringsIsRefused) {
+  std::string text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: long\n  annotations:\n"
+                     "    a: &a \"" + std::string(4000, 'x') + "\"\n";
+  std::string prev = "a";
+  for (std::string level : {"b", "c", "d"}) {
+    text += "    " + level + ": &" + level + " [";
+    for (int i = 0; i < 10; ++i) text += (i ? ",*" : "*") + prev;
+    text += "]\n";
+    prev = level;
+  }
+  text += "spec:\n  containers:\n  - name: main\n";
+  auto pod = ParsePodManifest(text, "long.yaml");
+  ASSERT_FALSE(pod.ok());
+  EXPECT_THAT(pod.status().message(),
+              HasSubstr("long.yaml: more than 4194304 bytes of YAML keys and values once "
+                        "aliases are expanded (the limit is 4194304 bytes)"));
+}
+
+// Aliases themselves are fine YAML: a manifest that uses a few still parses.
+TEST(PodManifestTest, AliasesWithinTheBoundsAreExpanded) {
+  auto pod = ParsePodManifest(R"(apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  containers:
+  - name: main
+    resources:
+      limits: &gpus {nvidia.com/gpu: 2}
+      requests: *gpus
+)", "p.yaml");
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_EQ(pod->containers[0].requests.at("nvidia.com/gpu"), Quantity::FromInt(2));
+}
+
 }  // namespace
 }  // namespace kdm::fakes

@@ -4,6 +4,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -120,6 +122,62 @@ TEST(StatusWriterTest, WriteReplacesAtomicallyAndLeavesNoTemporaryFile) {
   Status bad = WriteFileAtomically(dir + "/missing/x.json", "x");
   EXPECT_FALSE(bad.ok());
   EXPECT_THAT(bad.message(), ::testing::HasSubstr(dir + "/missing/x.json"));
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 16: a kill -9 between mkostemp and rename left ".<name>.tmp-XXXXXX"
+// in status/ for good. Only that pattern is removed.
+TEST(StatusWriterTest, RemoveStaleTempFilesRemovesOnlyTheWritersOwnTempFiles) {
+  char tmpl[] = "/tmp/kdm-status-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::vector<std::string> stale = {dir + "/.default_a.json.tmp-Ab12Cd",
+                                          dir + "/.node.json.tmp-zZ09xy"};
+  const std::vector<std::string> kept = {
+      dir + "/default_a.json",           dir + "/.default_a.json.tmp-short",
+      dir + "/default_a.json.tmp-Ab12Cd", dir + "/.default_a.json.tmp-Ab1-Cd",
+      dir + "/.tmp-Ab12Cd",               dir + "/notes.txt"};
+  for (const auto& f : stale) std::ofstream(f) << "partial";
+  for (const auto& f : kept) std::ofstream(f) << "keep";
+  std::filesystem::create_directory(dir + "/.sub.json.tmp-Ab12Cd");  // not a file
+  EXPECT_THAT(RemoveStaleTempFiles(dir), ::testing::UnorderedElementsAreArray(stale));
+  for (const auto& f : stale) EXPECT_FALSE(std::filesystem::exists(f)) << f;
+  for (const auto& f : kept) EXPECT_TRUE(std::filesystem::exists(f)) << f;
+  EXPECT_TRUE(std::filesystem::is_directory(dir + "/.sub.json.tmp-Ab12Cd"));
+  EXPECT_TRUE(RemoveStaleTempFiles(dir).empty());
+  // A name made the way WriteFileAtomically makes it matches the pattern.
+  std::string made = dir + "/.default_a.json.tmp-XXXXXX";
+  int fd = ::mkostemp(made.data(), O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  EXPECT_THAT(RemoveStaleTempFiles(dir), ::testing::ElementsAre(made));
+  EXPECT_TRUE(RemoveStaleTempFiles(dir + "/missing").empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StatusWriterTest, AdmittedStatusFilesWithDevicesCountsOnlyPodsHoldingDevices) {
+  char tmpl[] = "/tmp/kdm-status-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  PodStatus with;
+  with.phase = kPhaseAdmitted;
+  with.containers.push_back({"main", {{"vendor.com/gpu", {"gpu0"}}}, {}});
+  PodStatus without;
+  without.phase = kPhaseAdmitted;
+  without.containers.push_back({"main", {}, {}});
+  PodStatus rejected;
+  rejected.phase = kPhaseRejected;
+  rejected.reason = kReasonInvalidManifest;
+  ASSERT_TRUE(WriteFileAtomically(dir + "/default_b.json", RenderPodStatus(with)).ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/default_a.json", RenderPodStatus(with)).ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/default_c.json", RenderPodStatus(without)).ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/default_d.json", RenderPodStatus(rejected)).ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/node.json", RenderNodeStatus({})).ok());
+  std::ofstream(dir + "/default_e.json") << "{not json";
+  std::ofstream(dir + "/default_f.json") << R"({"phase": 7, "containers": 3})";
+  EXPECT_THAT(AdmittedStatusFilesWithDevices(dir),
+              ::testing::ElementsAre("default_a.json", "default_b.json"));
+  EXPECT_TRUE(AdmittedStatusFilesWithDevices(dir + "/missing").empty());
   std::filesystem::remove_all(dir);
 }
 

@@ -8,15 +8,23 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -30,10 +38,13 @@
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "podresources/v1/api.grpc.pb.h"
 #include "kdm/base/sync.h"
 #include "kdm/devicemanager/manager.h"
 #include "kdm/devicemanager/manager_impl.h"
+#include "kdm/devicemanager/metrics.h"
 #include "kdm/devicemanager/pod_resources_server.h"
+#include "kdm/devicemanager/registration_server.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
 #include "kdm/test/devicemanager/test_pods.h"
 
@@ -625,6 +636,316 @@ TEST_F(HardeningTest, RestrictedResourceIsRefusedBeforeAnyReservation) {
   EXPECT_TRUE(manager_->Allocate(ml, "main").ok());
   EXPECT_EQ(manager_->GetDevices("p3", "main").size(), 1u);
   EXPECT_EQ(manager_->GetStats().restricted_rejections, 2);
+}
+
+// ------------------------------------------------------------------ calls and connections held open
+// Issue 16: what a local process can make the agent hold by opening calls or
+// connections and never finishing them. Threads and fds are counted in
+// /proc/self (the servers run in this process).
+
+// Entries of a /proc directory (threads: /proc/self/task, fds: /proc/self/fd).
+int CountEntries(const char* dir) {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++n;
+  return n;
+}
+
+// Current resident set size of this process (VmRSS), in KiB; -1 if unknown.
+long VmRssKib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return -1;
+}
+
+// A unix socket listening at `path` that never accepts: a "plugin" that
+// lets the kernel complete every dial and then never says a word.
+int ListenSilently(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      listen(fd, 1024) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A raw client of a unix socket (no gRPC on this side), or -1.
+int ConnectUnix(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// What an HTTP/2 client says first: the preface and an empty SETTINGS frame.
+// After that the server has a whole transport set up for the connection.
+std::string Http2Hello() {
+  std::string hello = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  const char settings[9] = {0, 0, 0, 0x4, 0, 0, 0, 0, 0};
+  return hello + std::string(settings, sizeof settings);
+}
+
+// Reads (bounded) until every fd in `fds` is closed by its peer (EOF or
+// reset); returns how many were.
+int WaitUntilClosedByPeer(const std::vector<int>& fds) {
+  std::vector<pollfd> open;
+  for (int fd : fds) open.push_back({fd, POLLIN, 0});
+  int n = 0;
+  WaitUntil([&] {
+    if (poll(open.data(), open.size(), 0) > 0) {
+      for (pollfd& p : open) {
+        if (p.fd < 0 || p.revents == 0) continue;
+        char buf[4096];
+        ssize_t r;
+        while ((r = recv(p.fd, buf, sizeof buf, MSG_DONTWAIT)) > 0) {
+        }
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+          p.fd = -1;  // poll skips it from now on
+          ++n;
+        }
+      }
+    }
+    return n == static_cast<int>(fds.size());
+  });
+  return n;
+}
+
+// Issue 16: Registration had no cap on calls in flight. 200 Register calls
+// naming a plugin that never answers each held a gRPC thread (and the dial's
+// fds) until registration_timeout: 213 threads, 422 fds. Now at most 16 are
+// in the Handler; the others are answered RESOURCE_EXHAUSTED at once.
+TEST_F(HardeningTest, HangingRegisterCallsAreCappedAndThreadsAndFdsStayBounded) {
+  Manager::Options o = BaseOptions();
+  o.registration_timeout = std::chrono::milliseconds(3000 * kWaitScale);
+  StartManager(o);
+  const int silent = ListenSilently(dir_ + "/silent.sock");
+  ASSERT_GE(silent, 0);
+  auto channel = grpc::CreateChannel("unix://" + dir_ + "/kubelet.sock",
+                                     grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
+                                        std::chrono::seconds(10)));
+  auto stub = v1beta1::Registration::NewStub(channel);
+
+  constexpr int kCalls = 200;
+  constexpr int kCap = 16;  // Manager::Options::max_registrations_in_flight
+  struct Calls {
+    kdm::Mutex mu;
+    int done ABSL_GUARDED_BY(mu) = 0;
+    int exhausted ABSL_GUARDED_BY(mu) = 0;
+    std::string busy_message ABSL_GUARDED_BY(mu);
+    v1beta1::RegisterRequest request;
+    grpc::ClientContext contexts[kCalls];
+    v1beta1::Empty responses[kCalls];
+  };
+  auto calls = std::make_shared<Calls>();
+  calls->request.set_version("v1beta1");
+  calls->request.set_resource_name(kGpu);
+  calls->request.set_endpoint("silent.sock");
+  const int threads_before = CountEntries("/proc/self/task");
+  const int fds_before = CountEntries("/proc/self/fd");
+  for (int i = 0; i < kCalls; ++i) {
+    calls->contexts[i].set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    stub->async()->Register(&calls->contexts[i], &calls->request, &calls->responses[i],
+                            [calls](grpc::Status s) {
+                              kdm::MutexLock l(&calls->mu);
+                              ++calls->done;
+                              if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+                                ++calls->exhausted;
+                                if (s.error_message().find("in flight") != std::string::npos) {
+                                  calls->busy_message = s.error_message();
+                                }
+                              }
+                            });
+  }
+  // The peak while the calls live: sampled until every call has finished
+  // (the hanging ones at registration_timeout).
+  int peak_threads = threads_before, peak_fds = fds_before;
+  int refused_while_hanging = 0;
+  EXPECT_TRUE(WaitUntil([&] {
+    peak_threads = std::max(peak_threads, CountEntries("/proc/self/task"));
+    peak_fds = std::max(peak_fds, CountEntries("/proc/self/fd"));
+    kdm::MutexLock l(&calls->mu);
+    if (calls->done == calls->exhausted) refused_while_hanging = calls->exhausted;
+    return calls->done == kCalls;
+  }));
+  std::printf("threads %d -> peak %d, fds %d -> peak %d\n", threads_before, peak_threads,
+              fds_before, peak_fds);
+  {
+    kdm::MutexLock l(&calls->mu);
+    EXPECT_EQ(calls->exhausted, kCalls - kCap);
+    EXPECT_EQ(calls->busy_message,
+              "too many Register calls in flight (16, the limit); try again later");
+  }
+  // Every refusal came while the admitted calls were still hanging.
+  EXPECT_EQ(refused_while_hanging, kCalls - kCap);
+  // A thread per call in flight, the server's spare threads (8) and the
+  // client side's (measured: +20..26 in all); the dial of each call.
+  EXPECT_LE(peak_threads - threads_before, kCap + 24);
+  EXPECT_LE(peak_fds - fds_before, 3 * kCap + 16);
+  close(silent);
+  // The cap is a count of calls in flight, not of calls ever made.
+  ASSERT_NE(StartPlugin(kGpu, "gpu.sock", {"g0"}), nullptr);
+  EXPECT_TRUE(CapIs(kGpu, 1, 1));
+}
+
+TEST(RegistrationLimitsTest, MaxInFlightIsValidated) {
+  auto server = RegistrationServer::Start(
+      "/tmp", [](const std::string&, const std::string&) { return OkStatus(); }, {},
+      {.max_in_flight = 0});
+  EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument);
+}
+
+// Issue 16: 64 connections held open (the cap) locked /metrics out: 1 of
+// 100 scrapes got through. A new connection now closes the one that has
+// waited longest for a request, so every scrape is answered.
+TEST(MetricsServerHardeningTest, HeldConnectionsDoNotStarveScrapes) {
+  auto server = MetricsServer::Start("127.0.0.1:0", Metrics::Create(), nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  auto connect_tcp = [&] {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      close(fd);
+      return -1;
+    }
+    timeval tv{10 * kWaitScale, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+  };
+  // 64 held: half silent, half sending a request header slowly (never ending it).
+  std::vector<int> held;
+  for (int i = 0; i < 64; ++i) {
+    int fd = connect_tcp();
+    ASSERT_GE(fd, 0);
+    if (i % 2 == 1) {
+      ASSERT_TRUE(WriteAll(fd, "GET /metrics HTTP/1.1\r\nHost: x\r\n"));
+    }
+    held.push_back(fd);
+  }
+  int answered = 0;
+  for (int i = 0; i < 100; ++i) {
+    int fd = connect_tcp();
+    ASSERT_GE(fd, 0);
+    std::string reply;
+    if (WriteAll(fd, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = recv(fd, buf, sizeof buf, 0)) > 0) reply.append(buf, static_cast<size_t>(n));
+    }
+    close(fd);
+    if (reply.rfind("HTTP/1.1 200 OK", 0) == 0 &&
+        reply.find("# HELP kdm_") != std::string::npos) {
+      ++answered;
+    } else if (i < 3) {
+      ADD_FAILURE() << "scrape " << i << ": " << reply.substr(0, 200) << " errno " << errno;
+    }
+  }
+  EXPECT_EQ(answered, 100);
+  // The first scrape made room by closing a held connection (the longest
+  // waiting); the others found that room.
+  int evicted = 0;
+  for (int fd : held) {
+    char buf[64];
+    if (recv(fd, buf, sizeof buf, MSG_DONTWAIT) == 0) ++evicted;
+    close(fd);
+  }
+  EXPECT_GE(evicted, 1);
+  (*server)->Stop();
+}
+
+// Issue 16: pod-resources connections were never closed: 5,000 idle ones
+// took the agent's RSS from 22 to 208 MB, and kept it. gRPC 1.51 has no
+// limit on connections, and its memory quota does not see an idle
+// connection (it reserves nothing between reads; measured: no connection
+// dropped with a 1 MiB quota), so the bound is their lifetime: a connection
+// idle for max_connection_idle (2 minutes by default; 500 ms here) is
+// closed, also one that never made a call, and the memory is freed. The
+// server's threads do not grow with connections. A real client still works
+// after (it reconnects).
+TEST_F(HardeningTest, IdlePodResourcesConnectionsAreClosedAndThreadsStayBounded) {
+  StartManager(BaseOptions());
+  PodResourcesServer::Options o;
+  o.socket_path = root_ + "/pr/kubelet.sock";
+  o.manager = manager_.get();
+  o.max_connection_idle = std::chrono::milliseconds(500);
+  auto server = PodResourcesServer::Start(std::move(o));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const long rss_before = VmRssKib();
+  const int threads_before = CountEntries("/proc/self/task");
+  int peak_threads = threads_before;
+  std::vector<int> idle;
+  for (int i = 0; i < 5000; ++i) {
+    int fd = ConnectUnix(root_ + "/pr/kubelet.sock");
+    ASSERT_GE(fd, 0) << i << ": " << std::strerror(errno);
+    ASSERT_TRUE(WriteAll(fd, Http2Hello()));
+    idle.push_back(fd);
+    if (i % 500 == 0) peak_threads = std::max(peak_threads, CountEntries("/proc/self/task"));
+  }
+  peak_threads = std::max(peak_threads, CountEntries("/proc/self/task"));
+  EXPECT_EQ(WaitUntilClosedByPeer(idle), 5000);
+  for (int fd : idle) close(fd);
+  std::printf("5000 idle connections, all closed: rss %ld -> %ld KiB; threads %d -> peak %d\n",
+              rss_before, VmRssKib(), threads_before, peak_threads);
+  EXPECT_LE(peak_threads - threads_before, 8);
+
+  auto channel = grpc::CreateChannel("unix://" + root_ + "/pr/kubelet.sock",
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::PodResourcesLister::NewStub(channel);
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::ListPodResourcesRequest req;
+    v1::ListPodResourcesResponse resp;
+    EXPECT_TRUE(stub->List(&ctx, req, &resp).ok());
+    if (i == 1) break;
+    // The client's connection is idle in turn and closed by the server (the
+    // channel leaves READY); the next call reconnects.
+    EXPECT_TRUE(WaitUntil([&] { return channel->GetState(false) != GRPC_CHANNEL_READY; }));
+  }
+  (*server)->Stop();
+}
+
+TEST(PodResourcesLimitsTest, BoundsAreValidated) {
+  auto manager = Manager::Create({});
+  ASSERT_TRUE(manager.ok());
+  auto start = [&](auto change) {
+    PodResourcesServer::Options o;
+    o.socket_path = "/tmp/kdm-pr-limits-never-bound.sock";
+    o.manager = manager->get();
+    change(o);
+    return PodResourcesServer::Start(std::move(o)).status();
+  };
+  EXPECT_THAT(start([](auto& o) { o.max_threads = 3; }).message(),
+              HasSubstr("max_threads must be at least 4, got 3"));
+  EXPECT_THAT(start([](auto& o) { o.max_memory_bytes = 1000; }).message(),
+              HasSubstr("max_memory_bytes must be at least 1 MiB"));
+  EXPECT_THAT(start([](auto& o) { o.max_connection_idle = std::chrono::milliseconds(-1); })
+                  .message(),
+              HasSubstr("max_connection_idle must not be negative"));
 }
 
 }  // namespace
