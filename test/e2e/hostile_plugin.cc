@@ -5,7 +5,7 @@
 // Usage:
 //   kdm_hostile_plugin --plugin-dir DIR --resource NAME [--count N]
 //                      [--flap-ms MS --flap-for SECONDS]
-//                      [--hang allocate|prestart] [--forge]
+//                      [--hang allocate|prestart] [--forge] [--lifetime S]
 //
 //   --count N       devices dev-0 ... dev-(N-1) (default 4)
 //   --flap-ms MS    ListAndWatch re-sends the device list every MS ms with
@@ -21,9 +21,12 @@
 //                   invalid set of such ids, Allocate fails with a 3 MB error
 //                   text holding forged lines.
 //
+//   --lifetime S    gives up (exit 3) after S seconds (default 300).
+//
 // It registers with DIR/kubelet.sock once serving, and again whenever the
-// registration socket is created anew. Exits 0 on SIGTERM/SIGINT, 2 on bad
-// usage, 1 when it cannot serve or register; gives up (exit 3) after 300 s.
+// registration socket is created anew; when its own socket is removed (a
+// kubelet starting clears the directory) it serves on a new one first.
+// Exits 0 on SIGTERM/SIGINT, 2 on bad usage.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -56,6 +59,7 @@ struct Flags {
   int flap_for_s = 10;
   std::string hang;  // "", "allocate", "prestart"
   bool forge = false;
+  int lifetime_s = 300;
 };
 
 constexpr char kForged[] = "\nevent=forged_by_plugin severity=critical\n";
@@ -180,17 +184,55 @@ bool Register(const Flags& f, const std::string& endpoint) {
   return s.ok();
 }
 
-// The registration socket's inode, 0 when absent.
-ino_t KubeletSocketInode(const Flags& f) {
+// Which file a socket path names now: inode and change time, so a socket
+// removed and made again is told apart even when its inode number is reused.
+// All zero when absent.
+struct FileId {
+  ino_t ino = 0;
+  long ctime_ns = 0;
+  bool operator==(const FileId&) const = default;
+};
+FileId IdOf(const std::string& path) {
   struct stat st;
-  if (::stat((f.plugin_dir + "/kubelet.sock").c_str(), &st) != 0) return 0;
-  return st.st_ino;
+  if (::stat(path.c_str(), &st) != 0) return {};
+  return {st.st_ino, st.st_ctim.tv_sec * 1'000'000'000L + st.st_ctim.tv_nsec};
+}
+
+// One server on the plugin's socket, with its own service object.
+struct Serving {
+  std::unique_ptr<HostilePlugin> service;
+  std::unique_ptr<grpc::Server> server;
+  FileId socket_id;
+
+  void Stop() {
+    if (!server) return;
+    server->Shutdown(std::chrono::system_clock::now() + 1s);
+    server->Wait();
+    server.reset();
+    service.reset();
+  }
+};
+
+// Serves on `socket` (removing what is there first).
+bool Serve(const Flags& f, const std::string& socket, Serving* out) {
+  ::unlink(socket.c_str());
+  std::error_code ec;
+  if (!std::filesystem::is_directory(f.plugin_dir, ec)) return false;
+  out->service = std::make_unique<HostilePlugin>(f);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+  builder.RegisterService(out->service.get());
+  out->server = builder.BuildAndStart();
+  if (!out->server) return false;
+  out->socket_id = IdOf(socket);
+  return true;
 }
 
 int Usage(const char* why) {
   std::fprintf(stderr,
                "kdm_hostile_plugin: %s\nusage: kdm_hostile_plugin --plugin-dir DIR --resource NAME "
-               "[--count N] [--flap-ms MS --flap-for S] [--hang allocate|prestart] [--forge]\n",
+               "[--count N] [--flap-ms MS --flap-for S] [--hang allocate|prestart] [--forge] "
+               "[--lifetime S]\n",
                why);
   return 2;
 }
@@ -215,6 +257,8 @@ int main(int argc, char** argv) {
       f.flap_ms = std::atoi(v);
     } else if (a == "--flap-for" && (v = value())) {
       f.flap_for_s = std::atoi(v);
+    } else if (a == "--lifetime" && (v = value())) {
+      f.lifetime_s = std::atoi(v);
     } else if (a == "--hang" && (v = value())) {
       f.hang = v;
     } else {
@@ -223,6 +267,7 @@ int main(int argc, char** argv) {
   }
   if (f.plugin_dir.empty() || f.resource.empty()) return Usage("--plugin-dir and --resource needed");
   if (f.count < 1 || f.count > 1000) return Usage("--count must be 1..1000");
+  if (f.lifetime_s < 1) return Usage("--lifetime must be 1 or more seconds");
   if (f.hang != "" && f.hang != "allocate" && f.hang != "prestart") return Usage("bad --hang");
 
   sigset_t stop;
@@ -234,21 +279,33 @@ int main(int argc, char** argv) {
 
   const std::string endpoint = "hostile-" + std::to_string(::getpid()) + ".sock";
   const std::string socket = std::filesystem::absolute(f.plugin_dir + "/" + endpoint).string();
-  HostilePlugin service(f);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server) {
-    std::fprintf(stderr, "kdm_hostile_plugin: cannot serve %s\n", socket.c_str());
-    return 1;
-  }
-  ino_t registered_with = 0;
+  Serving serving;
+  const std::string kubelet_socket = f.plugin_dir + "/kubelet.sock";
+  FileId registered_with;
   int code = 3;
-  const auto give_up = std::chrono::steady_clock::now() + 300s;
+  bool said_cannot_serve = false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(f.lifetime_s);
   while (std::chrono::steady_clock::now() < give_up) {
-    ino_t now = KubeletSocketInode(f);
-    if (now != 0 && now != registered_with && Register(f, endpoint)) {
+    // Serves once the plugin directory exists; and when its socket is
+    // removed (a kubelet that starts clears the directory), serves again on
+    // a fresh one, as a real plugin does.
+    if (!serving.server || !(IdOf(socket) == serving.socket_id)) {
+      const bool again = serving.server != nullptr;
+      serving.Stop();
+      if (Serve(f, socket, &serving)) {
+        registered_with = {};
+        if (again) std::fprintf(stderr, "serving_again\n");
+      } else {
+        serving.Stop();
+        if (!said_cannot_serve) {
+          std::fprintf(stderr, "kdm_hostile_plugin: cannot serve %s yet\n", socket.c_str());
+          said_cannot_serve = true;
+        }
+      }
+    }
+    FileId now = IdOf(kubelet_socket);
+    if (serving.server && !(now == FileId{}) && !(now == registered_with) &&
+        Register(f, endpoint)) {
       registered_with = now;
       std::fprintf(stderr, "registered\n");
     }
@@ -259,8 +316,7 @@ int main(int argc, char** argv) {
     }
   }
   g_stop = true;
-  server->Shutdown(std::chrono::system_clock::now() + 1s);
-  server->Wait();
+  serving.Stop();
   ::unlink(socket.c_str());
   return code;
 }

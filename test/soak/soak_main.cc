@@ -484,7 +484,9 @@ Status Soak::Setup() {
     p.resource = h.resource;
     p.ids = make_ids("dev-", 4);
     std::vector<std::string> argv = {flags_.hostile_plugin, "--plugin-dir",
-                                     root + "/device-plugins", "--resource", h.resource};
+                                     root + "/device-plugins", "--resource", h.resource,
+                                     // Outlives the run (the soak stops it).
+                                     "--lifetime", std::to_string(flags_.seconds + 600)};
     argv.insert(argv.end(), h.extra.begin(), h.extra.end());
     p.child = std::make_unique<ChildProcess>("plugin " + h.resource, argv,
                                              root + "/logs/" + h.short_name + "-plugin.log");
