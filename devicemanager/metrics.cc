@@ -92,6 +92,11 @@ class MetricsImpl final : public Metrics {
                                .Name("kdm_checkpoint_errors_total")
                                .Help("Checkpoint writes that failed.")
                                .Register(*registry_)),
+        checkpoint_retries_(prometheus::BuildCounter()
+                                .Name("kdm_checkpoint_retries_total")
+                                .Help("Checkpoint writes tried again after a failure (the "
+                                      "back-off runs from 100 ms to 5 s).")
+                                .Register(*registry_)),
         snapshots_refused_(prometheus::BuildCounter()
                                .Name("kdm_snapshots_refused_total")
                                .Help("ListAndWatch messages dropped for breaking the snapshot "
@@ -137,6 +142,7 @@ class MetricsImpl final : public Metrics {
     allocations_.Add({});
     allocation_failures_.Add({});
     checkpoint_errors_.Add({});
+    checkpoint_retries_.Add({});
     snapshots_refused_.Add({});
     restricted_rejections_.Add({});
   }
@@ -177,6 +183,7 @@ class MetricsImpl final : public Metrics {
     RaiseTo(allocations_.Add({}), static_cast<double>(stats.allocations));
     RaiseTo(allocation_failures_.Add({}), static_cast<double>(stats.allocation_failures));
     RaiseTo(checkpoint_errors_.Add({}), static_cast<double>(stats.checkpoint_errors));
+    RaiseTo(checkpoint_retries_.Add({}), static_cast<double>(stats.checkpoint_retries));
     RaiseTo(snapshots_refused_.Add({}), static_cast<double>(stats.snapshots_refused));
     RaiseTo(restricted_rejections_.Add({}), static_cast<double>(stats.restricted_rejections));
     for (const auto& [state, n] : stats.endpoints_by_state) {
@@ -224,6 +231,7 @@ class MetricsImpl final : public Metrics {
   Family<Counter>& allocations_;
   Family<Counter>& allocation_failures_;
   Family<Counter>& checkpoint_errors_;
+  Family<Counter>& checkpoint_retries_;
   Family<Counter>& snapshots_refused_;
   Family<Counter>& restricted_rejections_;
   Family<Gauge>& resources_by_state_;

@@ -25,6 +25,7 @@
 #include "kdm/base/sync.h"
 #include "kdm/checkpoint/store.h"
 #include "kdm/devicemanager/manager_impl.h"
+#include "kdm/devicemanager/metrics.h"
 #include "kdm/test/devicemanager/test_pods.h"
 #include "kdm/test/mocks/mock_device_plugin.h"
 #include "spdlog/sinks/base_sink.h"
@@ -400,6 +401,10 @@ TEST_F(ManagerHardeningTest, RegressionSnapshotWriteFailureIsRetriedUntilItLands
   ManagerStats st = manager_->GetStats();
   EXPECT_EQ(st.checkpoint_errors, 3);
   EXPECT_EQ(st.checkpoint_retries, 3);
+  // And /metrics shows them.
+  std::string text = Metrics::Create()->Render(manager_.get());
+  EXPECT_THAT(text, ::testing::HasSubstr("kdm_checkpoint_retries_total 3"));
+  EXPECT_THAT(text, ::testing::HasSubstr("kdm_checkpoint_errors_total 3"));
   // Nothing more is scheduled for it.
   clock_->Advance(std::chrono::seconds(60));
   EXPECT_EQ(manager_->GetStats().checkpoint_retries, 3);
