@@ -289,7 +289,10 @@ int main(int argc, char** argv) {
     // Serves once the plugin directory exists; and when its socket is
     // removed (a kubelet that starts clears the directory), serves again on
     // a fresh one, as a real plugin does.
-    if (!serving.server || !(IdOf(socket) == serving.socket_id)) {
+    // No recorded identity (the socket went between bind and stat) counts
+    // as lost too.
+    if (!serving.server || serving.socket_id == FileId{} ||
+        !(IdOf(socket) == serving.socket_id)) {
       const bool again = serving.server != nullptr;
       serving.Stop();
       if (Serve(f, socket, &serving)) {
