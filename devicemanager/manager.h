@@ -15,13 +15,16 @@
 //
 // Thread-safety: every method may be called from any thread concurrently.
 // One internal mutex guards the state; it is never held across a plugin RPC,
-// so a hung plugin delays only the pods that use it. Callbacks given in
-// Options are invoked without that mutex held, on internal threads (gRPC,
-// endpoint readers, the clock's timer thread). Subscribe() callbacks run on
-// one thread of the Manager's own, the delivery thread (started by Create,
-// joined by Stop), never on the embedder's threads: an embedder with its own
-// event loop posts from the callback to its loop. Every callback may call
-// the Manager's query methods but must not call Stop().
+// so a hung plugin delays only the pods that use it. The active_pods and
+// boot_id_provider callbacks are invoked without that mutex held, on the
+// thread that calls Start() or UpdateAllocatedDevices(). Subscribe()
+// callbacks run on one thread of the Manager's own, the delivery thread
+// (started by Create, joined by Stop), never on the embedder's threads: an
+// embedder with its own event loop posts from the callback to its loop.
+// Every callback may call the Manager's query methods but must not call
+// Stop(); a Subscribe() callback must not call Subscribe() or Unsubscribe().
+// docs/architecture.md#threading-model lists every thread, and
+// #driving-the-manager-from-an-event-loop which calls block and how long.
 //
 // Example:
 //   kdm::devicemanager::Manager::Options options;
