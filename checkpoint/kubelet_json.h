@@ -1,7 +1,7 @@
 // The kubelet's own checkpoint format, `kubelet_internal_checkpoint`
-// (SPEC.md §4): decode, encode and the checksum, byte for byte as the
-// kubelet's Go code does it, so that a node can move from a kubelet to kdm
-// and back.
+// (docs/checkpoint.md#the-kubelets-format): decode, encode and the checksum,
+// byte for byte as the kubelet's Go code does it, so that a node can move from
+// a kubelet to kdm and back.
 //
 //   {"Data":{"PodDeviceEntries":[{"PodUID":…,"ContainerName":…,
 //     "ResourceName":…,"DeviceIDs":{"<numa>":[ids…]},"AllocResp":"<base64>"}],

@@ -1,11 +1,12 @@
 // kdm::checkpoint::Store: where the device manager's allocation state lives
 // across restarts.
 //
-// The data model is the kubelet's own (SPEC.md §4): one entry per (pod uid,
-// container, resource) with the device ids by NUMA node and the plugin's
-// ContainerAllocateResponse as opaque protobuf bytes, plus the healthy device
-// ids of every registered resource, plus the boot id the state was written
-// under (SPEC.md §5.7). checkpoint/ knows nothing of gRPC or protobuf.
+// The data model is the kubelet's own (docs/kubelet-rules.md#checkpoint): one
+// entry per (pod uid, container, resource) with the device ids by NUMA node
+// and the plugin's ContainerAllocateResponse as opaque protobuf bytes, plus
+// the healthy device ids of every registered resource, plus the boot id the
+// state was written under (docs/promises.md#restart-is-not-reboot).
+// checkpoint/ knows nothing of gRPC or protobuf.
 //
 // Every Apply() is one atomic change: after a crash at any moment, a reopened
 // store holds every Apply() that returned OK and nothing of one that did not.

@@ -2,7 +2,7 @@
 // device plugin, and the shape of one check's result.
 //
 // Every check has a stable id ("<group>.<name>", e.g. "alloc.permissions"),
-// a one-line description and the SPEC clause it enforces. The catalogue's
+// a one-line description and the section of docs/ that states the rule it enforces. The catalogue's
 // order is the order the checks run in (reg.restart last: it disturbs the
 // plugin). docs/conformance.md lists the same table, with the `kdm plugin
 // --fault` mode that breaks each check.
@@ -25,7 +25,7 @@ namespace kdm::conformance {
 struct CheckInfo {
   std::string id;           // e.g. "reg.version"
   std::string description;  // one line: what a passing plugin does
-  std::string spec_clause;  // e.g. "SPEC §3 Registration"
+  std::string spec_clause;  // e.g. "docs/kubelet-rules.md#registration"
 };
 
 // Every check, in the order they run.

@@ -4,8 +4,8 @@
 // It serves v1beta1.Registration on <plugin dir>/kubelet.sock, answers every
 // Register with OK (it records, it does not judge: the checks judge) and
 // keeps every request with the time it arrived. Restart() is the kubelet
-// restart signal of SPEC §4: stop serving, remove kubelet.sock, serve again
-// on a new socket file.
+// restart signal (docs/kubelet-rules.md#kubelet-restart): stop serving,
+// remove kubelet.sock, serve again on a new socket file.
 //
 // Thread-safety: Register calls arrive on gRPC threads; Registrations() and
 // WaitForCount() may be called from any thread; Start/Restart/Stop from the

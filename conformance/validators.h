@@ -1,5 +1,6 @@
 // kdm::conformance validators: the pure rules the checks of `kdm conform`
-// apply to what a device plugin answers (SPEC §1, §3, §5.3).
+// apply to what a device plugin answers (docs/wire-contract.md#field-rules,
+// docs/kubelet-rules.md, docs/promises.md#validated-preferred-answers).
 //
 // Each returns OK, or INVALID_ARGUMENT whose message says what was wrong
 // and quotes the offending value (the reason printed next to FAIL).

@@ -10,6 +10,11 @@
 // inside a timer callback. Callbacks never run while the clock's own lock is
 // held, so a callback may schedule or cancel timers.
 //
+// An embedder with its own event loop may implement Clock so that the
+// Manager's timers run on that loop (docs/architecture.md#timers-on-your-loop).
+// The Manager calls ScheduleAt with its own mutex held, so an implementation
+// only enqueues there: it must not block or call back into the Manager.
+//
 // Example:
 //   auto clock = std::make_shared<kdm::devicemanager::FakeClock>();
 //   clock->ScheduleAfter(std::chrono::minutes(5), [] { Expire(); });

@@ -56,8 +56,9 @@ StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> DialPlugin(
     const std::string& socket_path, std::chrono::milliseconds timeout,
     int max_receive_bytes = kDefaultMaxPluginMessageBytes);
 
-// Bounds on one ListAndWatch snapshot. SPEC does not bound device ids; kdm
-// takes a DNS-subdomain-like 253 bytes, and 100,000 devices per resource.
+// Bounds on one ListAndWatch snapshot. The kubelet enforces no bound on
+// device ids (docs/wire-contract.md#field-rules); kdm takes a
+// DNS-subdomain-like 253 bytes, and 100,000 devices per resource.
 struct SnapshotLimits {
   std::size_t max_devices = 100'000;
   std::size_t max_id_bytes = 253;

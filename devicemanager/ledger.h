@@ -1,5 +1,6 @@
 // kdm::devicemanager::Ledger: the device manager's whole allocation state as
-// a plain value, and every admission rule of SPEC.md §3 as a function of it.
+// a plain value, and every admission rule of docs/kubelet-rules.md#allocation
+// as a function of it.
 //
 // Per resource the Ledger knows each registered device (id, health, NUMA
 // nodes); per (pod, container, resource) the devices recorded for it and
@@ -14,9 +15,11 @@
 // Device states, per resource: every registered device is healthy or
 // unhealthy; a healthy device is exactly one of allocated (recorded for some
 // container), reserved (chosen by an admission in flight) or free. The one
-// sharing allowed is the hand-over of SPEC.md §3.3: a device of a finished
-// (non-restartable) init container may also be recorded for, or reserved by,
-// a later container of the same pod. CheckInvariants() verifies all this.
+// sharing allowed is the init-container hand-over
+// (docs/kubelet-rules.md#init-containers-and-sidecars): a device of a
+// finished (non-restartable) init container may also be recorded for, or
+// reserved by, a later container of the same pod. CheckInvariants() verifies
+// all this.
 //
 // Decisions where the kubelet is silent or unsafe (documented in the methods):
 // - duplicate ids in a device snapshot are de-duplicated, not rejected: the
@@ -91,8 +94,8 @@ struct Capacity {
   std::vector<std::string> deleted;
 };
 
-// A topology hint (SPEC.md §3, last bullet): a set of NUMA nodes, and whether
-// it is one of the smallest sets able to hold the request.
+// A topology hint (docs/kubelet-rules.md#topology-hints): a set of NUMA
+// nodes, and whether it is one of the smallest sets able to hold the request.
 struct NumaHint {
   std::vector<int64_t> nodes;  // sorted, unique
   bool preferred = false;
@@ -114,9 +117,11 @@ struct AllocationPlan {
   bool reuse = false;
   std::vector<std::string> reuse_ids;
   // Devices the allocation must contain: handed over from finished init
-  // containers of the same pod (SPEC.md §3.3), then, when a hint is given and
-  // the hinted NUMA nodes cannot hold the whole request, every aligned free
-  // device (so the alignment the topology manager asked for is honoured).
+  // containers of the same pod
+  // (docs/kubelet-rules.md#init-containers-and-sidecars), then, when a hint
+  // is given and the hinted NUMA nodes cannot hold the whole request, every
+  // aligned free device (so the alignment the topology manager asked for is
+  // honoured).
   std::vector<std::string> must_include;
   // Free devices (healthy − allocated − reserved) to choose the rest from:
   // NUMA-aligned devices first when a hint is given (only those when they
@@ -213,7 +218,7 @@ class Ledger {
   // Every registered device of `resource` in natural order; empty if unknown.
   std::vector<LedgerDevice> Devices(const std::string& resource) const;
 
-  // ---- admission (SPEC.md §3) ----
+  // ---- admission (docs/kubelet-rules.md#allocation) ----
 
   // Device resources (IsDeviceResource) named in `container`'s limits with
   // their counts; zero counts are left out. Errors (INVALID_ARGUMENT, naming
@@ -228,7 +233,7 @@ class Ledger {
   StatusOr<std::map<std::string, int64_t>> PodRequests(const Pod& pod) const;
 
   // Decides how `count` devices of `resource` go to `container` of `pod`,
-  // following SPEC.md §3 in the kubelet's order:
+  // following docs/kubelet-rules.md#allocation in the kubelet's order:
   //   recorded with another count → FAILED_PRECONDITION
   //     `pod "<uid>" container "<c>" changed request for resource "<r>" from
   //     <a> to <b>`;
@@ -249,7 +254,8 @@ class Ledger {
                                 const std::string& resource, int64_t count,
                                 const std::optional<NumaHint>& hint) const;
 
-  // Checks a GetPreferredAllocation answer against `plan` (SPEC.md §5.3):
+  // Checks a GetPreferredAllocation answer against `plan`
+  // (docs/promises.md#validated-preferred-answers):
   // exactly plan.size ids, no duplicates, each in candidates ∪ must_include,
   // every must_include id present. INVALID_ARGUMENT naming the first problem.
   Status ValidatePreferred(const AllocationPlan& plan,
@@ -314,7 +320,8 @@ class Ledger {
   std::vector<checkpoint::PodDevicesEntry> AllEntries() const;
 
   // Topology hints for `count` devices of `resource` for `container`
-  // (SPEC.md §3, last bullet; the kubelet's generateDeviceTopologyHints):
+  // (docs/kubelet-rules.md#topology-hints; the kubelet's
+  // generateDeviceTopologyHints):
   // the NUMA nodes considered are those holding any device of the resource;
   // every subset of them that holds enough free devices (plus the hand-over
   // devices, which must all lie inside it) is a hint, preferred when its
@@ -339,8 +346,9 @@ class Ledger {
   // Replaces the whole state with `data` (after a restart): every entry is
   // recorded again; every resource of data.registered_devices is registered
   // with no devices (capacity 0, "no healthy devices present") until its
-  // plugin registers and sends a snapshot (SPEC.md §4). Reservations and
-  // deleted resources are cleared. Skipped, and each reported with its
+  // plugin registers and sends a snapshot
+  // (docs/kubelet-rules.md#kubelet-restart). Reservations and deleted
+  // resources are cleared. Skipped, and each reported with its
   // reason: entries with an empty pod uid, container or resource name, and
   // entries naming a device that an earlier entry of another pod holds (a
   // corrupt or hand-edited checkpoint must not put a device in two pods).
@@ -416,7 +424,8 @@ class Ledger {
                                              const std::string& pod_uid) const;
   // Free devices of `resource` (healthy − allocated − reserved), natural order.
   std::vector<std::string> FreeIds(const std::string& resource) const;
-  // Hand-over pool for `container` of `pod` (SPEC.md §3.3), healthy only,
+  // Hand-over pool for `container` of `pod`
+  // (docs/kubelet-rules.md#init-containers-and-sidecars), healthy only,
   // natural order.
   std::vector<std::string> HandOverPool(const Pod& pod,
                                         const std::string& container,

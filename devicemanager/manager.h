@@ -7,21 +7,24 @@
 // The Manager serves the device plugin Registration service on
 // <plugin_dir>/kubelet.sock and keeps one endpoint (a gRPC client with a
 // ListAndWatch stream) per registered plugin socket. Admission (Allocate)
-// follows the kubelet's rules and texts (SPEC.md §3), with kdm's promises
-// (SPEC.md §5): every plugin RPC has a deadline, devices are reserved while
-// the RPCs run and released on every failure path, preferred answers are
-// validated, merges are deterministic, every change is one checkpoint
-// transaction, and a reboot does not resurrect stale allocations.
+// follows the kubelet's rules and texts (docs/kubelet-rules.md), with kdm's
+// promises (docs/promises.md): every plugin RPC has a deadline, devices are
+// reserved while the RPCs run and released on every failure path, preferred
+// answers are validated, merges are deterministic, every change is one
+// checkpoint transaction, and a reboot does not resurrect stale allocations.
 //
 // Thread-safety: every method may be called from any thread concurrently.
 // One internal mutex guards the state; it is never held across a plugin RPC,
-// so a hung plugin delays only the pods that use it. Callbacks given in
-// Options are invoked without that mutex held, on internal threads (gRPC,
-// endpoint readers, the clock's timer thread). Subscribe() callbacks run on
-// one thread of the Manager's own, the delivery thread (started by Create,
-// joined by Stop), never on the embedder's threads: an embedder with its own
-// event loop posts from the callback to its loop. Every callback may call
-// the Manager's query methods but must not call Stop().
+// so a hung plugin delays only the pods that use it. The active_pods and
+// boot_id_provider callbacks are invoked without that mutex held, on the
+// thread that calls Start() or UpdateAllocatedDevices(). Subscribe()
+// callbacks run on one thread of the Manager's own, the delivery thread
+// (started by Create, joined by Stop), never on the embedder's threads: an
+// embedder with its own event loop posts from the callback to its loop.
+// Every callback may call the Manager's query methods but must not call
+// Stop(); a Subscribe() callback must not call Subscribe() or Unsubscribe().
+// docs/architecture.md#threading-model lists every thread, and
+// #driving-the-manager-from-an-event-loop which calls block and how long.
 //
 // Example:
 //   kdm::devicemanager::Manager::Options options;
@@ -70,8 +73,9 @@ struct DeviceSpec {
 };
 
 // The merged allocate responses of every device resource of one container
-// (SPEC.md §3 "Run options", §5.5): envs by name, mounts and device specs by
-// container path, annotations by key, CDI devices de-duplicated by name.
+// (docs/kubelet-rules.md#run-options, docs/promises.md#deterministic-merges):
+// envs by name, mounts and device specs by container path, annotations by
+// key, CDI devices de-duplicated by name.
 // Resources are merged in resource-name order; on a conflict the first
 // resource's value is kept and the conflict is listed in `conflicts`.
 struct RunContainerOptions {
@@ -86,7 +90,8 @@ struct RunContainerOptions {
 };
 
 struct CapacityReport {
-  // capacity = healthy + unhealthy; allocatable = healthy (SPEC.md §3).
+  // capacity = healthy + unhealthy; allocatable = healthy
+  // (docs/kubelet-rules.md#capacity).
   struct Amounts {
     int64_t capacity = 0;
     int64_t allocatable = 0;
@@ -182,11 +187,11 @@ class Manager {
     // Null: reads /proc/sys/kernel/random/boot_id.
     std::function<StatusOr<std::string>()> boot_id_provider;
     // NUMA alignment without a topology manager. Off (the kubelet's default,
-    // topology manager policy "none"): candidates in device order. On: for
-    // each resource the Manager takes the preferred topology hint with the
-    // fewest, then lowest, NUMA nodes (SPEC.md §3), and devices on those
-    // nodes are offered first (only those, to GetPreferredAllocation, when
-    // they suffice).
+    // topology manager policy "none"): candidates in device order. On: for each
+    // resource the Manager takes the preferred topology hint with the fewest,
+    // then lowest, NUMA nodes (docs/kubelet-rules.md#topology-hints), and
+    // devices on those nodes are offered first (only those, to
+    // GetPreferredAllocation, when they suffice).
     bool align_numa = false;
     // Where registrations, Allocate durations and checkpoint write times are
     // reported (docs/metrics.md). Null: nowhere.
@@ -232,8 +237,9 @@ class Manager {
   virtual void Stop() = 0;
 
   // Allocates devices for every device resource in `container`'s limits
-  // (SPEC.md §3 rules and texts). OK when nothing is needed. On error no
-  // device stays reserved and nothing is recorded for the failing resource.
+  // (docs/kubelet-rules.md#allocation: its rules and texts). OK when nothing is
+  // needed. On error no device stays reserved and nothing is recorded for the
+  // failing resource.
   virtual Status Allocate(const Pod& pod, const std::string& container) = 0;
 
   // Merged run options of the container's recorded devices; calls

@@ -51,14 +51,14 @@ StatusOr<unsigned> TightenDirectoryMode(const std::string& dir, unsigned max_mod
 // The longest plugin socket file name CheckPluginEndpoint accepts (NAME_MAX).
 inline constexpr std::size_t kMaxEndpointNameLength = 255;
 
-// SPEC §5.4: `endpoint` must be a plain file name (not empty, no '/', no NUL,
-// not "." or "..", no "..", at most kMaxEndpointNameLength bytes, and
-// dir + "/" + endpoint must fit a unix socket path) naming an existing unix
-// socket directly inside `dir`. A symlink is refused whatever it points to
-// (checked with lstat), and so is a directory, a regular file, a FIFO or a
-// device. Returns the socket's path (dir + "/" + endpoint); errors name the
-// endpoint and the reason: NOT_FOUND when no such name exists in `dir`,
-// INVALID_ARGUMENT otherwise.
+// docs/promises.md#endpoint-checks: `endpoint` must be a plain file name (not
+// empty, no '/', no NUL, not "." or "..", no "..", at most
+// kMaxEndpointNameLength bytes, and dir + "/" + endpoint must fit a unix socket
+// path) naming an existing unix socket directly inside `dir`. A symlink is
+// refused whatever it points to (checked with lstat), and so is a directory, a
+// regular file, a FIFO or a device. Returns the socket's path (dir + "/" +
+// endpoint); errors name the endpoint and the reason: NOT_FOUND when no such
+// name exists in `dir`, INVALID_ARGUMENT otherwise.
 StatusOr<std::string> CheckPluginEndpoint(const std::string& dir, const std::string& endpoint);
 
 // Joins a directory and a file name with exactly one '/'.

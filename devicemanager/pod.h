@@ -7,7 +7,8 @@
 // in the order of `init_containers`; a restartable init container (restart
 // policy Always, a "sidecar") keeps running next to the app containers.
 // Devices of a finished, non-restartable init container are handed over to
-// the containers that follow it in the same pod (SPEC.md §3).
+// the containers that follow it in the same pod
+// (docs/kubelet-rules.md#init-containers-and-sidecars).
 //
 // For extended resources (devices) Kubernetes requires request == limit; the
 // device manager reads the limit and rejects a container whose request for a

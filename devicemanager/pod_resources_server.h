@@ -1,6 +1,7 @@
 // kdm::devicemanager::PodResourcesServer: the kubelet's pod-resources v1 API
 // (List, GetAllocatableResources, Get) on a unix socket, answered from a
-// Manager and the node agent's list of active pods (SPEC.md §2).
+// Manager and the node agent's list of active pods
+// (docs/wire-contract.md#pod-resources-api-v1).
 //
 // Rules (the kubelet's): List reports every active pod with its app
 // containers and restartable init containers (sidecars); plain init

@@ -1,5 +1,5 @@
-// Constants of the device plugin API v1beta1 (SPEC.md §1) shared by the
-// kubelet side (devicemanager) and the plugin side (sdk).
+// Constants of the device plugin API v1beta1 (docs/wire-contract.md#constants)
+// shared by the kubelet side (devicemanager) and the plugin side (sdk).
 //
 // Thread-safety: constants only.
 #ifndef KDM_PLUGINAPI_CONSTANTS_H_

@@ -94,9 +94,8 @@ inline std::vector<std::string> ListWithPrefix(const std::string& dir,
   return out;
 }
 
-// The in-repo copy of the kubelet checkpoint test vectors
-// (test/checkpoint/testdata, copied from
-// ../shared/testdata/kubelet-checkpoint).
+// The kubelet checkpoint test vectors (test/checkpoint/testdata: files in a
+// real kubelet's format and their checksums; see its README.md).
 inline std::string TestdataDir() {
   return std::string(KDM_TEST_SOURCE_DIR) + "/test/checkpoint/testdata";
 }

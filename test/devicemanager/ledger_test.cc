@@ -1,7 +1,8 @@
 // Unit tests of the Ledger: one per admission rule and error text of
-// SPEC.md §3, the reservation rules of §5.2, the validation of preferred
-// answers of §5.3, bad input, and a randomized property test that checks
-// CheckInvariants() after every step.
+// docs/kubelet-rules.md#allocation, the reservation rules of
+// docs/promises.md#reservations, the validation of preferred answers of
+// docs/promises.md#validated-preferred-answers, bad input, and a randomized
+// property test that checks CheckInvariants() after every step.
 #include "kdm/devicemanager/ledger.h"
 
 #include <gmock/gmock.h>
@@ -1119,7 +1120,8 @@ TEST(LedgerRestoreTest, RestoredEntriesAreAllocatedResourcesWaitForPlugin) {
                   "", "main", kGpu, "", "",
                   "empty pod uid, container or resource name"}));
   EXPECT_TRUE(ledger.CheckInvariants().ok());
-  // Registered but no devices until the plugin comes back (SPEC §4).
+  // Registered but no devices until the plugin comes back
+  // (docs/kubelet-rules.md#kubelet-restart).
   EXPECT_EQ(ledger.GetCapacity().resources.at(kGpu), (ResourceCapacity{0, 0}));
   Pod pod = OneContainerPod("p", 1);
   EXPECT_THAT(

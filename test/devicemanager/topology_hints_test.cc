@@ -1,5 +1,5 @@
-// Topology hints of the Ledger (SPEC.md §3, last bullet; the kubelet's
-// generateDeviceTopologyHints): every subset of the NUMA nodes holding
+// Topology hints of the Ledger (docs/kubelet-rules.md#topology-hints; the
+// kubelet's generateDeviceTopologyHints): every subset of the NUMA nodes holding
 // devices of the resource that can satisfy the request, preferred when
 // minimal; no topology → no preference; too many requested → no hint.
 #include <gmock/gmock.h>

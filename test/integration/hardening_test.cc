@@ -1,7 +1,7 @@
 // The hardened socket surface (issue 9), over real unix sockets in a private
 // temp directory per test: file modes of the plugin directory and every
-// socket, the endpoint checks of SPEC §5.4 against a real
-// RegistrationServer, the max message size against a 100 MB ListAndWatch
+// socket, the endpoint checks of docs/promises.md#endpoint-checks against a
+// real RegistrationServer, the max message size against a 100 MB ListAndWatch
 // message from another process (with the test process's memory high-water
 // mark measured), snapshot bounds, "a plugin feeds only its own resource",
 // and the Manager's namespace restrictions.

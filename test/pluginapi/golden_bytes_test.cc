@@ -1,7 +1,7 @@
 // Pins the wire format of both protocols: every message type is filled in
 // completely, serialized, and compared with bytes written out by hand from the
-// field numbers and wire types of SPEC.md §1-2. Renumbering a field, changing
-// its type or renaming a package/service/method fails here.
+// field numbers and wire types of docs/wire-contract.md. Renumbering a field,
+// changing its type or renaming a package/service/method fails here.
 #include <google/protobuf/descriptor.h>
 #include <gtest/gtest.h>
 

@@ -1079,7 +1079,8 @@ void Soak::CheckPods() {
           if (p.first_devices && !p.rejected_after_admission) {
             p.rejected_after_admission = true;
             // After a restart the kubelet re-admits each pod; devices that
-            // turned unhealthy meanwhile make that fail (SPEC 3, step 2).
+            // turned unhealthy meanwhile make that fail
+            // (docs/kubelet-rules.md#allocation, step 2).
             if (view->message.find("no longer healthy") != std::string::npos) {
               Bump(outcomes_, "re-admissions refused (devices unhealthy)");
             } else {
