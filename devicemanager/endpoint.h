@@ -60,6 +60,10 @@ StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> DialPlugin(
 // takes a DNS-subdomain-like 253 bytes, and 100,000 devices per resource.
 struct SnapshotLimits {
   std::size_t max_devices = 100'000;
+
+  // Not the API's documented 63 (pluginapi::kMaxDeviceIdLength, which `kdm
+  // conform` checks): the kubelet enforces no bound, and a plugin it accepts
+  // must work here; this bound only keeps a snapshot's memory in check.
   std::size_t max_id_bytes = 253;
 };
 

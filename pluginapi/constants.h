@@ -6,6 +6,7 @@
 #define KDM_PLUGINAPI_CONSTANTS_H_
 
 #include <chrono>
+#include <cstddef>
 #include <string_view>
 
 namespace kdm::pluginapi {
@@ -28,9 +29,6 @@ inline constexpr std::string_view kUnhealthy = "Unhealthy";
 inline constexpr std::chrono::seconds kPreStartContainerTimeout{30};
 // Deadline the kubelet gives dialing a plugin after Register.
 inline constexpr std::chrono::seconds kDialTimeout{10};
-
-// Documented maximum length of a device id.
-inline constexpr std::size_t kMaxDeviceIdLength = 63;
 
 // Usable bytes of sockaddr_un.sun_path for a path (one byte is the NUL).
 inline constexpr std::size_t kMaxUnixSocketPathLength = 107;

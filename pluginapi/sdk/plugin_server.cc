@@ -23,6 +23,7 @@
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "google/protobuf/arena.h"
 #include "kdm/base/sync.h"
+#include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/unix_target.h"
 
 namespace kdm::plugin {
@@ -594,11 +595,10 @@ StatusOr<std::unique_ptr<PluginServer>> PluginServer::Create(Options options) {
                                 ": plugin_dir is empty");
   }
   if (options.socket_name.empty()) options.socket_name = DefaultSocketName(options.resource_name);
-  if (options.socket_name.find('/') != std::string::npos || options.socket_name == "." ||
-      options.socket_name == "..") {
-    return InvalidArgumentError("plugin options for " + options.resource_name +
-                                ": socket_name \"" + options.socket_name +
-                                "\" must be a plain file name");
+  // The rules the kubelet side applies to RegisterRequest.endpoint: a name
+  // it would refuse is refused here, before anything is served.
+  if (Status name = pluginapi::CheckEndpointName(options.socket_name); !name.ok()) {
+    return name.WithPrefix("plugin options for " + options.resource_name + ": socket_name");
   }
   if (options.socket_name == pluginapi::kKubeletSocketName) {
     return InvalidArgumentError("plugin options for " + options.resource_name +
