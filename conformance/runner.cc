@@ -25,6 +25,7 @@
 #include "kdm/base/file_system.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/grpc_status.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "spdlog/spdlog.h"
 
@@ -62,10 +63,8 @@ std::chrono::system_clock::time_point DeadlineIn(milliseconds d) {
   return std::chrono::system_clock::now() + d;
 }
 
-std::string GrpcText(const grpc::Status& s) {
-  return std::string(StatusCodeName(static_cast<StatusCode>(s.error_code()))) + ": " +
-         s.error_message();
-}
+// "<CODE>: <message>" of an RPC's outcome ("OK" for OK).
+std::string GrpcText(const grpc::Status& s) { return pluginapi::FromGrpcStatus(s).ToString(); }
 
 std::string Join(const std::vector<std::string>& ids) {
   std::string out;

@@ -40,9 +40,6 @@
 
 namespace kdm::devicemanager {
 
-// Converts a gRPC status, prefixing the message with `what`.
-Status FromGrpc(const grpc::Status& s, const std::string& what);
-
 // The default largest message accepted from a plugin (4 MiB, gRPC's own
 // default, made explicit): Manager::Options::max_plugin_message_bytes.
 inline constexpr int kDefaultMaxPluginMessageBytes = 4 << 20;

@@ -19,6 +19,7 @@
 #include "kdm/base/sync.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/grpc_status.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "spdlog/spdlog.h"
 
@@ -28,11 +29,6 @@ namespace {
 
 // Threads of the Registration server beyond Limits::max_in_flight.
 constexpr int kExtraThreads = 8;
-
-grpc::Status ToGrpc(const Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
-}
 
 }  // namespace
 
@@ -67,7 +63,7 @@ class RegistrationServer::Service final : public v1beta1::Registration::Service 
                    QuoteLogValue(request->version(), kMaxLogged),
                    QuoteLogValue(s.message(), 2 * kMaxLogged));
     }
-    return ToGrpc(s);
+    return pluginapi::ToGrpcStatus(s);
   }
 
  private:
@@ -104,7 +100,7 @@ class RegistrationServer::Service final : public v1beta1::Registration::Service 
                    QuoteLogValue(request.endpoint(), kMaxLogValueBytes), max_in_flight_,
                    *suppressed);
     }
-    return ToGrpc(s);
+    return pluginapi::ToGrpcStatus(s);
   }
 
   const std::string dir_;
