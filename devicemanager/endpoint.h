@@ -37,6 +37,7 @@
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kdm/base/status.h"
 #include "kdm/base/sync.h"
+#include "kdm/pluginapi/constants.h"
 
 namespace kdm::devicemanager {
 
@@ -81,11 +82,11 @@ class Endpoint {
   static constexpr const char* kPreStartContainer = "PreStartContainer";
 
   struct Deadlines {
-    std::chrono::milliseconds options{10'000};
+    std::chrono::milliseconds options{pluginapi::kDialTimeout};
     // How long Connect waits for the first ListAndWatch message.
-    std::chrono::milliseconds first_snapshot{10'000};
+    std::chrono::milliseconds first_snapshot{pluginapi::kDialTimeout};
     std::chrono::milliseconds rpc{10'000};  // GetPreferredAllocation, Allocate
-    std::chrono::milliseconds pre_start{30'000};
+    std::chrono::milliseconds pre_start{pluginapi::kPreStartContainerTimeout};
   };
 
   struct Callbacks {
