@@ -7,7 +7,7 @@
 #include "kdm/base/sync.h"
 #include "absl/time/time.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
-#include "kdm/devicemanager/os.h"
+#include "kdm/base/file_system.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "spdlog/spdlog.h"
@@ -54,9 +54,9 @@ Registrar::~Registrar() { Stop(); }
 
 StatusOr<std::unique_ptr<Registrar>> Registrar::Start(const std::string& plugin_dir) {
   StatusOr<std::string> socket = pluginapi::AbsoluteSocketPath(
-      devicemanager::JoinPath(plugin_dir, pluginapi::kKubeletSocketName));
+      JoinPath(plugin_dir, pluginapi::kKubeletSocketName));
   if (!socket.ok()) return socket.status().WithPrefix("registration socket");
-  KDM_RETURN_IF_ERROR(devicemanager::EnsureDirectory(plugin_dir, 0750));
+  KDM_RETURN_IF_ERROR(EnsureDirectory(plugin_dir, 0750));
   std::unique_ptr<Registrar> r(new Registrar(*socket));
   KDM_RETURN_IF_ERROR(r->Serve());
   return r;

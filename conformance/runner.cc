@@ -19,12 +19,13 @@
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kdm/conformance/registrar.h"
 #include "kdm/conformance/validators.h"
-// The device manager's own rules for what it accepts at registration
-// (private headers of kdm::devicemanager, used here so that `kdm conform`
-// and `kdm kubelet` can never disagree).
-#include "kdm/devicemanager/os.h"
-#include "kdm/devicemanager/registration_server.h"
+// The wire layer's rules, the ones the device manager applies at
+// registration too, so that `kdm conform` and `kdm kubelet` can never
+// disagree.
+#include "kdm/base/file_system.h"
+#include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/grpc_status.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "spdlog/spdlog.h"
 
@@ -62,10 +63,8 @@ std::chrono::system_clock::time_point DeadlineIn(milliseconds d) {
   return std::chrono::system_clock::now() + d;
 }
 
-std::string GrpcText(const grpc::Status& s) {
-  return std::string(StatusCodeName(static_cast<StatusCode>(s.error_code()))) + ": " +
-         s.error_message();
-}
+// "<CODE>: <message>" of an RPC's outcome ("OK" for OK).
+std::string GrpcText(const grpc::Status& s) { return pluginapi::FromGrpcStatus(s).ToString(); }
 
 std::string Join(const std::vector<std::string>& ids) {
   std::string out;
@@ -286,7 +285,7 @@ const std::map<std::string, Session::CheckFn, std::less<>>& Session::Checks() {
 
 Status Session::Setup() {
   if (!options_.root.empty()) {
-    plugin_dir_ = devicemanager::JoinPath(options_.root, "device-plugins");
+    plugin_dir_ = JoinPath(options_.root, "device-plugins");
     KDM_ASSIGN_OR_RETURN(registrar_, Registrar::Start(plugin_dir_));
     spdlog::info("event=waiting_for_registration socket={} timeout={}", registrar_->socket_path(),
                  DurationText(options_.timeout));
@@ -297,8 +296,8 @@ Status Session::Setup() {
     registration_ = registrar_->Registrations().front().request;
     const std::string& endpoint = registration_->endpoint();
     struct stat st;
-    std::string candidate = devicemanager::JoinPath(plugin_dir_, endpoint);
-    StatusOr<std::string> socket = devicemanager::CheckPluginEndpoint(plugin_dir_, endpoint);
+    std::string candidate = JoinPath(plugin_dir_, endpoint);
+    StatusOr<std::string> socket = pluginapi::CheckPluginEndpoint(plugin_dir_, endpoint);
     if (!socket.ok()) {
       endpoint_error_ = socket.status().message();
     } else if (::lstat(candidate.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
@@ -494,7 +493,7 @@ std::optional<Outcome> Session::AskPreferred(const std::vector<std::string>& ava
 
 Outcome Session::RegVersion() {
   if (auto skip = NeedRegistration()) return *skip;
-  Status s = devicemanager::ValidateVersion(registration_->version());
+  Status s = pluginapi::ValidateVersion(registration_->version());
   if (!s.ok()) return Fail(s.message());
   return Pass("version \"" + registration_->version() + "\"");
 }
@@ -502,7 +501,7 @@ Outcome Session::RegVersion() {
 Outcome Session::RegResourceName() {
   if (auto skip = NeedRegistration()) return *skip;
   const std::string& name = registration_->resource_name();
-  Status s = devicemanager::ValidateResourceName(name);
+  Status s = pluginapi::ValidateResourceName(name);
   if (!s.ok()) return Fail(s.message());
   if (name != options_.resource) {
     return Fail("registered \"" + name + "\", expected --resource \"" + options_.resource + "\"");
@@ -1004,7 +1003,7 @@ Outcome Session::PrestartAnswered() {
 
 Status Runner::CheckOptions(const Options& options) {
   if (options.resource.empty()) return InvalidArgumentError("--resource NAME is required");
-  if (Status s = devicemanager::ValidateResourceName(options.resource); !s.ok()) {
+  if (Status s = pluginapi::ValidateResourceName(options.resource); !s.ok()) {
     return InvalidArgumentError("--resource: " + s.message());
   }
   if (options.root.empty() == options.plugin_socket.empty()) {

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
 
 namespace kdm::conformance {

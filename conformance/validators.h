@@ -5,7 +5,8 @@
 // Each returns OK, or INVALID_ARGUMENT whose message says what was wrong
 // and quotes the offending value (the reason printed next to FAIL).
 // Registration rules (API version, extended resource name, endpoint) are
-// not here: the checks reuse the device manager's own validators.
+// not here: the checks use the wire layer's (pluginapi/api_rules.h), the
+// ones the device manager applies.
 //
 // Thread-safety: free functions without state; safe from any thread.
 //
@@ -23,7 +24,8 @@
 
 namespace kdm::conformance {
 
-// The ids of one ListAndWatch message: each non-empty, at most 63 bytes,
+// The ids of one ListAndWatch message: each non-empty, at most
+// pluginapi::kMaxDeviceIdLength (63, the API's documented limit) bytes,
 // none listed twice.
 Status CheckDeviceIds(const std::vector<std::string>& ids);
 

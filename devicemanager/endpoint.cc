@@ -10,6 +10,7 @@
 
 #include "google/protobuf/arena.h"
 #include "kdm/base/log_value.h"
+#include "kdm/pluginapi/grpc_status.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "spdlog/spdlog.h"
 
@@ -28,11 +29,6 @@ std::string LogValue(std::string_view text) {
 }
 
 }  // namespace
-
-Status FromGrpc(const grpc::Status& s, const std::string& what) {
-  if (s.ok()) return OkStatus();
-  return Status(static_cast<StatusCode>(s.error_code()), what + ": " + s.error_message());
-}
 
 StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> DialPlugin(
     const std::string& socket_path, std::chrono::milliseconds timeout, int max_receive_bytes) {
@@ -106,8 +102,8 @@ StatusOr<std::shared_ptr<Endpoint>> Endpoint::Connect(
     grpc::Status s = ep->stub_->GetDevicePluginOptions(&ctx, empty, &ep->options_);
     if (!s.ok()) {
       ep->CountError(kGetDevicePluginOptions);
-      return FromGrpc(s, "GetDevicePluginOptions of " + ep->resource_ + " at " +
-                             ep->socket_path_);
+      return pluginapi::FromGrpcStatus(
+          s, "GetDevicePluginOptions of " + ep->resource_ + " at " + ep->socket_path_);
     }
   }
   ep->reader_ = std::thread([raw = ep.get()] { raw->ReadLoop(); });
@@ -133,7 +129,8 @@ Status Endpoint::WaitForFirstSnapshot() {
                            ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed")
                            : stream_status_;
     return UnavailableError(
-        FromGrpc(why, "ListAndWatch of " + resource_ + " ended before its first device list")
+        pluginapi::FromGrpcStatus(
+            why, "ListAndWatch of " + resource_ + " ended before its first device list")
             .message());
   }
   CountError(kListAndWatch);
@@ -259,7 +256,7 @@ StatusOr<std::vector<std::string>> Endpoint::GetPreferredAllocation(
   grpc::Status s = stub_->GetPreferredAllocation(&ctx, request, &response);
   if (!s.ok()) {
     CountError(kGetPreferredAllocation);
-    return FromGrpc(s, "GetPreferredAllocation of " + resource_);
+    return pluginapi::FromGrpcStatus(s, "GetPreferredAllocation of " + resource_);
   }
   if (response.container_responses_size() == 0) {
     return InvalidArgumentError("GetPreferredAllocation of " + resource_ +
@@ -281,7 +278,7 @@ StatusOr<v1beta1::ContainerAllocateResponse> Endpoint::Allocate(
   grpc::Status s = stub_->Allocate(&ctx, request, &response);
   if (!s.ok()) {
     CountError(kAllocate);
-    return FromGrpc(s, "Allocate of " + resource_);
+    return pluginapi::FromGrpcStatus(s, "Allocate of " + resource_);
   }
   if (response.container_responses_size() == 0) {
     CountError(kAllocate);
@@ -301,7 +298,7 @@ Status Endpoint::PreStartContainer(const std::vector<std::string>& ids) {
   grpc::Status s = stub_->PreStartContainer(&ctx, request, &response);
   if (!s.ok()) {
     CountError(kPreStartContainer);
-    return FromGrpc(s, "PreStartContainer of " + resource_);
+    return pluginapi::FromGrpcStatus(s, "PreStartContainer of " + resource_);
   }
   return OkStatus();
 }

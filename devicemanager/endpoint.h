@@ -37,11 +37,9 @@
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kdm/base/status.h"
 #include "kdm/base/sync.h"
+#include "kdm/pluginapi/constants.h"
 
 namespace kdm::devicemanager {
-
-// Converts a gRPC status, prefixing the message with `what`.
-Status FromGrpc(const grpc::Status& s, const std::string& what);
 
 // The default largest message accepted from a plugin (4 MiB, gRPC's own
 // default, made explicit): Manager::Options::max_plugin_message_bytes.
@@ -61,6 +59,10 @@ StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> DialPlugin(
 // DNS-subdomain-like 253 bytes, and 100,000 devices per resource.
 struct SnapshotLimits {
   std::size_t max_devices = 100'000;
+
+  // Not the API's documented 63 (pluginapi::kMaxDeviceIdLength, which `kdm
+  // conform` checks): the kubelet enforces no bound, and a plugin it accepts
+  // must work here; this bound only keeps a snapshot's memory in check.
   std::size_t max_id_bytes = 253;
 };
 
@@ -81,11 +83,11 @@ class Endpoint {
   static constexpr const char* kPreStartContainer = "PreStartContainer";
 
   struct Deadlines {
-    std::chrono::milliseconds options{10'000};
+    std::chrono::milliseconds options{pluginapi::kDialTimeout};
     // How long Connect waits for the first ListAndWatch message.
-    std::chrono::milliseconds first_snapshot{10'000};
+    std::chrono::milliseconds first_snapshot{pluginapi::kDialTimeout};
     std::chrono::milliseconds rpc{10'000};  // GetPreferredAllocation, Allocate
-    std::chrono::milliseconds pre_start{30'000};
+    std::chrono::milliseconds pre_start{pluginapi::kPreStartContainerTimeout};
   };
 
   struct Callbacks {

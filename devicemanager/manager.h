@@ -55,6 +55,7 @@
 #include "kdm/devicemanager/clock.h"
 #include "kdm/devicemanager/metrics.h"
 #include "kdm/devicemanager/pod.h"
+#include "kdm/pluginapi/constants.h"
 
 namespace kdm::devicemanager {
 
@@ -166,16 +167,16 @@ class Manager {
     // Directory of kubelet.sock and the plugins' sockets (created 0750). A
     // relative path is made absolute by Create, against the working
     // directory then; <plugin_dir>/kubelet.sock must fit a unix socket path.
-    std::string plugin_dir = "/var/lib/kubelet/device-plugins";
+    std::string plugin_dir = std::string(pluginapi::kDevicePluginPath);
     // Where allocations live across restarts. Null: an in-memory store.
     std::shared_ptr<checkpoint::Store> store;
     // Deadline of dialing a plugin, GetDevicePluginOptions, and the wait for
     // its first ListAndWatch message (each).
-    std::chrono::milliseconds registration_timeout{10'000};
+    std::chrono::milliseconds registration_timeout{pluginapi::kDialTimeout};
     // Deadline of GetPreferredAllocation and Allocate.
     std::chrono::milliseconds rpc_timeout{10'000};
     // Deadline of PreStartContainer.
-    std::chrono::milliseconds pre_start_timeout{30'000};
+    std::chrono::milliseconds pre_start_timeout{pluginapi::kPreStartContainerTimeout};
     // How long a resource whose last plugin disconnected stays (unhealthy)
     // before it is removed from capacity.
     std::chrono::milliseconds grace_period{std::chrono::minutes(5)};

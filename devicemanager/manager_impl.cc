@@ -6,9 +6,11 @@
 #include <string_view>
 #include <utility>
 
+#include "kdm/base/file_system.h"
 #include "kdm/base/log_value.h"
 #include "kdm/devicemanager/device_snapshot.h"
 #include "kdm/devicemanager/os.h"
+#include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "spdlog/fmt/ranges.h"
@@ -85,16 +87,6 @@ std::vector<DeviceHealthEvent> HealthChanges(const std::string& resource,
   return events;
 }
 
-bool IsDns1123Label(std::string_view s) {
-  if (s.empty() || s.size() > 63) return false;
-  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-  if (!alnum(s.front()) || !alnum(s.back())) return false;
-  for (char c : s) {
-    if (!alnum(c) && c != '-') return false;
-  }
-  return true;
-}
-
 std::set<std::string> ActivePods(const Manager::Options& options) {
   if (!options.active_pods) return {};
   return options.active_pods();
@@ -106,7 +98,7 @@ std::set<std::string> ActivePods(const Manager::Options& options) {
 
 Status ValidateRestrictions(const std::map<std::string, std::set<std::string>>& restrictions) {
   for (const auto& [resource, namespaces] : restrictions) {
-    if (!IsExtendedResourceName(resource)) {
+    if (!pluginapi::IsExtendedResourceName(resource)) {
       return InvalidArgumentError("Options.restrictions: \"" + resource +
                                   "\" is not an extended resource name (domain/name)");
     }
@@ -115,7 +107,7 @@ Status ValidateRestrictions(const std::map<std::string, std::set<std::string>>& 
                                   "\" has an empty namespace list");
     }
     for (const std::string& ns : namespaces) {
-      if (!IsDns1123Label(ns)) {
+      if (!pluginapi::IsDns1123Label(ns)) {
         return InvalidArgumentError("Options.restrictions: resource \"" + resource +
                                     "\": namespace \"" + ns +
                                     "\" is not a DNS-1123 label (lowercase letters, digits, "

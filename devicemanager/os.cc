@@ -12,8 +12,7 @@
 #include <fstream>
 #include <memory>
 
-#include "kdm/pluginapi/constants.h"
-#include "kdm/pluginapi/unix_target.h"
+#include "kdm/base/file_system.h"
 
 namespace kdm::devicemanager {
 
@@ -22,14 +21,6 @@ namespace {
 std::string ErrnoText(int err) { return std::string(strerror(err)); }
 
 }  // namespace
-
-std::string JoinPath(std::string_view dir, std::string_view name) {
-  std::string out(dir);
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  if (out.empty() || out.back() != '/') out += '/';
-  out += name;
-  return out;
-}
 
 StatusOr<std::string> ReadBootId(const std::string& path) {
   std::ifstream in(path);
@@ -41,26 +32,6 @@ StatusOr<std::string> ReadBootId(const std::string& path) {
   }
   if (line.empty()) return InternalError("boot id file " + path + " is empty");
   return line;
-}
-
-Status EnsureDirectory(const std::string& dir, unsigned mode) {
-  if (dir.empty()) return InvalidArgumentError("directory path is empty");
-  std::string partial;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = dir.find('/', pos + 1);
-    partial = dir.substr(0, pos);
-    if (partial.empty()) continue;
-    if (mkdir(partial.c_str(), static_cast<mode_t>(mode)) != 0 && errno != EEXIST) {
-      return InternalError("cannot create directory " + partial + ": " + ErrnoText(errno));
-    }
-  }
-  struct stat st;
-  if (stat(dir.c_str(), &st) != 0) {
-    return InternalError("cannot stat " + dir + ": " + ErrnoText(errno));
-  }
-  if (!S_ISDIR(st.st_mode)) return FailedPreconditionError(dir + " exists and is not a directory");
-  return OkStatus();
 }
 
 StatusOr<std::vector<std::string>> RemoveSocketsExcept(const std::string& dir,
@@ -101,47 +72,6 @@ std::string ModeText(unsigned mode) {
   char buf[8];
   snprintf(buf, sizeof(buf), "%04o", mode & 07777);
   return buf;
-}
-
-StatusOr<std::string> CheckPluginEndpoint(const std::string& dir, const std::string& endpoint) {
-  // The name as shown in messages: NUL bytes visible, long names truncated.
-  std::string shown;
-  for (char c : endpoint.substr(0, 64)) shown += c == '\0' ? std::string("\\0") : std::string(1, c);
-  if (endpoint.size() > 64) shown += "...";
-  auto invalid = [&](std::string_view why) {
-    return InvalidArgumentError("invalid endpoint \"" + shown + "\": " + std::string(why));
-  };
-  if (endpoint.empty()) return invalid("the socket file name is empty");
-  if (endpoint.find('\0') != std::string::npos) return invalid("contains a NUL byte");
-  if (endpoint.find('/') != std::string::npos) {
-    return invalid("must be a plain file name inside the plugin directory, without '/'");
-  }
-  if (endpoint == ".") return invalid("must name a file, not the directory");
-  if (endpoint.find("..") != std::string::npos) return invalid("must not contain \"..\"");
-  if (endpoint.size() > kMaxEndpointNameLength) {
-    return invalid("the file name is " + std::to_string(endpoint.size()) +
-                   " bytes, longer than " + std::to_string(kMaxEndpointNameLength));
-  }
-  // Absolute: a relative plugin directory is read against the working
-  // directory now, and the length that counts is the absolute one.
-  StatusOr<std::string> abs = pluginapi::AbsoluteSocketPath(JoinPath(dir, endpoint));
-  if (!abs.ok()) return invalid(abs.status().message());
-  const std::string& path = *abs;
-  struct stat st;
-  if (lstat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) {
-      return NotFoundError("invalid endpoint \"" + shown + "\": no such file in " + dir);
-    }
-    return invalid("cannot stat " + path + ": " + ErrnoText(errno));
-  }
-  if (S_ISSOCK(st.st_mode)) return path;
-  if (S_ISLNK(st.st_mode)) {
-    return invalid("is a symlink; the plugin's socket itself must be in the plugin directory");
-  }
-  if (S_ISDIR(st.st_mode)) return invalid("not a unix socket but a directory");
-  if (S_ISREG(st.st_mode)) return invalid("not a unix socket but a regular file");
-  if (S_ISFIFO(st.st_mode)) return invalid("not a unix socket but a FIFO");
-  return invalid("not a unix socket");
 }
 
 }  // namespace kdm::devicemanager

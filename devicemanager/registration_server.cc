@@ -13,11 +13,13 @@
 #include <utility>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kdm/base/file_system.h"
 #include "kdm/base/log_rate_limiter.h"
 #include "kdm/base/log_value.h"
 #include "kdm/base/sync.h"
-#include "kdm/devicemanager/os.h"
+#include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/grpc_status.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "spdlog/spdlog.h"
 
@@ -25,64 +27,10 @@ namespace kdm::devicemanager {
 
 namespace {
 
-bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
-bool IsAlnum(char c) { return IsLowerAlnum(c) || (c >= 'A' && c <= 'Z'); }
-
-// RFC 1123 subdomain: dot-separated labels of [a-z0-9]([-a-z0-9]*[a-z0-9])?.
-bool IsDns1123Subdomain(std::string_view s) {
-  if (s.empty() || s.size() > 253) return false;
-  size_t start = 0;
-  while (true) {
-    size_t dot = s.find('.', start);
-    std::string_view label = s.substr(start, dot == std::string_view::npos ? s.npos : dot - start);
-    if (label.empty() || !IsLowerAlnum(label.front()) || !IsLowerAlnum(label.back())) return false;
-    for (char c : label) {
-      if (!IsLowerAlnum(c) && c != '-') return false;
-    }
-    if (dot == std::string_view::npos) return true;
-    start = dot + 1;
-  }
-}
-
-bool IsQualifiedNamePart(std::string_view s) {
-  if (s.empty() || s.size() > 63) return false;
-  if (!IsAlnum(s.front()) || !IsAlnum(s.back())) return false;
-  for (char c : s) {
-    if (!IsAlnum(c) && c != '-' && c != '_' && c != '.') return false;
-  }
-  return true;
-}
-
 // Threads of the Registration server beyond Limits::max_in_flight.
 constexpr int kExtraThreads = 8;
 
-grpc::Status ToGrpc(const Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
-}
-
 }  // namespace
-
-Status ValidateVersion(const std::string& version) {
-  if (version == pluginapi::kVersion) return OkStatus();
-  return InvalidArgumentError("requested API version \"" + version +
-                              "\" is not supported by kubelet. Supported version is \"" +
-                              std::string(pluginapi::kVersion) + "\"");
-}
-
-bool IsExtendedResourceName(std::string_view name) {
-  size_t slash = name.find('/');
-  if (slash == std::string_view::npos) return false;                        // native
-  if (name.find("kubernetes.io/") != std::string_view::npos) return false;  // native
-  if (name.starts_with("requests.")) return false;
-  if (name.find('/', slash + 1) != std::string_view::npos) return false;
-  return IsDns1123Subdomain(name.substr(0, slash)) && IsQualifiedNamePart(name.substr(slash + 1));
-}
-
-Status ValidateResourceName(const std::string& name) {
-  if (IsExtendedResourceName(name)) return OkStatus();
-  return InvalidArgumentError("the ResourceName \"" + name + "\" is invalid");
-}
 
 class RegistrationServer::Service final : public v1beta1::Registration::Service {
  public:
@@ -115,7 +63,7 @@ class RegistrationServer::Service final : public v1beta1::Registration::Service 
                    QuoteLogValue(request->version(), kMaxLogged),
                    QuoteLogValue(s.message(), 2 * kMaxLogged));
     }
-    return ToGrpc(s);
+    return pluginapi::ToGrpcStatus(s);
   }
 
  private:
@@ -129,9 +77,9 @@ class RegistrationServer::Service final : public v1beta1::Registration::Service 
   }
 
   StatusOr<std::string> Validate(const v1beta1::RegisterRequest& request) {
-    KDM_RETURN_IF_ERROR(ValidateVersion(request.version()));
-    KDM_RETURN_IF_ERROR(ValidateResourceName(request.resource_name()));
-    return CheckPluginEndpoint(dir_, request.endpoint());
+    KDM_RETURN_IF_ERROR(pluginapi::ValidateVersion(request.version()));
+    KDM_RETURN_IF_ERROR(pluginapi::ValidateResourceName(request.resource_name()));
+    return pluginapi::CheckPluginEndpoint(dir_, request.endpoint());
   }
 
   grpc::Status RefuseBusy(const v1beta1::RegisterRequest& request) {
@@ -152,7 +100,7 @@ class RegistrationServer::Service final : public v1beta1::Registration::Service 
                    QuoteLogValue(request.endpoint(), kMaxLogValueBytes), max_in_flight_,
                    *suppressed);
     }
-    return ToGrpc(s);
+    return pluginapi::ToGrpcStatus(s);
   }
 
   const std::string dir_;

@@ -4,9 +4,11 @@
 // A Register call is validated here (docs/kubelet-rules.md#registration: API
 // version and extended resource name, with the kubelet's texts;
 // docs/promises.md#endpoint-checks: the endpoint is a plain file name of a
-// unix socket inside the plugin directory) and then handed to the Handler
-// (the Manager), which dials the plugin, reads its options and opens
-// ListAndWatch; the Handler's Status is the Register answer.
+// unix socket inside the plugin directory) and then handed to
+// the Handler (the Manager), which dials the plugin, reads its options and
+// opens ListAndWatch; the Handler's Status is the Register answer.
+// The rules themselves are the wire layer's (pluginapi/api_rules.h), shared
+// with the fake kubelet and `kdm conform`.
 //
 // Bounds: a Register call may take as long as its plugin takes to answer
 // (the Handler's deadlines), so calls in flight are capped
@@ -34,7 +36,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <string_view>
 
 #include "kdm/base/status.h"
 
@@ -43,21 +44,6 @@ class Server;
 }
 
 namespace kdm::devicemanager {
-
-// docs/kubelet-rules.md#registration: INVALID_ARGUMENT `requested API
-// version "<v>" is not supported by kubelet. Supported version is "v1beta1"`
-// unless version is "v1beta1".
-Status ValidateVersion(const std::string& version);
-
-// True for an extended resource name (docs/kubelet-rules.md#registration):
-// contains one '/', no "kubernetes.io/", no "requests." prefix, a DNS-1123
-// subdomain prefix (at most 253 chars) and a name part of at most 63 chars
-// matching [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?.
-bool IsExtendedResourceName(std::string_view name);
-
-// INVALID_ARGUMENT `the ResourceName "<r>" is invalid` unless
-// IsExtendedResourceName(name).
-Status ValidateResourceName(const std::string& name);
 
 // RegistrationServer::Limits (at namespace scope so that it can be a
 // default argument inside the class).

@@ -22,6 +22,7 @@
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kdm/base/sync.h"
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/grpc_status.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
 #include "kdm/pluginapi/unix_target.h"
 
@@ -121,10 +122,6 @@ constexpr milliseconds kCancelPoll{10};
 constexpr milliseconds kAllocateHold{20};
 // pref-slow never holds a call longer than this.
 constexpr milliseconds kSlowBound{60'000};
-
-grpc::Status ToGrpc(const Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
-}
 
 std::string Join(const std::vector<std::string>& items) {
   std::string out;
@@ -343,7 +340,7 @@ class FaultyPlugin::Impl {
                             "(fault pref-slow)");
       }
       StatusOr<v1beta1::ContainerPreferredAllocationResponse> r = PreferredFor(container);
-      if (!r.ok()) return ToGrpc(r.status());
+      if (!r.ok()) return pluginapi::ToGrpcStatus(r.status());
       auto* ids = r->mutable_deviceids();
       switch (fault_) {
         case Fault::kPrefWrongSize:
@@ -437,7 +434,7 @@ class FaultyPlugin::Impl {
       StatusOr<v1beta1::ContainerAllocateResponse> r =
           fault_ == Fault::kAllocAcceptUnknown ? AllocateAcceptingUnknown(container)
                                                : healthy_->Allocate(container);
-      if (!r.ok()) return ToGrpc(r.status());
+      if (!r.ok()) return pluginapi::ToGrpcStatus(r.status());
       switch (fault_) {
         case Fault::kAllocRelativePath:
           if (!r->devices().empty()) {
@@ -753,8 +750,7 @@ Status FaultyPlugin::Impl::RegisterOnce() {
     register_context_ = nullptr;
   }
   if (!s.ok()) {
-    return Status(static_cast<StatusCode>(s.error_code()),
-                  "registration of " + config_.resource_name + " refused: " + s.error_message());
+    return pluginapi::FromGrpcStatus(s, "registration of " + config_.resource_name + " refused");
   }
   spdlog::info("event=fault_registered fault={} version={} resource={} endpoint={}",
                 fault_name_, request.version(), QuoteLogValue(request.resource_name()),

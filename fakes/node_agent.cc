@@ -32,6 +32,7 @@
 #include "kdm/fakes/manifest_watcher.h"
 #include "kdm/fakes/pod_manifest.h"
 #include "kdm/fakes/status_writer.h"
+#include "kdm/pluginapi/api_rules.h"
 
 namespace kdm::fakes {
 namespace {
@@ -79,7 +80,7 @@ std::set<std::string> DeviceResources(const dm::Pod& pod) {
   for (const auto* list : {&pod.init_containers, &pod.containers}) {
     for (const auto& c : *list) {
       for (const auto& [resource, limit] : c.limits) {
-        if (IsExtendedResourceName(resource) && !limit.IsZero()) out.insert(resource);
+        if (pluginapi::IsExtendedResourceName(resource) && !limit.IsZero()) out.insert(resource);
       }
     }
   }
@@ -808,12 +809,6 @@ StatusOr<std::unique_ptr<NodeAgent>> NodeAgent::Start(Options options) {
 
 StatusOr<std::map<std::string, std::set<std::string>>> ParseRestrictions(
     const std::vector<std::string>& values) {
-  auto is_label = [](std::string_view v) {
-    if (v.empty() || v.size() > 63) return false;
-    auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-    if (!alnum(v.front()) || !alnum(v.back())) return false;
-    return std::all_of(v.begin(), v.end(), [&](char c) { return alnum(c) || c == '-'; });
-  };
   std::map<std::string, std::set<std::string>> out;
   for (const std::string& value : values) {
     auto bad = [&](const std::string& why) {
@@ -825,7 +820,7 @@ StatusOr<std::map<std::string, std::set<std::string>>> ParseRestrictions(
     if (eq == std::string::npos) return bad("no '='");
     std::string resource = value.substr(0, eq);
     std::string list = value.substr(eq + 1);
-    if (!IsExtendedResourceName(resource)) {
+    if (!pluginapi::IsExtendedResourceName(resource)) {
       return bad("\"" + resource + "\" is not an extended resource name (domain/name)");
     }
     if (out.count(resource)) return bad("resource \"" + resource + "\" is restricted twice");
@@ -837,7 +832,7 @@ StatusOr<std::map<std::string, std::set<std::string>>> ParseRestrictions(
       std::string ns = list.substr(start, comma == std::string::npos ? std::string::npos
                                                                      : comma - start);
       if (ns.empty()) return bad("an empty namespace name");
-      if (!is_label(ns)) {
+      if (!pluginapi::IsDns1123Label(ns)) {
         return bad("namespace \"" + ns +
                    "\" is not a DNS-1123 label (lowercase letters, digits, '-', at most 63)");
       }

@@ -66,6 +66,7 @@
 #include "kdm/base/status.h"
 #include "kdm/checkpoint/paths.h"
 #include "kdm/devicemanager/pod_resources_server.h"
+#include "kdm/pluginapi/constants.h"
 
 namespace kdm::fakes {
 
@@ -92,7 +93,7 @@ class NodeAgent {
     // registration steps).
     std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};
     // Deadline of PreStartContainer (the kubelet's is 30 s).
-    std::chrono::milliseconds pre_start_timeout{std::chrono::seconds(30)};
+    std::chrono::milliseconds pre_start_timeout{pluginapi::kPreStartContainerTimeout};
     // At start, how long a pod that was admitted before the restart (its
     // status file says Admitted, or the checkpoint holds its devices) waits
     // for the plugins of its resources to register before it is judged. A

@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "kdm/pluginapi/api_rules.h"
+
 namespace kdm::fakes {
 namespace {
 
@@ -20,6 +22,12 @@ using devicemanager::Container;
 using devicemanager::Pod;
 using devicemanager::Quantity;
 using nlohmann::json;
+// Kubernetes' naming rules: the wire layer's, so that a pod can ask for
+// every resource a plugin can register, and for nothing else.
+using pluginapi::IsDns1123Label;
+using pluginapi::IsDns1123Subdomain;
+using pluginapi::IsExtendedResourceName;
+using pluginapi::IsQualifiedNamePart;
 
 std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
@@ -126,44 +134,6 @@ StatusOr<json> ParseDocument(std::string_view text, bool as_json) {
     }
     return InvalidArgumentError("invalid YAML" + where + ": " + e.msg);
   }
-}
-
-// [a-z0-9]([-a-z0-9]*[a-z0-9])?, any length.
-bool IsDns1123LabelChars(std::string_view s) {
-  if (s.empty()) return false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-    if (!alnum && !(c == '-' && i > 0 && i + 1 < s.size())) return false;
-  }
-  return true;
-}
-
-bool IsDns1123Label(std::string_view s) { return s.size() <= 63 && IsDns1123LabelChars(s); }
-
-// Kubernetes' IsDNS1123Subdomain: at most 253 characters in all, with no
-// limit per dot-separated part (unlike a DNS label).
-bool IsDns1123Subdomain(std::string_view s) {
-  if (s.empty() || s.size() > 253) return false;
-  size_t start = 0;
-  while (true) {
-    size_t dot = s.find('.', start);
-    std::string_view part = s.substr(start, dot == std::string_view::npos ? s.npos : dot - start);
-    if (!IsDns1123LabelChars(part)) return false;
-    if (dot == std::string_view::npos) return true;
-    start = dot + 1;
-  }
-}
-
-bool IsQualifiedNamePart(std::string_view s) {
-  auto alnum = [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-  };
-  if (s.empty() || s.size() > 63 || !alnum(s.front()) || !alnum(s.back())) return false;
-  for (char c : s) {
-    if (!alnum(c) && c != '-' && c != '_' && c != '.') return false;
-  }
-  return true;
 }
 
 bool IsNativeResourceName(std::string_view name) {
@@ -383,15 +353,6 @@ uint64_t Fnv1a64(std::string_view data, uint64_t seed) {
 }
 
 }  // namespace
-
-bool IsExtendedResourceName(std::string_view name) {
-  size_t slash = name.find('/');
-  if (slash == std::string_view::npos) return false;
-  if (name.find("kubernetes.io/") != std::string_view::npos) return false;
-  if (name.starts_with("requests.")) return false;
-  if (name.find('/', slash + 1) != std::string_view::npos) return false;
-  return IsDns1123Subdomain(name.substr(0, slash)) && IsQualifiedNamePart(name.substr(slash + 1));
-}
 
 StatusOr<Pod> ParsePodManifest(std::string_view text, std::string_view file_name,
                                PodIdentity* identity) {

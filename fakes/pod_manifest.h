@@ -91,11 +91,6 @@ std::string DerivePodUid(std::string_view namespace_name, std::string_view name)
 // files ("~", ".swp", ".#x.yaml", "4913") are ignored.
 bool IsManifestFileName(std::string_view file_name);
 
-// True for extended (device plugin) resource names: "domain/name", not
-// under kubernetes.io/, no "requests." prefix, a DNS-1123 subdomain domain
-// and a qualified name part.
-bool IsExtendedResourceName(std::string_view name);
-
 }  // namespace kdm::fakes
 
 #endif  // KDM_FAKES_POD_MANIFEST_H_

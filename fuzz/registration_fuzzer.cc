@@ -1,6 +1,7 @@
-// Fuzz target: the checks a Register call passes before the Manager sees it
-// (devicemanager/registration_server.h: ValidateVersion, IsExtendedResourceName,
-// ValidateResourceName; devicemanager/os.h: CheckPluginEndpoint).
+// Fuzz target: the checks a Register call passes before the Manager sees it,
+// the wire layer's rules (pluginapi/api_rules.h: ValidateVersion,
+// IsExtendedResourceName, ValidateResourceName, CheckEndpointName,
+// CheckPluginEndpoint).
 //
 // Input: "<version>\n<resource name>\n<endpoint>" (missing fields are empty;
 // the endpoint is the rest, newlines and NUL bytes included).
@@ -8,14 +9,15 @@
 // Properties:
 // - ValidateVersion accepts exactly "v1beta1";
 // - an accepted resource name satisfies the documented rules, checked here
-//   independently, and the pod manifest reader's IsExtendedResourceName (the
-//   API server's rule, which the kubelet's registration check also uses)
-//   agrees; ValidateResourceName agrees with IsExtendedResourceName;
+//   independently, and a pod manifest may ask for it (the pod manifest
+//   reader keeps it as a device limit); ValidateResourceName agrees with
+//   IsExtendedResourceName;
 // - CheckPluginEndpoint, against a private directory made once (a socket, a
 //   symlink to it, a regular file, a sub-directory, a dangling symlink and a
 //   symlink to a socket outside), accepts only a plain socket of that
 //   directory (or a symlink resolving to one inside it) and returns
-//   dir + "/" + endpoint; the real socket is always accepted.
+//   dir + "/" + endpoint; the real socket is always accepted; a name it
+//   accepts passes CheckEndpointName.
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -33,13 +35,13 @@
 #include <system_error>
 
 #include "fuzz_check.h"
-#include "kdm/devicemanager/os.h"
-#include "kdm/devicemanager/registration_server.h"
 #include "kdm/fakes/pod_manifest.h"
+#include "kdm/pluginapi/api_rules.h"
+#include "nlohmann/json.hpp"
 
 namespace {
 
-namespace dm = kdm::devicemanager;
+namespace api = kdm::pluginapi;
 
 void BindSocket(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -131,19 +133,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                              : std::string(in.substr(nl1 + 1, nl2 == in.npos ? in.npos : nl2 - nl1 - 1));
   std::string endpoint = nl2 == std::string_view::npos ? std::string() : std::string(in.substr(nl2 + 1));
 
-  kdm::Status v = dm::ValidateVersion(version);
+  kdm::Status v = api::ValidateVersion(version);
   FUZZ_CHECK(v.ok() == (version == "v1beta1"), "version \"" << version << "\": " << v);
 
-  const bool extended = dm::IsExtendedResourceName(resource);
-  FUZZ_CHECK(dm::ValidateResourceName(resource).ok() == extended, "ValidateResourceName disagrees");
+  const bool extended = api::IsExtendedResourceName(resource);
+  FUZZ_CHECK(api::ValidateResourceName(resource).ok() == extended, "ValidateResourceName disagrees");
   if (extended) {
     FUZZ_CHECK(FollowsDocumentedRules(resource), "accepted \"" << resource << "\"");
+    // A pod can ask for every resource a plugin can register.
+    nlohmann::json limits = {{resource, 1}};
+    nlohmann::json manifest = {
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata", {{"name", "p"}}},
+        {"spec", {{"containers", {{{"name", "m"}, {"resources", {{"limits", limits}}}}}}}}};
+    auto pod = kdm::fakes::ParsePodManifest(manifest.dump(), "pod.json");
+    FUZZ_CHECK(pod.ok() && pod->containers[0].limits.count(resource) == 1,
+               "registration accepts \"" << resource << "\" but a pod cannot ask for it: "
+                                         << (pod.ok() ? kdm::Status() : pod.status()));
   }
-  FUZZ_CHECK(kdm::fakes::IsExtendedResourceName(resource) == extended,
-             "registration and pod manifest disagree on \"" << resource << "\": registration "
-                                                            << extended);
 
-  kdm::StatusOr<std::string> socket = dm::CheckPluginEndpoint(plugin_dir->dir, endpoint);
+  kdm::StatusOr<std::string> socket = api::CheckPluginEndpoint(plugin_dir->dir, endpoint);
   if (endpoint == "plugin.sock") {
     FUZZ_CHECK(socket.ok(), "the real socket is refused: " << socket.status());
   }
@@ -152,6 +162,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    endpoint.find('\0') == std::string::npos && endpoint != "." && endpoint != "..",
                "accepted endpoint \"" << endpoint << "\"");
     FUZZ_CHECK(*socket == plugin_dir->dir + "/" + endpoint, "returned " << *socket);
+    FUZZ_CHECK(api::CheckEndpointName(endpoint).ok(), "name rules refuse \"" << endpoint << "\"");
     struct stat st;
     FUZZ_CHECK(stat(socket->c_str(), &st) == 0 && S_ISSOCK(st.st_mode),
                "accepted a non-socket " << *socket);

@@ -6,6 +6,7 @@
 #define KDM_PLUGINAPI_CONSTANTS_H_
 
 #include <chrono>
+#include <cstddef>
 #include <string_view>
 
 namespace kdm::pluginapi {
@@ -17,20 +18,17 @@ inline constexpr std::string_view kVersion = "v1beta1";
 inline constexpr std::string_view kDevicePluginPath = "/var/lib/kubelet/device-plugins/";
 // File name of the registration socket inside the device-plugin directory.
 inline constexpr std::string_view kKubeletSocketName = "kubelet.sock";
-// kDevicePluginPath + kKubeletSocketName.
-inline constexpr std::string_view kKubeletSocket = "/var/lib/kubelet/device-plugins/kubelet.sock";
 
 // Device.health values. Anything but kHealthy counts as unhealthy.
 inline constexpr std::string_view kHealthy = "Healthy";
 inline constexpr std::string_view kUnhealthy = "Unhealthy";
 
-// Deadline the kubelet gives PreStartContainer.
+// Deadline the kubelet gives PreStartContainer (the default of
+// Manager::Options::pre_start_timeout and of the fake kubelet's).
 inline constexpr std::chrono::seconds kPreStartContainerTimeout{30};
-// Deadline the kubelet gives dialing a plugin after Register.
+// Deadline the kubelet gives dialing a plugin after Register (the default of
+// Manager::Options::registration_timeout, each registration step's).
 inline constexpr std::chrono::seconds kDialTimeout{10};
-
-// Documented maximum length of a device id.
-inline constexpr std::size_t kMaxDeviceIdLength = 63;
 
 // Usable bytes of sockaddr_un.sun_path for a path (one byte is the NUL).
 inline constexpr std::size_t kMaxUnixSocketPathLength = 107;

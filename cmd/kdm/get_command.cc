@@ -24,6 +24,7 @@
 
 #include "commands.h"
 #include "kdm/base/status.h"
+#include "kdm/pluginapi/grpc_status.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "podresources/v1/api.grpc.pb.h"
 
@@ -155,9 +156,7 @@ class PodResourcesClient {
   }
 
   Status Check(const grpc::Status& s, const char* method) const {
-    if (s.ok()) return OkStatus();
-    return Status(static_cast<StatusCode>(s.error_code()),
-                  std::string(method) + " on " + socket_ + " failed: " + s.error_message());
+    return pluginapi::FromGrpcStatus(s, std::string(method) + " on " + socket_ + " failed");
   }
 
   std::string socket_;

@@ -37,6 +37,7 @@
 #include "kdm/fakes/faulty_plugin.h"
 #include "kdm/fakes/gpu_plugin.h"
 #include "kdm/fakes/health_file.h"
+#include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
 #include "kdm/topology/presets.h"
@@ -129,8 +130,10 @@ std::optional<std::string> CheckUsage(const PluginFlags& f, fakes::PluginConfig*
   StatusOr<fakes::PreferredPolicy> policy = fakes::ParsePreferredPolicy(f.policy);
   if (!policy.ok()) return policy.status().message();
   config->policy = *policy;
-  if (f.socket_name.find('/') != std::string::npos || f.socket_name == "." ||
-      f.socket_name == ".." || f.socket_name == pluginapi::kKubeletSocketName) {
+  // Empty: the default name. Else the rules the kubelet side applies to the
+  // endpoint a plugin registers.
+  if (!f.socket_name.empty() && (!pluginapi::CheckEndpointName(f.socket_name).ok() ||
+                                 f.socket_name == pluginapi::kKubeletSocketName)) {
     return "--socket-name '" + f.socket_name +
            "' must be a plain file name other than kubelet.sock";
   }

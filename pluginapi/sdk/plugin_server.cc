@@ -23,6 +23,8 @@
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "google/protobuf/arena.h"
 #include "kdm/base/sync.h"
+#include "kdm/pluginapi/api_rules.h"
+#include "kdm/pluginapi/grpc_status.h"
 #include "kdm/pluginapi/unix_target.h"
 
 namespace kdm::plugin {
@@ -65,10 +67,6 @@ namespace {
 namespace fs = std::filesystem;
 // gRPC deadlines take system_clock time points only.
 using Clock = std::chrono::system_clock;
-
-grpc::Status ToGrpc(const Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
-}
 
 // Identity of a file, to notice that it was removed and created again.
 struct FileId {
@@ -273,7 +271,7 @@ class PluginServerImpl final : public PluginServer {
     for (const auto& container : request.container_requests()) {
       StatusOr<v1beta1::ContainerPreferredAllocationResponse> r =
           options_.get_preferred_allocation(container);
-      if (!r.ok()) return ToGrpc(r.status());
+      if (!r.ok()) return pluginapi::ToGrpcStatus(r.status());
       *response->add_container_responses() = std::move(*r);
     }
     return grpc::Status::OK;
@@ -283,7 +281,7 @@ class PluginServerImpl final : public PluginServer {
                                v1beta1::AllocateResponse* response) {
     for (const auto& container : request.container_requests()) {
       StatusOr<v1beta1::ContainerAllocateResponse> r = options_.allocate(container);
-      if (!r.ok()) return ToGrpc(r.status());
+      if (!r.ok()) return pluginapi::ToGrpcStatus(r.status());
       *response->add_container_responses() = std::move(*r);
     }
     return grpc::Status::OK;
@@ -292,7 +290,7 @@ class PluginServerImpl final : public PluginServer {
   grpc::Status PreStart(const v1beta1::PreStartContainerRequest& request) {
     if (!options_.pre_start_container) return grpc::Status::OK;
     std::vector<std::string> ids(request.devices_ids().begin(), request.devices_ids().end());
-    return ToGrpc(options_.pre_start_container(ids));
+    return pluginapi::ToGrpcStatus(options_.pre_start_container(ids));
   }
 
  private:
@@ -436,11 +434,7 @@ class PluginServerImpl final : public PluginServer {
     context.set_deadline(Clock::now() + options_.register_timeout);
     v1beta1::Empty empty;
     grpc::Status s = stub->Register(&context, request, &empty);
-    if (!s.ok()) {
-      return Status(static_cast<StatusCode>(s.error_code()),
-                    "registration of " + options_.resource_name + " refused: " + s.error_message());
-    }
-    return OkStatus();
+    return pluginapi::FromGrpcStatus(s, "registration of " + options_.resource_name + " refused");
   }
 
   // The one background thread: registers (with back-off) and watches for a
@@ -594,11 +588,10 @@ StatusOr<std::unique_ptr<PluginServer>> PluginServer::Create(Options options) {
                                 ": plugin_dir is empty");
   }
   if (options.socket_name.empty()) options.socket_name = DefaultSocketName(options.resource_name);
-  if (options.socket_name.find('/') != std::string::npos || options.socket_name == "." ||
-      options.socket_name == "..") {
-    return InvalidArgumentError("plugin options for " + options.resource_name +
-                                ": socket_name \"" + options.socket_name +
-                                "\" must be a plain file name");
+  // The rules the kubelet side applies to RegisterRequest.endpoint: a name
+  // it would refuse is refused here, before anything is served.
+  if (Status name = pluginapi::CheckEndpointName(options.socket_name); !name.ok()) {
+    return name.WithPrefix("plugin options for " + options.resource_name + ": socket_name");
   }
   if (options.socket_name == pluginapi::kKubeletSocketName) {
     return InvalidArgumentError("plugin options for " + options.resource_name +

@@ -1,6 +1,6 @@
-// The Manager's seams and validators: the fake and real clocks, the OS seam
-// (boot id, directory creation, stale sockets, endpoint checks) and the
-// registration validators (version, extended resource names).
+// The Manager's seams: the fake and real clocks and the OS seam (boot id,
+// stale sockets, directory modes). The registration rules it applies are
+// tested with the wire layer (test/pluginapi/api_rules_test.cc).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -19,7 +19,6 @@
 #include "kdm/base/sync.h"
 #include "kdm/devicemanager/clock.h"
 #include "kdm/devicemanager/os.h"
-#include "kdm/devicemanager/registration_server.h"
 
 namespace kdm::devicemanager {
 namespace {
@@ -106,18 +105,6 @@ TEST_F(OsTest, ReadBootIdTrimsAndNamesBadFiles) {
   EXPECT_TRUE(ReadBootId().ok());
 }
 
-TEST_F(OsTest, EnsureDirectoryCreatesParentsWithTheMode) {
-  std::string d = dir_ + "/a/b/c";
-  ASSERT_TRUE(EnsureDirectory(d, 0750).ok());
-  struct stat st;
-  ASSERT_EQ(stat(d.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0750u);
-  EXPECT_TRUE(EnsureDirectory(d, 0750).ok());  // existing: fine
-  MakeFile(dir_ + "/file");
-  EXPECT_THAT(EnsureDirectory(dir_ + "/file", 0750).message(), HasSubstr("is not a directory"));
-  EXPECT_EQ(EnsureDirectory("", 0750).code(), StatusCode::kInvalidArgument);
-}
-
 TEST_F(OsTest, RemoveSocketsExceptKeepsKubeletSockAndOtherFiles) {
   MakeSocket(dir_ + "/kubelet.sock");
   MakeSocket(dir_ + "/a.sock");
@@ -132,53 +119,6 @@ TEST_F(OsTest, RemoveSocketsExceptKeepsKubeletSockAndOtherFiles) {
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/kubelet_internal_checkpoint"));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/sub"));
   EXPECT_FALSE(RemoveSocketsExcept(dir_ + "/missing", "kubelet.sock").ok());
-}
-
-TEST_F(OsTest, CheckPluginEndpointAcceptsOnlyPlainSocketsInside) {
-  MakeSocket(dir_ + "/ok.sock");
-  MakeFile(dir_ + "/file.sock");
-  ASSERT_EQ(symlink((dir_ + "/ok.sock").c_str(), (dir_ + "/alias.sock").c_str()), 0);
-  ASSERT_EQ(symlink("/etc/passwd", (dir_ + "/out.sock").c_str()), 0);
-  ASSERT_EQ(symlink((dir_ + "/gone").c_str(), (dir_ + "/dangling.sock").c_str()), 0);
-  ASSERT_EQ(mkfifo((dir_ + "/fifo.sock").c_str(), 0600), 0);
-  std::filesystem::create_directory(dir_ + "/sub");
-  EXPECT_EQ(*CheckPluginEndpoint(dir_, "ok.sock"), dir_ + "/ok.sock");
-  EXPECT_EQ(*CheckPluginEndpoint(dir_ + "/", "ok.sock"), dir_ + "/ok.sock");
-  // Longest name whose path still fits a sun_path (107 bytes).
-  std::string fits(107 - dir_.size() - 1, 'f');
-  MakeSocket(dir_ + "/" + fits);
-  EXPECT_TRUE(CheckPluginEndpoint(dir_, fits).ok());
-  struct Bad {
-    std::string endpoint;
-    std::string message;
-    std::string shown;  // how the message names the endpoint; "" = endpoint
-  };
-  for (const Bad& b : std::vector<Bad>{
-           {"", "the socket file name is empty", ""},
-           {std::string("ok.sock\0x", 9), "contains a NUL byte", "ok.sock\\0x"},
-           {"a/b", "without '/'", ""},
-           {"/abs.sock", "without '/'", ""},
-           {"..", "must not contain \"..\"", ""},
-           {"x..y", "must not contain \"..\"", ""},
-           {".", "must name a file", ""},
-           {fits + "x", "is 108 bytes, longer than the 107 bytes a unix socket path allows",
-            fits.substr(0, 64) + "..."},
-           {std::string(256, 'n'), "256 bytes, longer than 255", std::string(64, 'n') + "..."},
-           {"file.sock", "not a unix socket but a regular file", ""},
-           {"sub", "not a unix socket but a directory", ""},
-           {"fifo.sock", "not a unix socket but a FIFO", ""},
-           {"alias.sock", "is a symlink", ""},
-           {"out.sock", "is a symlink", ""},
-           {"dangling.sock", "is a symlink", ""},
-           {"missing.sock", "no such file in " + dir_, ""},
-       }) {
-    SCOPED_TRACE(b.endpoint);
-    auto r = CheckPluginEndpoint(dir_, b.endpoint);
-    ASSERT_FALSE(r.ok());
-    const std::string shown = b.shown.empty() ? b.endpoint : b.shown;
-    EXPECT_THAT(r.status().message(), HasSubstr("invalid endpoint \"" + shown + "\""));
-    EXPECT_THAT(r.status().message(), HasSubstr(b.message));
-  }
 }
 
 TEST_F(OsTest, TightenDirectoryModeRemovesOnlyExtraBits) {
@@ -200,38 +140,6 @@ TEST_F(OsTest, TightenDirectoryModeRemovesOnlyExtraBits) {
   EXPECT_FALSE(TightenDirectoryMode(dir_ + "/missing", 0750).ok());
   MakeFile(dir_ + "/plain");
   EXPECT_FALSE(TightenDirectoryMode(dir_ + "/plain", 0750).ok());
-}
-
-TEST(JoinPathTest, ExactlyOneSlash) {
-  EXPECT_EQ(JoinPath("/a", "b"), "/a/b");
-  EXPECT_EQ(JoinPath("/a/", "b"), "/a/b");
-  EXPECT_EQ(JoinPath("/a//", "b"), "/a/b");
-  EXPECT_EQ(JoinPath("/", "b"), "/b");
-}
-
-TEST(RegistrationValidationTest, VersionText) {
-  EXPECT_TRUE(ValidateVersion("v1beta1").ok());
-  Status s = ValidateVersion("v1");
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(),
-            "requested API version \"v1\" is not supported by kubelet. Supported version is "
-            "\"v1beta1\"");
-}
-
-TEST(RegistrationValidationTest, ExtendedResourceNames) {
-  for (std::string ok : std::vector<std::string>{"vendor.com/gpu", "nvidia.com/gpu", "a/b", "x.y.z/A_b-c.D",
-                         "example.com/" + std::string(63, 'g'),
-                         std::string(253, 'v') + "/gpu"}) {
-    EXPECT_TRUE(IsExtendedResourceName(ok)) << ok;
-  }
-  for (std::string bad : std::vector<std::string>{"", "gpu", "/gpu", "vendor.com/", "kubernetes.io/gpu", "x.kubernetes.io/gpu",
-        "requests.vendor.com/gpu", "Vendor.com/gpu", "vendor.com/-gpu", "vendor.com/gpu.",
-        "vendor.com/a/b", "vendor..com/gpu", "vendor.com./gpu", "-v.com/gpu", "v_x.com/gpu",
-        "vendor.com/g pu", "example.com/" + std::string(64, 'g'),
-        std::string(254, 'v') + "/gpu"}) {
-    EXPECT_FALSE(IsExtendedResourceName(bad)) << bad;
-    EXPECT_EQ(ValidateResourceName(bad).message(), "the ResourceName \"" + bad + "\" is invalid");
-  }
 }
 
 }  // namespace

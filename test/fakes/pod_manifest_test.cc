@@ -11,11 +11,15 @@
 #include <fstream>
 #include <string>
 
+#include "kdm/pluginapi/api_rules.h"
+
 namespace kdm::fakes {
 namespace {
 
 using ::testing::HasSubstr;
 using devicemanager::Quantity;
+// The manifest reader's rule for resource names is the wire layer's.
+using pluginapi::IsExtendedResourceName;
 
 constexpr char kFullYaml[] = R"(apiVersion: v1
 kind: Pod

@@ -45,6 +45,7 @@
 #include "kdm/devicemanager/metrics.h"
 #include "kdm/devicemanager/pod_resources_server.h"
 #include "kdm/devicemanager/registration_server.h"
+#include "kdm/pluginapi/grpc_status.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
 #include "kdm/test/devicemanager/test_pods.h"
 
@@ -240,8 +241,7 @@ class HardeningTest : public ::testing::Test {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1beta1::Empty empty;
     grpc::Status s = stub->Register(&ctx, req, &empty);
-    if (s.ok()) return OkStatus();
-    return Status(static_cast<StatusCode>(s.error_code()), s.error_message());
+    return pluginapi::FromGrpcStatus(s);
   }
 
   CapacityReport::Amounts Cap(const std::string& resource) {

@@ -34,6 +34,7 @@
 #include "kdm/checkpoint/store.h"
 #include "kdm/devicemanager/manager.h"
 #include "kdm/devicemanager/manager_impl.h"
+#include "kdm/pluginapi/grpc_status.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
 #include "kdm/test/devicemanager/test_pods.h"
 
@@ -242,8 +243,7 @@ class ManagerIntegrationTest : public ::testing::Test {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1beta1::Empty empty;
     grpc::Status s = stub->Register(&ctx, req, &empty);
-    if (s.ok()) return OkStatus();
-    return Status(static_cast<StatusCode>(s.error_code()), s.error_message());
+    return pluginapi::FromGrpcStatus(s);
   }
 
   CapacityReport::Amounts Cap(const std::string& resource) {
