@@ -22,10 +22,11 @@ namespace kdm {
 // "/a/b", "/" + "b" -> "/b").
 std::string JoinPath(std::string_view dir, std::string_view name);
 
-// Creates `dir` and its missing parents with `mode` (an existing directory is
-// left as it is). Errors name the path and errno text: INVALID_ARGUMENT for
-// an empty path, FAILED_PRECONDITION when `dir` exists and is not a
-// directory, INTERNAL when a mkdir or stat fails.
+// Env::Default()->CreateDirectories(dir, mode) (see env.h): creates `dir`
+// and its missing parents with `mode` (an existing directory is left as it
+// is). Errors name the path: INVALID_ARGUMENT for an empty path,
+// FAILED_PRECONDITION when `dir` exists and is not a directory, a failed
+// mkdir by the errno policy (ErrnoToStatus).
 Status EnsureDirectory(const std::string& dir, unsigned mode);
 
 }  // namespace kdm
