@@ -6,10 +6,10 @@
 #include <string_view>
 #include <utility>
 
+#include "kdm/base/env.h"
 #include "kdm/base/file_system.h"
 #include "kdm/base/log_value.h"
 #include "kdm/devicemanager/device_snapshot.h"
-#include "kdm/devicemanager/os.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/unix_target.h"
@@ -166,7 +166,9 @@ StatusOr<std::unique_ptr<Manager>> Manager::Create(Options options) {
   KDM_RETURN_IF_ERROR(ValidateRestrictions(options.restrictions));
   if (!options.store) options.store = checkpoint::NewMemoryStore();
   if (!options.clock) options.clock = NewRealClock();
-  if (!options.boot_id_provider) options.boot_id_provider = [] { return ReadBootId(); };
+  if (!options.boot_id_provider) {
+    options.boot_id_provider = [] { return Env::Default()->ReadBootId(); };
+  }
   const int max_bytes = options.max_plugin_message_bytes;
   return std::unique_ptr<Manager>(new ManagerImpl(
       std::move(options), [max_bytes](const std::string& path, std::chrono::milliseconds timeout) {
@@ -200,7 +202,7 @@ Status ManagerImpl::Start() {
   KDM_RETURN_IF_ERROR(EnsureDirectory(dir, 0750));
   // An existing directory more open than 0750 is tightened: anyone who can
   // write there could plant sockets or symlinks for plugins to meet.
-  if (StatusOr<unsigned> was = TightenDirectoryMode(dir, 0750); !was.ok()) {
+  if (StatusOr<unsigned> was = Env::Default()->TightenDirectoryMode(dir, 0750); !was.ok()) {
     spdlog::warn("event=plugin_dir_mode_not_restricted dir={} error=\"{}\"", dir,
                  was.status().message());
   } else if ((*was & ~0750u) != 0) {
@@ -262,7 +264,7 @@ Status ManagerImpl::Start() {
     }
   }
   KDM_ASSIGN_OR_RETURN(std::vector<std::string> removed,
-                       RemoveSocketsExcept(dir, pluginapi::kKubeletSocketName));
+                       RemoveSocketsExcept(*Env::Default(), dir, pluginapi::kKubeletSocketName));
   for (const auto& name : removed) {
     spdlog::info("event=stale_socket_removed dir={} socket={}", dir, LogValue(name));
   }

@@ -1,5 +1,5 @@
-// The Manager's seams: the fake and real clocks and the OS seam (boot id,
-// stale sockets, directory modes). The registration rules it applies are
+// The Manager's seams: the fake and real clocks and what it asks of the OS
+// seam, kdm::Env (boot id, stale sockets, directory modes). The registration rules it applies are
 // tested with the wire layer (test/pluginapi/api_rules_test.cc).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@
 
 #include "kdm/base/sync.h"
 #include "kdm/devicemanager/clock.h"
-#include "kdm/devicemanager/os.h"
+#include "kdm/base/env.h"
 
 namespace kdm::devicemanager {
 namespace {
@@ -96,13 +96,13 @@ class OsTest : public ::testing::Test {
 
 TEST_F(OsTest, ReadBootIdTrimsAndNamesBadFiles) {
   MakeFile(dir_ + "/boot_id", "1f2e3d4c-0000-4000-8000-000000000001\n");
-  EXPECT_EQ(*ReadBootId(dir_ + "/boot_id"), "1f2e3d4c-0000-4000-8000-000000000001");
+  EXPECT_EQ(*ReadBootIdFile(*Env::Default(), dir_ + "/boot_id"), "1f2e3d4c-0000-4000-8000-000000000001");
   MakeFile(dir_ + "/empty", "");
-  EXPECT_THAT(ReadBootId(dir_ + "/empty").status().message(), HasSubstr("is empty"));
-  EXPECT_THAT(ReadBootId(dir_ + "/missing").status().message(),
+  EXPECT_THAT(ReadBootIdFile(*Env::Default(), dir_ + "/empty").status().message(), HasSubstr("is empty"));
+  EXPECT_THAT(ReadBootIdFile(*Env::Default(), dir_ + "/missing").status().message(),
               HasSubstr("cannot read boot id from " + dir_ + "/missing"));
   // The real one exists on Linux.
-  EXPECT_TRUE(ReadBootId().ok());
+  EXPECT_TRUE(Env::Default()->ReadBootId().ok());
 }
 
 TEST_F(OsTest, RemoveSocketsExceptKeepsKubeletSockAndOtherFiles) {
@@ -111,21 +111,21 @@ TEST_F(OsTest, RemoveSocketsExceptKeepsKubeletSockAndOtherFiles) {
   MakeSocket(dir_ + "/b");
   MakeFile(dir_ + "/kubelet_internal_checkpoint");
   std::filesystem::create_directory(dir_ + "/sub");
-  auto removed = RemoveSocketsExcept(dir_, "kubelet.sock");
+  auto removed = RemoveSocketsExcept(*Env::Default(), dir_, "kubelet.sock");
   ASSERT_TRUE(removed.ok());
   std::sort(removed->begin(), removed->end());
   EXPECT_THAT(*removed, ElementsAre("a.sock", "b"));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/kubelet.sock"));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/kubelet_internal_checkpoint"));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/sub"));
-  EXPECT_FALSE(RemoveSocketsExcept(dir_ + "/missing", "kubelet.sock").ok());
+  EXPECT_FALSE(RemoveSocketsExcept(*Env::Default(), dir_ + "/missing", "kubelet.sock").ok());
 }
 
 TEST_F(OsTest, TightenDirectoryModeRemovesOnlyExtraBits) {
   std::string d = dir_ + "/open";
   ASSERT_EQ(mkdir(d.c_str(), 0700), 0);
   ASSERT_EQ(chmod(d.c_str(), 0777), 0);
-  auto was = TightenDirectoryMode(d, 0750);
+  auto was = Env::Default()->TightenDirectoryMode(d, 0750);
   ASSERT_TRUE(was.ok()) << was.status();
   EXPECT_EQ(*was, 0777u);
   struct stat st;
@@ -133,13 +133,13 @@ TEST_F(OsTest, TightenDirectoryModeRemovesOnlyExtraBits) {
   EXPECT_EQ(st.st_mode & 07777, 0750u);
   // Stricter than asked: left alone.
   ASSERT_EQ(chmod(d.c_str(), 0700), 0);
-  EXPECT_EQ(*TightenDirectoryMode(d, 0750), 0700u);
+  EXPECT_EQ(*Env::Default()->TightenDirectoryMode(d, 0750), 0700u);
   ASSERT_EQ(stat(d.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0700u);
   EXPECT_EQ(ModeText(0750), "0750");
-  EXPECT_FALSE(TightenDirectoryMode(dir_ + "/missing", 0750).ok());
+  EXPECT_FALSE(Env::Default()->TightenDirectoryMode(dir_ + "/missing", 0750).ok());
   MakeFile(dir_ + "/plain");
-  EXPECT_FALSE(TightenDirectoryMode(dir_ + "/plain", 0750).ok());
+  EXPECT_FALSE(Env::Default()->TightenDirectoryMode(dir_ + "/plain", 0750).ok());
 }
 
 }  // namespace
