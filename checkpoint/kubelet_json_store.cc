@@ -2,15 +2,22 @@
 
 #include <utility>
 
+#include "kdm/base/env.h"
 #include "kdm/checkpoint/data_ops.h"
-#include "kdm/checkpoint/file_util.h"
 #include "kdm/checkpoint/kubelet_json.h"
+#include "kdm/checkpoint/quarantine.h"
 
 namespace kdm::checkpoint {
 namespace {
 
 constexpr char kBootIdSuffix[] = ".boot-id";
 constexpr size_t kMaxBootIdSize = 256;
+// Read whole before the check above: a bigger file is corrupt all the same.
+constexpr uint64_t kMaxBootIdFileBytes = 1 << 20;
+// Private to the node agent's user (0600); the temporary file is named after
+// the writer's pid, so that opening the store can remove a dead writer's.
+constexpr AtomicWriteOptions kCheckpointWrite{.mode = 0600,
+                                              .naming = TempFileNaming::kWriterPid};
 
 class KubeletJsonStore final : public Store {
  public:
@@ -49,12 +56,14 @@ class KubeletJsonStore final : public Store {
 
  private:
   Status Write(const CheckpointData& data) {
-    return internal::WriteFileAtomically(path_, EncodeKubeletCheckpoint(data))
+    return Env::Default()
+        ->WriteFileAtomically(path_, EncodeKubeletCheckpoint(data), kCheckpointWrite)
         .WithPrefix("write checkpoint");
   }
 
   Status WriteBootId(const std::string& boot_id) {
-    return internal::WriteFileAtomically(path_ + kBootIdSuffix, boot_id)
+    return Env::Default()
+        ->WriteFileAtomically(path_ + kBootIdSuffix, boot_id, kCheckpointWrite)
         .WithPrefix("write boot id");
   }
 
@@ -65,9 +74,14 @@ class KubeletJsonStore final : public Store {
 // The boot id sidecar: empty when missing; DATA_LOSS when it cannot be a
 // boot id.
 StatusOr<std::string> ReadBootId(const std::string& path) {
-  StatusOr<std::string> text = internal::ReadWholeFile(path);
+  StatusOr<std::string> text = Env::Default()->ReadFile(path, kMaxBootIdFileBytes);
   if (!text.ok()) {
     if (text.status().code() == StatusCode::kNotFound) return std::string();
+    // Too big to be a boot id: corrupt, like any other non-boot-id content.
+    if (text.status().code() == StatusCode::kOutOfRange) {
+      return DataLossError("boot id file " + text.status().message() +
+                           ", more than a boot id");
+    }
     return text.status();
   }
   std::string id = std::move(*text);
@@ -89,7 +103,8 @@ StatusOr<std::string> ReadBootId(const std::string& path) {
 StatusOr<CheckpointData> ReadCheckpoint(const KubeletJsonOptions& options,
                                         bool* content_error) {
   *content_error = false;
-  StatusOr<std::string> text = internal::ReadWholeFile(options.path);
+  StatusOr<std::string> text = Env::Default()->ReadFile(
+      options.path, internal::kMaxCheckpointFileBytes);
   if (!text.ok()) {
     if (text.status().code() == StatusCode::kNotFound &&
         options.create_if_missing) {
@@ -114,7 +129,7 @@ StatusOr<CheckpointData> ReadCheckpoint(const KubeletJsonOptions& options,
 StatusOr<OpenResult> OpenKubeletJsonStore(const KubeletJsonOptions& options) {
   if (options.path.empty())
     return InvalidArgumentError("empty kubelet checkpoint path");
-  if (internal::IsDirectory(options.path)) {
+  if (internal::IsDirectory(*Env::Default(), options.path)) {
     return FailedPreconditionError("kubelet checkpoint " + options.path +
                                    " is a directory");
   }
@@ -122,7 +137,7 @@ StatusOr<OpenResult> OpenKubeletJsonStore(const KubeletJsonOptions& options) {
   // A kill -9 during Apply() or SetBootId() leaves "<file>.tmp-<pid>".
   for (const std::string& written : {options.path, options.path + kBootIdSuffix}) {
     StatusOr<std::vector<std::string>> removed =
-        internal::RemoveStaleTempFiles(written);
+        Env::Default()->RemoveStaleTempFiles(written, TempFileNaming::kWriterPid);
     if (!removed.ok()) continue;  // the read below reports an unusable directory
     result.removed_temp_files.insert(result.removed_temp_files.end(),
                                      removed->begin(), removed->end());
@@ -132,7 +147,7 @@ StatusOr<OpenResult> OpenKubeletJsonStore(const KubeletJsonOptions& options) {
   if (!data.ok()) {
     if (!content_error || !options.quarantine_corrupt) return data.status();
     KDM_ASSIGN_OR_RETURN(result.quarantined_path,
-                         internal::QuarantineFile(options.path, {}));
+                         internal::QuarantineFile(*Env::Default(), options.path, {}));
     result.recovered = DataLossError(
         data.status().message() + "; moved aside to " +
         result.quarantined_path + ", starting with an empty checkpoint");
@@ -146,7 +161,7 @@ StatusOr<OpenResult> OpenKubeletJsonStore(const KubeletJsonOptions& options) {
       return boot_id.status();
     }
     KDM_ASSIGN_OR_RETURN(std::string moved,
-                         internal::QuarantineFile(boot_path, {}));
+                         internal::QuarantineFile(*Env::Default(), boot_path, {}));
     std::string note = boot_id.status().message() + "; moved aside to " + moved;
     result.recovered =
         result.recovered.ok()
@@ -166,7 +181,9 @@ StatusOr<OpenResult> OpenKubeletJsonStore(const std::string& path) {
 
 StatusOr<CheckpointData> ReadKubeletCheckpointFile(const std::string& path,
                                                    bool verify_checksum) {
-  KDM_ASSIGN_OR_RETURN(std::string text, internal::ReadWholeFile(path));
+  KDM_ASSIGN_OR_RETURN(
+      std::string text,
+      Env::Default()->ReadFile(path, internal::kMaxCheckpointFileBytes));
   StatusOr<CheckpointData> data =
       DecodeKubeletCheckpoint(text, verify_checksum);
   if (!data.ok()) return data.status().WithPrefix(path);
@@ -175,7 +192,8 @@ StatusOr<CheckpointData> ReadKubeletCheckpointFile(const std::string& path,
 
 Status WriteKubeletCheckpointFile(const std::string& path,
                                   const CheckpointData& data) {
-  return internal::WriteFileAtomically(path, EncodeKubeletCheckpoint(data));
+  return Env::Default()->WriteFileAtomically(path, EncodeKubeletCheckpoint(data),
+                                             kCheckpointWrite);
 }
 
 }  // namespace kdm::checkpoint

@@ -1,6 +1,7 @@
 #include "kdm/checkpoint/paths.h"
 
-#include "kdm/checkpoint/file_util.h"
+#include "kdm/base/env.h"
+#include "kdm/checkpoint/quarantine.h"
 #include "kdm/checkpoint/kubelet_json_store.h"
 #include "kdm/checkpoint/sqlite_store.h"
 
@@ -33,8 +34,8 @@ StatusOr<OpenResult> OpenStoreForRoot(const std::string& root, StoreKind kind,
   if (root.empty()) return InvalidArgumentError("empty root directory");
   const std::string path = CheckpointPath(root, kind);
   if (options.create_if_missing) {
-    KDM_RETURN_IF_ERROR(internal::MakeDirectories(StateDir(root)));
-  } else if (!internal::PathExists(path)) {
+    KDM_RETURN_IF_ERROR(Env::Default()->CreateDirectories(StateDir(root), 0755));
+  } else if (!internal::PathExists(*Env::Default(), path)) {
     return NotFoundError("no " + std::string(StoreKindName(kind)) +
                          " checkpoint at " + path);
   }

@@ -11,7 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "kdm/checkpoint/file_util.h"
+#include "kdm/base/env.h"
+#include "kdm/checkpoint/quarantine.h"
 #include "kdm/checkpoint/sqlite_db.h"
 
 namespace kdm::checkpoint {
@@ -102,7 +103,7 @@ Status CheckHeader(const std::string& path, bool* empty) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return OkStatus();
-    return internal::ErrnoError(errno, "open", path);
+    return ErrnoToStatus(errno, "open " + path);
   }
   char header[kSqliteHeaderSize];
   size_t got = 0;
@@ -112,7 +113,7 @@ Status CheckHeader(const std::string& path, bool* empty) {
     if (n < 0) {
       int err = errno;
       ::close(fd);
-      return internal::ErrnoError(err, "read", path);
+      return ErrnoToStatus(err, "read " + path);
     }
     if (n == 0) break;
     got += static_cast<size_t>(n);
@@ -255,11 +256,11 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::OpenUnlabelled(
     const SqliteOptions& options) {
   if (options.path.empty())
     return InvalidArgumentError("empty checkpoint database path");
-  if (internal::IsDirectory(options.path)) {
+  if (internal::IsDirectory(*Env::Default(), options.path)) {
     return FailedPreconditionError("checkpoint database " + options.path +
                                    " is a directory");
   }
-  if (!options.create_if_missing && !internal::PathExists(options.path)) {
+  if (!options.create_if_missing && !internal::PathExists(*Env::Default(), options.path)) {
     return NotFoundError("no checkpoint database at " + options.path);
   }
   KDM_RETURN_IF_ERROR(ValidateExisting(options.path));
@@ -503,7 +504,8 @@ StatusOr<OpenResult> OpenSqliteStore(const SqliteOptions& options) {
   Status why = opened.status();
   KDM_ASSIGN_OR_RETURN(
       std::string moved,
-      internal::QuarantineFile(options.path, {"-wal", "-shm", "-journal"}));
+      internal::QuarantineFile(*Env::Default(), options.path,
+                               {"-wal", "-shm", "-journal"}));
   SqliteOptions fresh = options;
   fresh.create_if_missing = true;
   StatusOr<std::unique_ptr<SqliteStore>> reopened = SqliteStore::Open(fresh);
