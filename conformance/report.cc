@@ -1,14 +1,9 @@
 #include "kdm/conformance/report.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
+
+#include "kdm/base/env.h"
 
 namespace kdm::conformance {
 
@@ -104,41 +99,9 @@ std::string RenderJUnit(const Report& report) {
 
 Status WriteFileAtomically(const std::string& path, std::string_view content) {
   if (path.empty()) return InvalidArgumentError("the report path is empty");
-  std::string tmp = path + ".tmp.XXXXXX";
-  int fd = ::mkstemp(tmp.data());
-  if (fd < 0) {
-    return InternalError("cannot write " + path + ": cannot create a temporary file next to it: " +
-                         strerror(errno));
-  }
-  auto fail = [&](const char* what) {
-    std::string why = strerror(errno);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return InternalError("cannot write " + path + ": " + what + ": " + why);
-  };
-  size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail("write");
-    }
-    done += static_cast<size_t>(n);
-  }
-  // mkstemp makes 0600; a report is for everyone who may read the directory.
-  if (::fchmod(fd, 0644) != 0) return fail("chmod");
-  if (::fsync(fd) != 0) return fail("fsync");
-  if (::close(fd) != 0) {
-    std::string why = strerror(errno);
-    ::unlink(tmp.c_str());
-    return InternalError("cannot write " + path + ": close: " + why);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string why = strerror(errno);
-    ::unlink(tmp.c_str());
-    return InternalError("cannot write " + path + ": rename: " + why);
-  }
-  return OkStatus();
+  // A report is for everyone who may read the directory.
+  return Env::Default()->WriteFileAtomically(
+      path, content, {.mode = 0644, .naming = TempFileNaming::kHiddenRandom});
 }
 
 }  // namespace kdm::conformance

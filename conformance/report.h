@@ -52,9 +52,10 @@ std::string RenderJUnit(const Report& report);
 // '?'.
 std::string XmlEscape(std::string_view text);
 
-// Writes `content` to `path` through a temporary file in the same directory
-// and a rename, so a reader sees the old file or the whole new one. Errors
-// (INTERNAL / NOT_FOUND) name the path and the reason.
+// Writes `content` to `path` (mode 0644) with Env::WriteFileAtomically: a
+// temporary file in the same directory, fsync, rename, directory fsync, so a
+// reader sees the old file or the whole new one, even after a crash. Errors
+// name the path and the reason; codes follow the errno policy (ErrnoToStatus).
 Status WriteFileAtomically(const std::string& path, std::string_view content);
 
 }  // namespace kdm::conformance

@@ -1,56 +1,19 @@
 #include "kdm/fakes/status_writer.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "kdm/base/env.h"
 #include "kdm/base/log_value.h"
 
 namespace kdm::fakes {
 namespace {
 
 using nlohmann::ordered_json;
-
-Status Errno(int err, const std::string& what, const std::string& path) {
-  return UnavailableError(what + " " + path + ": " + std::strerror(err));
-}
-
-Status WriteAll(int fd, std::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno(errno, "cannot write", path);
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return OkStatus();
-}
-
-constexpr std::string_view kTempInfix = ".tmp-";
-constexpr size_t kTempRandomChars = 6;  // mkostemp's XXXXXX
-
-// ".<name>.tmp-XXXXXX" as WriteFileAtomically makes it.
-bool IsTempFileName(std::string_view name) {
-  if (name.size() < 1 + 1 + kTempInfix.size() + kTempRandomChars || name.front() != '.') {
-    return false;
-  }
-  std::string_view random = name.substr(name.size() - kTempRandomChars);
-  std::string_view before = name.substr(0, name.size() - kTempRandomChars);
-  return before.ends_with(kTempInfix) &&
-         std::all_of(random.begin(), random.end(), [](char c) {
-           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-         });
-}
 
 }  // namespace
 
@@ -122,58 +85,23 @@ std::string RenderNodeStatus(const NodeStatus& status) {
 }
 
 Status WriteFileAtomically(const std::string& path, std::string_view contents) {
-  size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  // A dot-file name so that a reader globbing "*.json" never sees it.
-  std::string tmp = dir + "/." + name + ".tmp-XXXXXX";
-  int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) return Errno(errno, "cannot create a temporary file for", path);
-  Status s = WriteAll(fd, contents, tmp);
-  if (s.ok() && ::fchmod(fd, 0644) != 0) s = Errno(errno, "cannot chmod", tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = Errno(errno, "cannot fsync", tmp);
-  if (::close(fd) != 0 && s.ok()) s = Errno(errno, "cannot close", tmp);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Errno(errno, "cannot rename onto", path);
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    int rc = ::fsync(dfd);
-    int err = errno;
-    ::close(dfd);
-    if (rc != 0) return Errno(err, "cannot fsync directory", dir);
-  }
-  return OkStatus();
+  // A dot-file temporary, so that a reader globbing "*.json" never sees it.
+  return Env::Default()->WriteFileAtomically(
+      path, contents, {.mode = 0644, .naming = TempFileNaming::kHiddenRandom});
 }
 
 std::vector<std::string> RemoveStaleTempFiles(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::vector<std::string> removed;
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  if (ec) {
+  StatusOr<std::vector<std::string>> removed =
+      Env::Default()->RemoveStaleTempFiles(dir, TempFileNaming::kHiddenRandom);
+  if (!removed.ok()) {
     spdlog::warn("event=stale_temp_files_not_checked dir={} error={}", QuoteLogValue(dir),
-                 QuoteLogValue(ec.message()));
-    return removed;
+                 QuoteLogValue(removed.status().message()));
+    return {};
   }
-  for (; it != fs::directory_iterator(); it.increment(ec)) {
-    if (ec) break;
-    const fs::path& path = it->path();
-    if (!IsTempFileName(path.filename().string())) continue;
-    // symlink_status: a symlink with that name is not ours to follow.
-    std::error_code type_ec;
-    if (!fs::is_regular_file(fs::symlink_status(path, type_ec))) continue;
-    if (::unlink(path.c_str()) != 0) {
-      spdlog::warn("event=stale_temp_file_not_removed path={} error={}",
-                   QuoteLogValue(path.string()), QuoteLogValue(std::strerror(errno)));
-      continue;
-    }
-    spdlog::info("event=stale_temp_file_removed path={}", QuoteLogValue(path.string()));
-    removed.push_back(path.string());
+  for (const std::string& path : *removed) {
+    spdlog::info("event=stale_temp_file_removed path={}", QuoteLogValue(path));
   }
-  return removed;
+  return std::move(*removed);
 }
 
 std::vector<std::string> AdmittedStatusFilesWithDevices(const std::string& dir) {

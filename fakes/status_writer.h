@@ -84,9 +84,10 @@ struct NodeStatus {
 // restored from the checkpoint and waiting for the plugin to register).
 std::string RenderNodeStatus(const NodeStatus& status);
 
-// Writes `contents` to `path` atomically (see above). On error `path` is
-// unchanged; the error names the path and the failing step. The temporary
-// file is ".<name>.tmp-XXXXXX" (mkostemp's six characters) beside `path`.
+// Writes `contents` to `path` atomically (see above) with
+// Env::WriteFileAtomically, mode 0644. On error `path` is unchanged; the
+// error names the path and the failing step. The temporary file is
+// ".<name>.tmp-XXXXXX" (TempFileNaming::kHiddenRandom) beside `path`.
 Status WriteFileAtomically(const std::string& path, std::string_view contents);
 
 // Removes the temporary files of WriteFileAtomically that a process killed
