@@ -1,28 +1,20 @@
 #include "kdm/fakes/health_file.h"
 
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <sys/inotify.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <condition_variable>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "kdm/base/env.h"
 
 namespace kdm::fakes {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 class HealthFileWatcherImpl final : public HealthFileWatcher {
  public:
@@ -49,20 +41,9 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
     if (!fs::is_directory(dir_, ec)) {
       return NotFoundError("health file " + path_ + ": directory " + dir_ + " does not exist");
     }
-    inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (inotify_fd_ < 0) return InternalError(Errno("health file " + path_ + ": inotify_init1"));
-    if (::inotify_add_watch(inotify_fd_, dir_.c_str(),
-                            IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE) < 0) {
-      Status s = InternalError(Errno("health file " + path_ + ": cannot watch " + dir_));
-      CloseFds();
-      return s;
-    }
-    stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (stop_fd_ < 0) {
-      Status s = InternalError(Errno("health file " + path_ + ": eventfd"));
-      CloseFds();
-      return s;
-    }
+    StatusOr<std::unique_ptr<DirectoryWatcher>> watcher = Env::Default()->WatchDirectory(dir_);
+    if (!watcher.ok()) return watcher.status().WithPrefix("health file " + path_);
+    watcher_ = std::move(*watcher);
     // Watch first, then read: a write between the two is seen either way.
     ReadAndApply();
     thread_ = std::thread([this] { Loop(); });
@@ -75,12 +56,9 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
       if (stopping_) return;
       stopping_ = true;
     }
-    if (stop_fd_ >= 0) {
-      uint64_t one = 1;
-      (void)!::write(stop_fd_, &one, sizeof(one));
-    }
+    if (watcher_) watcher_->Wake();
     if (thread_.joinable()) thread_.join();
-    CloseFds();
+    watcher_.reset();
   }
 
   Stats GetStats() const override {
@@ -94,34 +72,24 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
   }
 
  private:
-  void CloseFds() {
-    if (inotify_fd_ >= 0) ::close(inotify_fd_);
-    if (stop_fd_ >= 0) ::close(stop_fd_);
-    inotify_fd_ = -1;
-    stop_fd_ = -1;
-  }
-
   void Loop() {
-    alignas(struct inotify_event) char buf[16 * 1024];
+    using Kind = DirectoryWatcher::EventKind;
     while (true) {
-      pollfd fds[2] = {{inotify_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
       // Bounded: the stop flag is checked at least every poll_bound.
-      int n = ::poll(fds, 2, static_cast<int>(poll_bound_.count()));
+      std::vector<DirectoryWatcher::Event> events = watcher_->Wait(poll_bound_);
       {
         std::lock_guard lock(mu_);
         if (stopping_) return;
       }
-      if (n <= 0 || !(fds[0].revents & POLLIN)) continue;
       enum class Seen { kNothing, kWritten, kRemoved } seen = Seen::kNothing;
-      while (true) {
-        ssize_t len = ::read(inotify_fd_, buf, sizeof(buf));
-        if (len <= 0) break;
-        for (char* p = buf; p < buf + len;) {
-          auto* ev = reinterpret_cast<struct inotify_event*>(p);
-          p += sizeof(struct inotify_event) + ev->len;
-          if (ev->len == 0 || name_ != ev->name) continue;
-          // The last event decides: a file replaced and then removed is gone.
-          seen = (ev->mask & (IN_DELETE | IN_MOVED_FROM)) ? Seen::kRemoved : Seen::kWritten;
+      for (const DirectoryWatcher::Event& e : events) {
+        if (e.name != name_) continue;
+        // The last event decides: a file replaced and then removed is gone.
+        // A creation or a write still in progress waits for its close.
+        if (e.kind == Kind::kWritten || e.kind == Kind::kMovedIn) {
+          seen = Seen::kWritten;
+        } else if (e.kind == Kind::kRemoved || e.kind == Kind::kMovedOut) {
+          seen = Seen::kRemoved;
         }
       }
       if (seen == Seen::kWritten) {
@@ -167,8 +135,7 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
 
   // Owned by the watcher thread (and by Start before the thread exists).
   std::optional<HealthMap> last_;
-  int inotify_fd_ = -1;
-  int stop_fd_ = -1;
+  std::unique_ptr<DirectoryWatcher> watcher_;  // set by Start, reset by Stop after the join
   std::thread thread_;
 
   mutable std::mutex mu_;
@@ -210,21 +177,20 @@ StatusOr<HealthMap> ParseHealthJson(std::string_view text) {
 }
 
 StatusOr<HealthMap> ReadHealthFile(const std::string& path) {
-  std::error_code ec;
-  fs::file_status st = fs::status(path, ec);
-  if (!fs::exists(st)) return NotFoundError(path + ": no such file");
-  if (!fs::is_regular_file(st)) return InvalidArgumentError(path + ": not a regular file");
-  uint64_t size = fs::file_size(path, ec);
-  if (ec) return InvalidArgumentError(path + ": " + ec.message());
-  if (size > kMaxHealthFileBytes) {
-    return InvalidArgumentError(path + ": " + std::to_string(size) + " bytes is larger than the " +
-                                std::to_string(kMaxHealthFileBytes) + "-byte limit");
+  StatusOr<std::string> text = Env::Default()->ReadFile(path, kMaxHealthFileBytes);
+  if (!text.ok()) {
+    // Every refusal is the file's fault (INVALID_ARGUMENT, as documented),
+    // except a file that is not there (yet).
+    switch (text.status().code()) {
+      case StatusCode::kNotFound:
+        return NotFoundError(path + ": no such file");
+      case StatusCode::kFailedPrecondition:
+        return InvalidArgumentError(path + ": not a regular file");
+      default:
+        return InvalidArgumentError(text.status().message());
+    }
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return InvalidArgumentError(path + ": cannot be opened");
-  std::ostringstream text;
-  text << in.rdbuf();
-  StatusOr<HealthMap> parsed = ParseHealthJson(text.str());
+  StatusOr<HealthMap> parsed = ParseHealthJson(*text);
   if (!parsed.ok()) return parsed.status().WithPrefix(path);
   return parsed;
 }

@@ -5,8 +5,9 @@
 //
 // A device the file does not name is healthy, so removing an entry (or
 // writing `{}`) heals it. HealthFileWatcher follows the file: it watches the
-// file's directory with inotify (so a file that is written in place, replaced
-// by rename, deleted or created later is all seen), re-reads the file when it
+// file's directory with kdm::Env's directory watcher (inotify), so a file
+// that is written in place, replaced by rename, deleted or created later is
+// all seen; it re-reads the file when it
 // is closed after writing or renamed into place, and hands each new, valid
 // state to a callback. A file that does not parse is reported through the
 // error callback and ignored: the last good state stays in force.

@@ -1,13 +1,10 @@
 #include "kdm/fakes/manifest_watcher.h"
 
-#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -19,15 +16,13 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "kdm/base/env.h"
 #include "kdm/fakes/pod_manifest.h"
 
 namespace kdm::fakes {
 namespace {
 
 namespace asio = boost::asio;
-
-constexpr uint32_t kMask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE |
-                           IN_MODIFY | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR;
 
 bool IsRegularFile(const std::string& path) {
   struct stat st;
@@ -38,13 +33,14 @@ bool IsRegularFile(const std::string& path) {
 // runs after Stop() (a cancelled read or timer) finds valid memory.
 // Touched only on the io_context's thread (after Start).
 struct Core : std::enable_shared_from_this<Core> {
-  Core(asio::io_context& io, ManifestWatcher::Options o, int fd)
-      : io(io), options(std::move(o)), stream(io, fd) {}
+  Core(asio::io_context& io, ManifestWatcher::Options o) : io(io), options(std::move(o)) {}
 
   asio::io_context& io;
   const ManifestWatcher::Options options;
-  asio::posix::stream_descriptor stream;
-  std::array<char, 64 * 1024> buffer{};
+  // Set by Start. `ready` waits on a duplicate of the watcher's ReadyFd (Asio
+  // closes what it holds; the watcher closes its own).
+  std::unique_ptr<DirectoryWatcher> watcher;
+  std::unique_ptr<asio::posix::stream_descriptor> ready;
   std::map<std::string, std::unique_ptr<asio::steady_timer>> timers;
   std::set<std::string> reported_present;
   bool stopped = false;
@@ -92,38 +88,36 @@ struct Core : std::enable_shared_from_this<Core> {
     for (const auto& n : names) Report(n);
   }
 
-  void Read() {
-    stream.async_read_some(
-        asio::buffer(buffer), [self = shared_from_this()](const boost::system::error_code& ec,
-                                                          size_t n) {
-          if (self->stopped) return;
-          if (ec) {
-            spdlog::error("event=manifest_watch_failed dir={} error=\"{}\"", self->options.dir,
-                          ec.message());
-            return;
-          }
-          self->Parse(n);
-          if (!self->stopped) self->Read();
-        });
+  // Waits for the watcher's descriptor, then reads what is pending. Asio
+  // waits edge-triggered, so the read comes after the wait is armed: events
+  // that arrived before it are read now, later ones wake the wait.
+  void Arm() {
+    if (stopped) return;
+    ready->async_wait(asio::posix::stream_descriptor::wait_read,
+                      [self = shared_from_this()](const boost::system::error_code& ec) {
+                        if (self->stopped) return;
+                        if (ec) {
+                          spdlog::error("event=manifest_watch_failed dir={} error=\"{}\"",
+                                        self->options.dir, ec.message());
+                          return;
+                        }
+                        self->Arm();
+                      });
+    Handle(watcher->ReadEvents());
   }
 
-  void Parse(size_t n) {
-    size_t offset = 0;
+  void Handle(const std::vector<DirectoryWatcher::Event>& events) {
+    using Kind = DirectoryWatcher::EventKind;
     bool rescan = false;
-    while (offset + sizeof(inotify_event) <= n) {
-      inotify_event ev;
-      std::memcpy(&ev, buffer.data() + offset, sizeof ev);
-      std::string name;
-      if (ev.len > 0) name = std::string(buffer.data() + offset + sizeof(inotify_event));
-      name.resize(std::strlen(name.c_str()));
-      offset += sizeof(inotify_event) + ev.len;
-      if (ev.mask & IN_Q_OVERFLOW) {
+    for (const DirectoryWatcher::Event& e : events) {
+      if (stopped) return;
+      if (e.kind == Kind::kOverflow) {
         rescan = true;
-      } else if (ev.mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) {
+      } else if (e.kind == Kind::kDirectoryGone) {
         spdlog::error("event=manifest_dir_gone dir={}", options.dir);
-      } else if (!name.empty()) {
-        spdlog::debug("event=manifest_inotify file={} mask={:#x}", name, ev.mask);
-        Touch(name);
+      } else if (!e.name.empty()) {
+        spdlog::debug("event=manifest_dir_event file={} kind={}", e.name, static_cast<int>(e.kind));
+        Touch(e.name);
       }
     }
     if (rescan) {
@@ -136,9 +130,11 @@ struct Core : std::enable_shared_from_this<Core> {
     stopped = true;
     for (auto& [name, timer] : timers) timer->cancel();
     timers.clear();
-    boost::system::error_code ignored;
-    stream.cancel(ignored);
-    stream.close(ignored);
+    if (ready) {
+      boost::system::error_code ignored;
+      ready->cancel(ignored);
+      ready->close(ignored);
+    }
   }
 };
 
@@ -148,15 +144,18 @@ class ManifestWatcherImpl final : public ManifestWatcher {
 
   Status Start() override {
     if (started_) return FailedPreconditionError("manifest watcher already started");
-    int wd = ::inotify_add_watch(core_->stream.native_handle(), core_->options.dir.c_str(), kMask);
-    if (wd < 0) {
-      int err = errno;
-      std::string what = "cannot watch " + core_->options.dir + ": " + std::strerror(err);
-      return err == ENOENT ? NotFoundError(what) : UnavailableError(what);
-    }
+    KDM_ASSIGN_OR_RETURN(std::unique_ptr<DirectoryWatcher> watcher,
+                         Env::Default()->WatchDirectory(core_->options.dir));
+    int fd = ::dup(watcher->ReadyFd());
+    if (fd < 0) return ErrnoToStatus(errno, "cannot watch " + core_->options.dir + ": dup");
+    core_->watcher = std::move(watcher);
+    core_->ready = std::make_unique<asio::posix::stream_descriptor>(core_->io, fd);
     started_ = true;
-    core_->Read();
-    asio::post(core_->io, [core = core_] { core->FullRescan(); });
+    // On the io_context's thread: the core is touched there only.
+    asio::post(core_->io, [core = core_] {
+      core->Arm();
+      core->FullRescan();
+    });
     return OkStatus();
   }
 
@@ -179,11 +178,7 @@ StatusOr<std::unique_ptr<ManifestWatcher>> ManifestWatcher::Create(asio::io_cont
   if (!options.on_event) return InvalidArgumentError("manifest watcher: no callback");
   if (options.debounce.count() < 0) return InvalidArgumentError("manifest watcher: negative debounce");
   while (options.dir.size() > 1 && options.dir.back() == '/') options.dir.pop_back();
-  int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fd < 0) {
-    return UnavailableError(std::string("inotify_init1: ") + std::strerror(errno));
-  }
-  auto core = std::make_shared<Core>(io, std::move(options), fd);
+  auto core = std::make_shared<Core>(io, std::move(options));
   return std::unique_ptr<ManifestWatcher>(new ManifestWatcherImpl(std::move(core)));
 }
 

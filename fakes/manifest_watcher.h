@@ -1,6 +1,6 @@
 // kdm::fakes::ManifestWatcher: watches a static-pod manifest directory
-// (the kubelet's --pod-manifest-path) with inotify on a Boost.Asio
-// io_context and reports, per manifest file, "present (maybe changed)" or
+// (the kubelet's --pod-manifest-path) with kdm::Env's directory watcher
+// (inotify) on a Boost.Asio io_context and reports, per manifest file, "present (maybe changed)" or
 // "gone".
 //
 // Only names IsManifestFileName accepts are reported ("*.yaml", "*.yml",
@@ -11,7 +11,7 @@
 // (kPresent if a regular file of that name exists, else kGone), so a
 // consumer compares contents to tell a real change from a touch. Start()
 // reports every manifest already there (a full rescan, in name order);
-// an inotify queue overflow triggers another full rescan, which also
+// a watch queue overflow triggers another full rescan, which also
 // reports kGone for files that vanished meanwhile.
 //
 // Not installed: an internal part of the fake kubelet (it names Boost types).
@@ -59,13 +59,14 @@ class ManifestWatcher {
     Callback on_event;
   };
 
-  // Validates options and opens an inotify instance. INVALID_ARGUMENT for
-  // an empty dir or missing callback; UNAVAILABLE if inotify cannot be used.
+  // Validates options (touches nothing on disk). INVALID_ARGUMENT for an
+  // empty dir, a missing callback or a negative debounce.
   static StatusOr<std::unique_ptr<ManifestWatcher>> Create(boost::asio::io_context& io,
                                                            Options options);
   virtual ~ManifestWatcher() = default;
 
-  // Watches `dir` (which must exist; NOT_FOUND otherwise) and posts a
+  // Watches `dir` (which must exist; NOT_FOUND otherwise, FAILED_PRECONDITION
+  // if it is not a directory, else the errno policy of the watch) and posts a
   // kPresent report for every manifest in it to the io_context.
   virtual Status Start() = 0;
   // Stops watching and cancels pending reports; no callback runs after it

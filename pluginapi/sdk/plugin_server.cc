@@ -1,15 +1,11 @@
 #include "kdm/pluginapi/sdk/plugin_server.h"
 
 #include <grpcpp/grpcpp.h>
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <atomic>
 #include <filesystem>
 #include <memory>
@@ -22,6 +18,7 @@
 #include "absl/time/time.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "google/protobuf/arena.h"
+#include "kdm/base/env.h"
 #include "kdm/base/sync.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/grpc_status.h"
@@ -142,12 +139,9 @@ class PluginServerImpl final : public PluginServer {
       stopping_ = true;
       ++version_;
     }
-    if (wake_fd_ >= 0) {
-      uint64_t one = 1;
-      [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
-    }
+    if (watcher_) watcher_->Wake();
     if (supervisor_.joinable()) supervisor_.join();
-    CloseWatch();
+    watcher_.reset();
     ShutdownServer();
     // Only remove the socket if it is still ours (a new plugin instance may
     // have bound the same path since).
@@ -313,8 +307,7 @@ class PluginServerImpl final : public PluginServer {
     // A stale socket (from a previous run, or a kubelet that removed and we
     // re-create) would make bind fail.
     if (::unlink(socket_path_.c_str()) != 0 && errno != ENOENT) {
-      return PermissionDeniedError("cannot remove stale socket " + socket_path_ + ": " +
-                                   std::strerror(errno));
+      return ErrnoToStatus(errno, "cannot remove stale socket " + socket_path_);
     }
     uint64_t generation;
     {
@@ -363,38 +356,21 @@ class PluginServerImpl final : public PluginServer {
     server->Wait();
   }
 
-  // Watches the plugin directory with inotify so that a kubelet restart
-  // (kubelet.sock created again, our socket deleted) is seen at once, even when
-  // the new kubelet.sock reuses the old inode number. Without inotify (e.g. no
-  // watches left) the supervisor falls back to polling with stat.
+  // Watches the plugin directory (Env's directory watcher: inotify) so that a
+  // kubelet restart (kubelet.sock created again, our socket deleted) is seen
+  // at once, even when the new kubelet.sock reuses the old inode number.
+  // Without a watch (e.g. no inotify watches left) the supervisor falls back
+  // to polling with stat.
   void OpenWatch() {
-    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    inotify_fd_ = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-    if (inotify_fd_ >= 0) {
-      std::string dir = fs::path(socket_path_).parent_path().string();
-      if (::inotify_add_watch(inotify_fd_, dir.c_str(),
-                              IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM) < 0) {
-        ::close(inotify_fd_);
-        inotify_fd_ = -1;
-      }
-    }
-  }
-
-  void CloseWatch() {
-    if (inotify_fd_ >= 0) ::close(inotify_fd_);
-    if (wake_fd_ >= 0) ::close(wake_fd_);
-    inotify_fd_ = wake_fd_ = -1;
+    std::string dir = fs::path(socket_path_).parent_path().string();
+    StatusOr<std::unique_ptr<DirectoryWatcher>> watcher = Env::Default()->WatchDirectory(dir);
+    if (watcher.ok()) watcher_ = std::move(*watcher);
   }
 
   // Waits up to `d` for a directory event or Stop(). Returns false when stopping.
   bool SleepFor(std::chrono::milliseconds d) {
-    struct pollfd fds[2];
-    int n = 0;
-    if (wake_fd_ >= 0) fds[n++] = {wake_fd_, POLLIN, 0};
-    if (inotify_fd_ >= 0) fds[n++] = {inotify_fd_, POLLIN, 0};
-    if (n > 0) {
-      ::poll(fds, n, static_cast<int>(d.count()));
-      DrainDirectoryEvents();
+    if (watcher_) {
+      NoteDirectoryEvents(watcher_->Wait(d));
     } else {
       kdm::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(kdm::Condition(&stopping_), absl::FromChrono(d));
@@ -404,18 +380,15 @@ class PluginServerImpl final : public PluginServer {
   }
 
   void DrainDirectoryEvents() {
-    if (inotify_fd_ < 0) return;
-    alignas(struct inotify_event) char buf[4096];
-    while (true) {
-      ssize_t len = ::read(inotify_fd_, buf, sizeof buf);
-      if (len <= 0) return;
-      for (char* p = buf; p < buf + len;) {
-        auto* ev = reinterpret_cast<struct inotify_event*>(p);
-        if (ev->len > 0 && pluginapi::kKubeletSocketName == ev->name &&
-            (ev->mask & (IN_CREATE | IN_MOVED_TO))) {
-          kubelet_recreated_ = true;
-        }
-        p += sizeof(struct inotify_event) + ev->len;
+    if (watcher_) NoteDirectoryEvents(watcher_->ReadEvents());
+  }
+
+  void NoteDirectoryEvents(const std::vector<DirectoryWatcher::Event>& events) {
+    using Kind = DirectoryWatcher::EventKind;
+    for (const DirectoryWatcher::Event& e : events) {
+      if (e.name == pluginapi::kKubeletSocketName &&
+          (e.kind == Kind::kCreated || e.kind == Kind::kMovedIn)) {
+        kubelet_recreated_ = true;
       }
     }
   }
@@ -534,9 +507,9 @@ class PluginServerImpl final : public PluginServer {
   std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(server_mu_);
   std::unique_ptr<DevicePluginService> service_ ABSL_GUARDED_BY(server_mu_);
 
-  // Used by the supervisor thread only (and Start/Stop around it).
-  int inotify_fd_ = -1;
-  int wake_fd_ = -1;
+  // Used by the supervisor thread only (and Start/Stop around it); Stop()
+  // calls watcher_->Wake() from its own thread, which the watcher allows.
+  std::unique_ptr<DirectoryWatcher> watcher_;  // null: no watch, stat polling only
   bool kubelet_recreated_ = false;
 
   std::thread supervisor_;
