@@ -16,6 +16,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include "kdm/base/env.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "podresources/v1/api.grpc.pb.h"
@@ -126,9 +127,9 @@ class PodResourcesServerImpl final : public PodResourcesServer {
     server_ = builder.BuildAndStart();
     if (!server_) return UnavailableError("cannot serve pod-resources on " + socket_path_);
     if (::chmod(socket_path_.c_str(), 0600) != 0) {
-      std::string error = std::strerror(errno);
+      Status error = ErrnoToStatus(errno, "cannot make " + socket_path_ + " mode 0600");
       Stop();
-      return InternalError("cannot make " + socket_path_ + " mode 0600: " + error);
+      return error;
     }
     spdlog::info("event=pod_resources_serving socket={}", socket_path_);
     return OkStatus();
@@ -166,9 +167,9 @@ Status PrepareSocketPath(const std::string& socket_path) {
   std::error_code ec;
   if (!dir.empty() && !fs::exists(dir, ec)) {
     fs::create_directories(dir, ec);
-    if (ec) return UnavailableError("cannot create directory " + dir.string() + ": " + ec.message());
+    if (ec) return ErrnoToStatus(ec.value(), "cannot create directory " + dir.string());
     if (::chmod(dir.c_str(), 0750) != 0) {
-      return InternalError("cannot make " + dir.string() + " mode 0750: " + std::strerror(errno));
+      return ErrnoToStatus(errno, "cannot make " + dir.string() + " mode 0750");
     }
   } else if (!dir.empty() && !fs::is_directory(dir, ec)) {
     return FailedPreconditionError(dir.string() + " is not a directory");
@@ -181,8 +182,7 @@ Status PrepareSocketPath(const std::string& socket_path) {
       return FailedPreconditionError(socket_path + " exists and is not a socket");
     }
     if (::unlink(socket_path.c_str()) != 0) {
-      return UnavailableError("cannot remove stale socket " + socket_path + ": " +
-                              std::strerror(errno));
+      return ErrnoToStatus(errno, "cannot remove stale socket " + socket_path);
     }
   }
   return OkStatus();

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kdm/base/env.h"
 #include "kdm/base/file_system.h"
 #include "kdm/base/log_rate_limiter.h"
 #include "kdm/base/log_value.h"
@@ -153,9 +154,9 @@ StatusOr<std::unique_ptr<RegistrationServer>> RegistrationServer::Start(
   // Only the node agent's user may register plugins. The directory (0750)
   // already keeps others out while the socket briefly has the umask's mode.
   if (::chmod(socket.c_str(), 0600) != 0) {
-    std::string error = strerror(errno);
+    Status error = ErrnoToStatus(errno, "cannot make " + socket + " mode 0600");
     rs->Stop();
-    return InternalError("cannot make " + socket + " mode 0600: " + error);
+    return error;
   }
   spdlog::info("event=registration_serving socket={}", socket);
   return rs;

@@ -20,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kdm/base/env.h"
 #include "kdm/base/sync.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/grpc_status.h"
@@ -680,8 +681,7 @@ Status FaultyPlugin::Impl::Serve() {
     return PermissionDeniedError("plugin directory " + dir.string() + " is not writable");
   }
   if (::unlink(socket_path_.c_str()) != 0 && errno != ENOENT) {
-    return PermissionDeniedError("cannot remove stale socket " + socket_path_ + ": " +
-                                 std::strerror(errno));
+    return ErrnoToStatus(errno, "cannot remove stale socket " + socket_path_);
   }
   uint64_t generation;
   {

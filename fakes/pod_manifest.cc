@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "kdm/base/env.h"
 #include "kdm/pluginapi/api_rules.h"
 
 namespace kdm::fakes {
@@ -370,11 +371,7 @@ StatusOr<Pod> ParsePodManifest(std::string_view text, std::string_view file_name
 StatusOr<std::string> ReadManifestBytes(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
-    int err = errno;
-    std::string what = "cannot open " + path + ": " + std::strerror(err);
-    if (err == ENOENT) return NotFoundError(what);
-    if (err == EACCES || err == EPERM) return PermissionDeniedError(what);
-    return UnavailableError(what);
+    return ErrnoToStatus(errno, "cannot open " + path);
   }
   std::string out;
   char buf[65536];
@@ -384,7 +381,7 @@ StatusOr<std::string> ReadManifestBytes(const std::string& path) {
       if (errno == EINTR) continue;
       int err = errno;
       ::close(fd);
-      return UnavailableError("cannot read " + path + ": " + std::strerror(err));
+      return ErrnoToStatus(err, "cannot read " + path);
     }
     if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
