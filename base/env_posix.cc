@@ -153,7 +153,9 @@ class PosixEnv final : public Env {
     if (fd.get() < 0) return Errno(errno, "cannot open " + path);
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) return Errno(errno, "cannot stat " + path);
-    if (S_ISDIR(st.st_mode)) return FailedPreconditionError(path + " is a directory, not a file");
+    if (S_ISDIR(st.st_mode)) {
+      return FailedPreconditionError(path + " is not a regular file: it is a directory");
+    }
     if (!S_ISREG(st.st_mode)) return FailedPreconditionError(path + " is not a regular file");
     const uint64_t size = static_cast<uint64_t>(st.st_size);
     if (size > max_bytes) return env_internal::TooBig(path, size, max_bytes);
@@ -248,7 +250,9 @@ class PosixEnv final : public Env {
     }
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0) return Errno(errno, "cannot stat " + dir);
-    if (!S_ISDIR(st.st_mode)) return FailedPreconditionError(dir + " exists and is not a directory");
+    if (!S_ISDIR(st.st_mode)) {
+      return FailedPreconditionError(dir + " exists and is not a directory");
+    }
     return OkStatus();
   }
 
@@ -317,7 +321,9 @@ class PosixEnv final : public Env {
     if (::inotify_add_watch(inotify_fd, dir.c_str(), kWatchMask) < 0) {
       int err = errno;
       ::close(inotify_fd);
-      if (err == ENOTDIR) return FailedPreconditionError("cannot watch " + dir + ": not a directory");
+      if (err == ENOTDIR) {
+        return FailedPreconditionError("cannot watch " + dir + ": not a directory");
+      }
       return Errno(err, "cannot watch " + dir);
     }
     int wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -109,10 +109,14 @@ class MemoryEnvImpl final : public MemoryEnv {
     const Node* node = Find(path);
     if (!node) return ErrnoToStatus(ENOENT, "cannot open " + raw);
     if (node->type == FileType::kDirectory) {
-      return FailedPreconditionError(raw + " is a directory, not a file");
+      return FailedPreconditionError(raw + " is not a regular file: it is a directory");
     }
-    if (node->type != FileType::kRegular) return FailedPreconditionError(raw + " is not a regular file");
-    if (node->data.size() > max_bytes) return env_internal::TooBig(raw, node->data.size(), max_bytes);
+    if (node->type != FileType::kRegular) {
+      return FailedPreconditionError(raw + " is not a regular file");
+    }
+    if (node->data.size() > max_bytes) {
+      return env_internal::TooBig(raw, node->data.size(), max_bytes);
+    }
     return node->data;
   }
 
@@ -203,7 +207,9 @@ class MemoryEnvImpl final : public MemoryEnv {
     std::lock_guard lock(mu_);
     Node* node = Find(Normalize(raw));
     if (!node) return ErrnoToStatus(ENOENT, "cannot stat " + raw);
-    if (node->type != FileType::kDirectory) return FailedPreconditionError(raw + " is not a directory");
+    if (node->type != FileType::kDirectory) {
+      return FailedPreconditionError(raw + " is not a directory");
+    }
     const unsigned mode = node->mode;
     node->mode = mode & max_mode;
     return mode;
@@ -288,7 +294,9 @@ class MemoryEnvImpl final : public MemoryEnv {
     std::lock_guard lock(mu_);
     const Node* node = Find(Normalize(raw));
     if (!node) return ErrnoToStatus(ENOENT, "cannot open directory " + raw);
-    if (node->type != FileType::kDirectory) return ErrnoToStatus(ENOTDIR, "cannot open directory " + raw);
+    if (node->type != FileType::kDirectory) {
+      return ErrnoToStatus(ENOTDIR, "cannot open directory " + raw);
+    }
     return OkStatus();
   }
 
@@ -346,7 +354,9 @@ class MemoryEnvImpl final : public MemoryEnv {
     KDM_RETURN_IF_ERROR(CheckParentLocked(path, "cannot open " + raw));
     if (Status s = TakeInjectedFailureLocked(); !s.ok()) return s.WithPrefix("cannot write " + raw);
     Node* node = Find(path);
-    if (node && node->type == FileType::kDirectory) return ErrnoToStatus(EISDIR, "cannot open " + raw);
+    if (node && node->type == FileType::kDirectory) {
+      return ErrnoToStatus(EISDIR, "cannot open " + raw);
+    }
     const std::string dir = DirName(path);
     const std::string name = BaseName(path);
     if (!node) {

@@ -147,7 +147,8 @@ TEST_P(EnvContractTest, DirectoryWhereAFileIsExpected) {
   ASSERT_TRUE(env_->CreateDirectories(P("d"), 0700).ok());
   StatusOr<std::string> r = env_->ReadFile(P("d"), 10);
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(r.status().message(), HasSubstr(P("d") + " is a directory"));
+  EXPECT_THAT(r.status().message(),
+              HasSubstr(P("d") + " is not a regular file: it is a directory"));
   EXPECT_EQ(env_->RemoveFile(P("d")).code(), StatusCode::kFailedPrecondition);
   // And a file where a directory is expected.
   ASSERT_TRUE(env_->WriteFileAtomically(P("f"), "x").ok());
@@ -213,8 +214,8 @@ TEST_P(EnvContractTest, WatchingAMissingDirectoryIsNotFound) {
 
 TEST_P(EnvContractTest, HiddenRandomCleanupRemovesOnlyItsOwnPattern) {
   const std::vector<std::string> stale = {".a.json.tmp-Ab12Cd", ".node.json.tmp-zZ09xy"};
-  const std::vector<std::string> kept = {"a.json",          ".a.json.tmp-short", "a.json.tmp-Ab12Cd",
-                                         ".a.json.tmp-Ab1-Cd", ".tmp-Ab12Cd",    "notes.txt",
+  const std::vector<std::string> kept = {"a.json",      ".a.json.tmp-short", "a.json.tmp-Ab12Cd",
+                                         ".a.json.tmp-Ab1-Cd", ".tmp-Ab12Cd", "notes.txt",
                                          "x.tmp-12345"};
   for (const auto& f : stale) ASSERT_TRUE(env_->WriteFileAtomically(P(f), "partial").ok());
   for (const auto& f : kept) ASSERT_TRUE(env_->WriteFileAtomically(P(f), "keep").ok());
@@ -283,7 +284,8 @@ TEST_P(EnvContractTest, BootIdIsReadAndTrimmed) {
   StatusOr<std::string> id = env_->ReadBootId();
   ASSERT_TRUE(id.ok()) << id.status();
   EXPECT_EQ(id->size(), 36u) << *id;
-  ASSERT_TRUE(env_->WriteFileAtomically(P("boot_id"), "1f2e3d4c-0000-4000-8000-000000000001\n").ok());
+  ASSERT_TRUE(
+      env_->WriteFileAtomically(P("boot_id"), "1f2e3d4c-0000-4000-8000-000000000001\n").ok());
   EXPECT_EQ(*ReadBootIdFile(*env_, P("boot_id")), "1f2e3d4c-0000-4000-8000-000000000001");
   ASSERT_TRUE(env_->WriteFileAtomically(P("empty"), "\n").ok());
   EXPECT_THAT(ReadBootIdFile(*env_, P("empty")).status().message(), HasSubstr("is empty"));
