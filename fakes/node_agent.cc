@@ -31,7 +31,7 @@
 #include "kdm/fakes/admission_queue.h"
 #include "kdm/fakes/manifest_watcher.h"
 #include "kdm/fakes/pod_manifest.h"
-#include "kdm/fakes/status_writer.h"
+#include "kdm/fakes/status_file.h"
 #include "kdm/pluginapi/api_rules.h"
 
 namespace kdm::fakes {
