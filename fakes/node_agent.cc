@@ -635,18 +635,21 @@ void NodeAgentImpl::ForgetFile(const std::string& file_name, bool delete_status)
 
 AdmissionResult NodeAgentImpl::RunAdmission(const dm::Pod& pod) {
   AdmissionResult result;
-  // The Manager skips resources no plugin ever registered (like the
-  // kubelet's device manager); the kubelet then rejects the pod for lack
-  // of the resource. Say so with the device manager's text.
+  // The Manager's Allocate skips resources no plugin ever registered (like
+  // the kubelet's device manager); the kubelet then rejects the pod for lack
+  // of the resource. This agent has no such node-level check: the Manager
+  // says which resource is missing, in the device manager's words.
+  result.status = manager_->CheckResourcesRegistered(pod);
+  if (!result.status.ok()) {
+    result.unregistered = true;
+    return result;
+  }
   dm::CapacityReport capacity = manager_->GetCapacity();
   for (const std::string& resource : DeviceResources(pod)) {
     auto it = capacity.resources.find(resource);
-    if (it == capacity.resources.end()) {
-      result.unregistered = true;
-      result.status = FailedPreconditionError("cannot allocate unregistered device " + resource);
-      return result;
+    if (it != capacity.resources.end() && it->second.capacity == 0) {
+      result.resource_without_devices = true;
     }
-    if (it->second.capacity == 0) result.resource_without_devices = true;
   }
   for (const auto* list : {&pod.init_containers, &pod.containers}) {
     for (const auto& c : *list) {
@@ -656,20 +659,16 @@ AdmissionResult NodeAgentImpl::RunAdmission(const dm::Pod& pod) {
   }
   for (const auto* list : {&pod.init_containers, &pod.containers}) {
     for (const auto& c : *list) {
-      ContainerStatus cs;
-      cs.name = c.name;
-      for (const auto& cd : manager_->GetDevices(pod.uid, c.name)) {
-        auto& ids = cs.devices[cd.resource_name];
-        ids.insert(ids.end(), cd.device_ids.begin(), cd.device_ids.end());
-      }
-      for (auto& [resource, ids] : cs.devices) std::sort(ids.begin(), ids.end());
-      auto run = manager_->GetDeviceRunContainerOptions(pod, c.name);
-      if (!run.ok()) {
-        result.status = run.status();
+      auto allocation = manager_->GetContainerAllocation(pod, c.name);
+      if (!allocation.ok()) {
+        result.status = allocation.status();
         result.containers.clear();
         return result;
       }
-      cs.run = std::move(*run);
+      ContainerStatus cs;
+      cs.name = c.name;
+      cs.devices = std::move(allocation->devices);
+      cs.run = std::move(allocation->run);
       result.containers.push_back(std::move(cs));
     }
   }
