@@ -924,14 +924,7 @@ StatusOr<ContainerAllocation> ManagerImpl::GetContainerAllocation(const Pod& pod
 }
 
 Status ManagerImpl::CheckResourcesRegistered(const Pod& pod) const {
-  std::set<std::string> asked;
-  for (const auto* list : {&pod.init_containers, &pod.containers}) {
-    for (const Container& c : *list) {
-      for (const auto& [resource, limit] : c.limits) {
-        if (pluginapi::IsExtendedResourceName(resource) && !limit.IsZero()) asked.insert(resource);
-      }
-    }
-  }
+  const std::set<std::string> asked = ExtendedResourcesOf(pod);
   kdm::MutexLock lock(&mu_);
   for (const std::string& resource : asked) KDM_RETURN_IF_ERROR(ledger_.CheckRegistered(resource));
   return OkStatus();

@@ -73,19 +73,6 @@ std::string DevicesText(const std::map<std::string, std::vector<std::string>>& d
 // they can neither forge a log line nor flood the log.
 std::string Q(std::string_view text) { return QuoteLogValue(text, kMaxLogValueBytes); }
 
-// The device resources `pod` asks for (non-zero limits of extended
-// resources): the keys that order its admission against other pods'.
-std::set<std::string> DeviceResources(const dm::Pod& pod) {
-  std::set<std::string> out;
-  for (const auto* list : {&pod.init_containers, &pod.containers}) {
-    for (const auto& c : *list) {
-      for (const auto& [resource, limit] : c.limits) {
-        if (pluginapi::IsExtendedResourceName(resource) && !limit.IsZero()) out.insert(resource);
-      }
-    }
-  }
-  return out;
-}
 
 // What an admission worker found out; handed to the io thread.
 struct AdmissionResult {
@@ -645,7 +632,7 @@ AdmissionResult NodeAgentImpl::RunAdmission(const dm::Pod& pod) {
     return result;
   }
   dm::CapacityReport capacity = manager_->GetCapacity();
-  for (const std::string& resource : DeviceResources(pod)) {
+  for (const std::string& resource : dm::ExtendedResourcesOf(pod)) {
     auto it = capacity.resources.find(resource);
     if (it != capacity.resources.end() && it->second.capacity == 0) {
       result.resource_without_devices = true;
@@ -693,8 +680,10 @@ void NodeAgentImpl::AdmitFile(const std::string& file_name, FileEntry& entry) {
   SetActive(pod);
   in_flight_[pod.uid] = {file_name, entry.generation};
   const uint64_t generation = entry.generation;
+  // Keyed by the pod's device resources: pods that share one are admitted
+  // in order.
   bool queued = admissions_->Submit(
-      DeviceResources(pod), [this, file_name, generation, recovering, pod = pod] {
+      dm::ExtendedResourcesOf(pod), [this, file_name, generation, recovering, pod = pod] {
         AdmissionResult result = RunAdmission(pod);
         asio::post(io_, [this, file_name, generation, recovering, uid = pod.uid,
                          result = std::move(result)]() mutable {
