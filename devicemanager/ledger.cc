@@ -193,6 +193,11 @@ bool Ledger::HasResource(const std::string& resource) const {
   return resources_.count(resource) > 0;
 }
 
+Status Ledger::CheckRegistered(const std::string& resource) const {
+  if (HasResource(resource)) return OkStatus();
+  return FailedPreconditionError("cannot allocate unregistered device " + resource);
+}
+
 bool Ledger::IsDeviceResource(const std::string& resource) const {
   if (resource.empty()) return false;
   return HasResource(resource) || records_per_resource_.count(resource) > 0;
@@ -504,11 +509,8 @@ StatusOr<AllocationPlan> Ledger::Plan(
         std::to_string(count));
   }
   // 2. Registration and health, checked before counting (kubelet #109595).
+  KDM_RETURN_IF_ERROR(CheckRegistered(resource));
   auto res = resources_.find(resource);
-  if (res == resources_.end()) {
-    return FailedPreconditionError("cannot allocate unregistered device " +
-                                   resource);
-  }
   const auto& devices = res->second.devices;
   bool any_healthy =
       std::any_of(devices.begin(), devices.end(),
@@ -678,11 +680,8 @@ Status Ledger::Reserve(const AllocationPlan& plan,
     return FailedPreconditionError(KeyText(key) +
                                    " already has devices recorded");
   }
+  KDM_RETURN_IF_ERROR(CheckRegistered(resource));
   auto res = resources_.find(resource);
-  if (res == resources_.end()) {
-    return FailedPreconditionError("cannot allocate unregistered device " +
-                                   resource);
-  }
   std::set<std::string> must(plan.must_include.begin(),
                              plan.must_include.end());
   std::set<std::string> handed_over;

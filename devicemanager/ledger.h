@@ -206,6 +206,10 @@ class Ledger {
 
   // Registered and not removed (possibly with no healthy device).
   bool HasResource(const std::string& resource) const;
+  // OK when HasResource(resource); otherwise FAILED_PRECONDITION `cannot
+  // allocate unregistered device <r>`, the one home of that rule and text
+  // (Plan and Reserve answer with it too).
+  Status CheckRegistered(const std::string& resource) const;
   // HasResource(), or some container has devices of it recorded: a limit on
   // such a resource is handled by the device manager.
   bool IsDeviceResource(const std::string& resource) const;

@@ -90,6 +90,14 @@ struct RunContainerOptions {
   std::vector<std::string> conflicts;
 };
 
+// One container's recorded devices and the run options merged from their
+// allocate responses, read together (Manager::GetContainerAllocation).
+struct ContainerAllocation {
+  // Resource -> device ids (sorted).
+  std::map<std::string, std::vector<std::string>> devices;
+  RunContainerOptions run;
+};
+
 struct CapacityReport {
   // capacity = healthy + unhealthy; allocatable = healthy
   // (docs/kubelet-rules.md#capacity).
@@ -248,6 +256,22 @@ class Manager {
   // asks for it. Errors: PreStartContainer failed, its endpoint stopped.
   virtual StatusOr<RunContainerOptions> GetDeviceRunContainerOptions(
       const Pod& pod, const std::string& container) = 0;
+
+  // The container's recorded devices and the run options merged from them,
+  // in one call: the devices are exactly those the options come from.
+  // Calls PreStartContainer as GetDeviceRunContainerOptions does; the same
+  // errors. A container with no devices: empty devices and run options.
+  virtual StatusOr<ContainerAllocation> GetContainerAllocation(const Pod& pod,
+                                                               const std::string& container) = 0;
+
+  // OK when every extended resource that a container of `pod` asks for (a
+  // non-zero limit) is registered, possibly with no devices yet; otherwise
+  // FAILED_PRECONDITION `cannot allocate unregistered device <r>` for the
+  // first such resource in name order. Allocate skips a resource that no
+  // plugin registered, as the kubelet's device manager does (the kubelet
+  // then refuses the pod for lack of the resource on the node); an agent
+  // without that node-level check calls this before Allocate.
+  virtual Status CheckResourcesRegistered(const Pod& pod) const = 0;
 
   virtual CapacityReport GetCapacity() const = 0;
 

@@ -820,6 +820,12 @@ void ManagerImpl::OnCheckpointRetry() {
 
 StatusOr<RunContainerOptions> ManagerImpl::GetDeviceRunContainerOptions(
     const Pod& pod, const std::string& container) {
+  KDM_ASSIGN_OR_RETURN(ContainerAllocation allocation, GetContainerAllocation(pod, container));
+  return std::move(allocation.run);
+}
+
+StatusOr<ContainerAllocation> ManagerImpl::GetContainerAllocation(const Pod& pod,
+                                                                  const std::string& container) {
   struct PreStart {
     std::shared_ptr<Endpoint> ep;
     std::vector<std::string> ids;
@@ -908,7 +914,22 @@ StatusOr<RunContainerOptions> ManagerImpl::GetDeviceRunContainerOptions(
   }
   for (auto& [path, m] : mounts) out.mounts.push_back(m.first);
   for (auto& [path, d] : devices) out.devices.push_back(d.first);
-  return out;
+  ContainerAllocation allocation;
+  for (const auto& e : entries) {
+    std::vector<std::string>& ids = allocation.devices[e.resource_name];
+    std::vector<std::string> flat = FlattenDeviceIds(e.device_ids);
+    ids.insert(ids.end(), flat.begin(), flat.end());
+  }
+  for (auto& [resource, ids] : allocation.devices) std::sort(ids.begin(), ids.end());
+  allocation.run = std::move(out);
+  return allocation;
+}
+
+Status ManagerImpl::CheckResourcesRegistered(const Pod& pod) const {
+  const std::set<std::string> asked = ExtendedResourcesOf(pod);
+  kdm::MutexLock lock(&mu_);
+  for (const std::string& resource : asked) KDM_RETURN_IF_ERROR(ledger_.CheckRegistered(resource));
+  return OkStatus();
 }
 
 // ---------------------------------------------------------------- queries

@@ -97,6 +97,10 @@ class ManagerImpl : public Manager {
   StatusOr<RunContainerOptions> GetDeviceRunContainerOptions(const Pod& pod,
                                                              const std::string& container) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  StatusOr<ContainerAllocation> GetContainerAllocation(const Pod& pod,
+                                                       const std::string& container) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  Status CheckResourcesRegistered(const Pod& pod) const override ABSL_LOCKS_EXCLUDED(mu_);
   CapacityReport GetCapacity() const override ABSL_LOCKS_EXCLUDED(mu_);
   Status UpdateAllocatedDevices() override ABSL_LOCKS_EXCLUDED(mu_);
   Status RemovePod(const std::string& pod_uid) override ABSL_LOCKS_EXCLUDED(mu_);

@@ -26,6 +26,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,6 +89,11 @@ struct Pod {
     return std::nullopt;
   }
 };
+
+// The extended resources (pluginapi::IsExtendedResourceName) that a
+// container of `pod`, init or app, asks for with a non-zero limit: the
+// resources that only a device plugin can provide. Sorted.
+std::set<std::string> ExtendedResourcesOf(const Pod& pod);
 
 }  // namespace kdm::devicemanager
 

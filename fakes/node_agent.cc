@@ -31,7 +31,7 @@
 #include "kdm/fakes/admission_queue.h"
 #include "kdm/fakes/manifest_watcher.h"
 #include "kdm/fakes/pod_manifest.h"
-#include "kdm/fakes/status_writer.h"
+#include "kdm/fakes/status_file.h"
 #include "kdm/pluginapi/api_rules.h"
 
 namespace kdm::fakes {
@@ -73,19 +73,6 @@ std::string DevicesText(const std::map<std::string, std::vector<std::string>>& d
 // they can neither forge a log line nor flood the log.
 std::string Q(std::string_view text) { return QuoteLogValue(text, kMaxLogValueBytes); }
 
-// The device resources `pod` asks for (non-zero limits of extended
-// resources): the keys that order its admission against other pods'.
-std::set<std::string> DeviceResources(const dm::Pod& pod) {
-  std::set<std::string> out;
-  for (const auto* list : {&pod.init_containers, &pod.containers}) {
-    for (const auto& c : *list) {
-      for (const auto& [resource, limit] : c.limits) {
-        if (pluginapi::IsExtendedResourceName(resource) && !limit.IsZero()) out.insert(resource);
-      }
-    }
-  }
-  return out;
-}
 
 // What an admission worker found out; handed to the io thread.
 struct AdmissionResult {
@@ -635,18 +622,21 @@ void NodeAgentImpl::ForgetFile(const std::string& file_name, bool delete_status)
 
 AdmissionResult NodeAgentImpl::RunAdmission(const dm::Pod& pod) {
   AdmissionResult result;
-  // The Manager skips resources no plugin ever registered (like the
-  // kubelet's device manager); the kubelet then rejects the pod for lack
-  // of the resource. Say so with the device manager's text.
+  // The Manager's Allocate skips resources no plugin ever registered (like
+  // the kubelet's device manager); the kubelet then rejects the pod for lack
+  // of the resource. This agent has no such node-level check: the Manager
+  // says which resource is missing, in the device manager's words.
+  result.status = manager_->CheckResourcesRegistered(pod);
+  if (!result.status.ok()) {
+    result.unregistered = true;
+    return result;
+  }
   dm::CapacityReport capacity = manager_->GetCapacity();
-  for (const std::string& resource : DeviceResources(pod)) {
+  for (const std::string& resource : dm::ExtendedResourcesOf(pod)) {
     auto it = capacity.resources.find(resource);
-    if (it == capacity.resources.end()) {
-      result.unregistered = true;
-      result.status = FailedPreconditionError("cannot allocate unregistered device " + resource);
-      return result;
+    if (it != capacity.resources.end() && it->second.capacity == 0) {
+      result.resource_without_devices = true;
     }
-    if (it->second.capacity == 0) result.resource_without_devices = true;
   }
   for (const auto* list : {&pod.init_containers, &pod.containers}) {
     for (const auto& c : *list) {
@@ -656,20 +646,16 @@ AdmissionResult NodeAgentImpl::RunAdmission(const dm::Pod& pod) {
   }
   for (const auto* list : {&pod.init_containers, &pod.containers}) {
     for (const auto& c : *list) {
-      ContainerStatus cs;
-      cs.name = c.name;
-      for (const auto& cd : manager_->GetDevices(pod.uid, c.name)) {
-        auto& ids = cs.devices[cd.resource_name];
-        ids.insert(ids.end(), cd.device_ids.begin(), cd.device_ids.end());
-      }
-      for (auto& [resource, ids] : cs.devices) std::sort(ids.begin(), ids.end());
-      auto run = manager_->GetDeviceRunContainerOptions(pod, c.name);
-      if (!run.ok()) {
-        result.status = run.status();
+      auto allocation = manager_->GetContainerAllocation(pod, c.name);
+      if (!allocation.ok()) {
+        result.status = allocation.status();
         result.containers.clear();
         return result;
       }
-      cs.run = std::move(*run);
+      ContainerStatus cs;
+      cs.name = c.name;
+      cs.devices = std::move(allocation->devices);
+      cs.run = std::move(allocation->run);
       result.containers.push_back(std::move(cs));
     }
   }
@@ -694,8 +680,10 @@ void NodeAgentImpl::AdmitFile(const std::string& file_name, FileEntry& entry) {
   SetActive(pod);
   in_flight_[pod.uid] = {file_name, entry.generation};
   const uint64_t generation = entry.generation;
+  // Keyed by the pod's device resources: pods that share one are admitted
+  // in order.
   bool queued = admissions_->Submit(
-      DeviceResources(pod), [this, file_name, generation, recovering, pod = pod] {
+      dm::ExtendedResourcesOf(pod), [this, file_name, generation, recovering, pod = pod] {
         AdmissionResult result = RunAdmission(pod);
         asio::post(io_, [this, file_name, generation, recovering, uid = pod.uid,
                          result = std::move(result)]() mutable {

@@ -9,24 +9,18 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "commands.h"
 #include "kdm/base/status.h"
-#include "kdm/pluginapi/grpc_status.h"
-#include "kdm/pluginapi/unix_target.h"
-#include "podresources/v1/api.grpc.pb.h"
+#include "kdm/devicemanager/pod_resources_client.h"
+#include "kdm/fakes/status_file.h"
 
 namespace kdm::cli {
 namespace {
@@ -54,12 +48,12 @@ struct ResourceDevices {
 };
 using ContainerDevices = std::map<std::string, ResourceDevices>;  // by resource
 
-ContainerDevices Merge(const google::protobuf::RepeatedPtrField<v1::ContainerDevices>& in) {
+ContainerDevices Merge(const std::vector<devicemanager::ContainerDevices>& in) {
   ContainerDevices out;
   for (const auto& d : in) {
-    ResourceDevices& r = out[d.resource_name()];
-    r.ids.insert(r.ids.end(), d.device_ids().begin(), d.device_ids().end());
-    for (const auto& n : d.topology().nodes()) r.numa_nodes.insert(n.id());
+    ResourceDevices& r = out[d.resource_name];
+    r.ids.insert(r.ids.end(), d.device_ids.begin(), d.device_ids.end());
+    if (d.numa_node) r.numa_nodes.insert(*d.numa_node);
   }
   for (auto& [_, r] : out) {
     std::sort(r.ids.begin(), r.ids.end());
@@ -107,89 +101,29 @@ Status CheckRoot(const std::string& root) {
 }
 
 // A client of DIR/pod-resources/kubelet.sock.
-class PodResourcesClient {
- public:
-  static StatusOr<PodResourcesClient> Connect(const GetFlags& flags) {
-    KDM_RETURN_IF_ERROR(CheckRoot(flags.root));
-    const std::string socket = SocketPath(flags.root);
-    StatusOr<std::string> target = pluginapi::UnixSocketTarget(socket);
-    if (!target.ok()) return target.status().WithPrefix("--root");
-    struct stat st;
-    if (::stat(socket.c_str(), &st) != 0) {
-      return NotFoundError("pod-resources socket " + socket +
-                           " does not exist (is `kdm kubelet --root " + flags.root +
-                           "` running?)");
-    }
-    if (!S_ISSOCK(st.st_mode)) {
-      return FailedPreconditionError("pod-resources socket " + socket + " is not a socket");
-    }
-    return PodResourcesClient(socket, *target, flags.timeout_seconds);
+StatusOr<std::unique_ptr<devicemanager::PodResourcesClient>> Connect(const GetFlags& flags) {
+  KDM_RETURN_IF_ERROR(CheckRoot(flags.root));
+  auto client = devicemanager::PodResourcesClient::Connect(
+      {.socket_path = SocketPath(flags.root),
+       .timeout = std::chrono::seconds(flags.timeout_seconds)});
+  if (client.ok()) return client;
+  const Status& s = client.status();
+  if (s.code() == StatusCode::kInvalidArgument) return s.WithPrefix("--root");
+  if (s.code() == StatusCode::kNotFound) {
+    return NotFoundError(s.message() + " (is `kdm kubelet --root " + flags.root + "` running?)");
   }
+  return s;
+}
 
-  StatusOr<v1::ListPodResourcesResponse> List() {
-    v1::ListPodResourcesResponse response;
-    grpc::ClientContext ctx;
-    SetDeadline(ctx);
-    KDM_RETURN_IF_ERROR(Check(stub_->List(&ctx, v1::ListPodResourcesRequest(), &response), "List"));
-    return response;
-  }
-
-  StatusOr<v1::AllocatableResourcesResponse> Allocatable() {
-    v1::AllocatableResourcesResponse response;
-    grpc::ClientContext ctx;
-    SetDeadline(ctx);
-    KDM_RETURN_IF_ERROR(Check(
-        stub_->GetAllocatableResources(&ctx, v1::AllocatableResourcesRequest(), &response),
-        "GetAllocatableResources"));
-    return response;
-  }
-
- private:
-  PodResourcesClient(std::string socket, const std::string& target, int timeout_seconds)
-      : socket_(std::move(socket)),
-        timeout_seconds_(timeout_seconds),
-        stub_(v1::PodResourcesLister::NewStub(
-            grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {}
-
-  void SetDeadline(grpc::ClientContext& ctx) const {
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_seconds_));
-  }
-
-  Status Check(const grpc::Status& s, const char* method) const {
-    return pluginapi::FromGrpcStatus(s, std::string(method) + " on " + socket_ + " failed");
-  }
-
-  std::string socket_;
-  int timeout_seconds_;
-  std::shared_ptr<v1::PodResourcesLister::Stub> stub_;
-};
-
-StatusOr<ordered_json> ReadNodeStatus(const std::string& root) {
+StatusOr<fakes::NodeStatus> ReadNodeStatus(const std::string& root) {
   KDM_RETURN_IF_ERROR(CheckRoot(root));
   const std::string path = NodeStatusPath(root);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return NotFoundError("node status " + path + " does not exist (it is written by `kdm kubelet --root " +
-                         root + "`)");
+  StatusOr<fakes::NodeStatus> node = fakes::ReadNodeStatusFile(path);
+  if (!node.ok() && node.status().code() == StatusCode::kNotFound) {
+    return NotFoundError("node status " + path +
+                         " does not exist (it is written by `kdm kubelet --root " + root + "`)");
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  ordered_json j;
-  try {
-    j = ordered_json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    return InvalidArgumentError(path + ": not valid JSON: " + e.what());
-  }
-  if (!j.is_object()) return InvalidArgumentError(path + ": not a JSON object");
-  for (const char* key : {"capacity", "allocatable"}) {
-    if (j.contains(key) && !j[key].is_object()) {
-      return InvalidArgumentError(path + ": \"" + key + "\" is not an object");
-    }
-  }
-  if (j.contains("plugins") && !j["plugins"].is_array()) {
-    return InvalidArgumentError(path + ": \"plugins\" is not an array");
-  }
-  return j;
+  return node;
 }
 
 int Fail(const std::string& what, const Status& s) {
@@ -232,37 +166,37 @@ ordered_json DevicesJson(const ContainerDevices& devices) {
 int GetPods(const GetFlags& flags) {
   int code = kOk;
   if (!CheckFlags("pods", flags, &code)) return code;
-  auto client = PodResourcesClient::Connect(flags);
+  auto client = Connect(flags);
   if (!client.ok()) return Fail("pods", client.status());
-  auto list = client->List();
+  auto list = (*client)->List();
   if (!list.ok()) return Fail("pods", list.status());
 
   if (flags.output == "json") {
     ordered_json pods = ordered_json::array();
-    for (const auto& pod : list->pod_resources()) {
+    for (const auto& pod : *list) {
       ordered_json containers = ordered_json::array();
-      for (const auto& c : pod.containers()) {
-        containers.push_back({{"name", c.name()}, {"devices", DevicesJson(Merge(c.devices()))}});
+      for (const auto& c : pod.containers) {
+        containers.push_back({{"name", c.name}, {"devices", DevicesJson(Merge(c.devices))}});
       }
       pods.push_back(
-          {{"namespace", pod.namespace_()}, {"name", pod.name()}, {"containers", containers}});
+          {{"namespace", pod.namespace_name}, {"name", pod.name}, {"containers", containers}});
     }
     std::cout << ordered_json{{"pods", pods}}.dump(2) << "\n";
     return kOk;
   }
-  if (list->pod_resources_size() == 0) {
+  if (list->empty()) {
     std::cout << "No active pods.\n";
     return kOk;
   }
   std::vector<std::vector<std::string>> rows = {
       {"NAMESPACE", "NAME", "CONTAINER", "RESOURCE", "DEVICES", "NUMA"}};
-  for (const auto& pod : list->pod_resources()) {
-    if (pod.containers_size() == 0) rows.push_back({pod.namespace_(), pod.name(), "-", "-", "-", "-"});
-    for (const auto& c : pod.containers()) {
-      ContainerDevices devices = Merge(c.devices());
-      if (devices.empty()) rows.push_back({pod.namespace_(), pod.name(), c.name(), "-", "-", "-"});
+  for (const auto& pod : *list) {
+    if (pod.containers.empty()) rows.push_back({pod.namespace_name, pod.name, "-", "-", "-", "-"});
+    for (const auto& c : pod.containers) {
+      ContainerDevices devices = Merge(c.devices);
+      if (devices.empty()) rows.push_back({pod.namespace_name, pod.name, c.name, "-", "-", "-"});
       for (const auto& [resource, r] : devices) {
-        rows.push_back({pod.namespace_(), pod.name(), c.name(), resource, Join(r.ids),
+        rows.push_back({pod.namespace_name, pod.name, c.name, resource, Join(r.ids),
                         JoinNuma(r.numa_nodes)});
       }
     }
@@ -274,11 +208,11 @@ int GetPods(const GetFlags& flags) {
 int GetDevices(const GetFlags& flags) {
   int code = kOk;
   if (!CheckFlags("devices", flags, &code)) return code;
-  auto client = PodResourcesClient::Connect(flags);
+  auto client = Connect(flags);
   if (!client.ok()) return Fail("devices", client.status());
-  auto allocatable = client->Allocatable();
+  auto allocatable = (*client)->GetAllocatableResources();
   if (!allocatable.ok()) return Fail("devices", allocatable.status());
-  auto list = client->List();
+  auto list = (*client)->List();
   if (!list.ok()) return Fail("devices", list.status());
 
   struct DeviceRow {
@@ -287,20 +221,20 @@ int GetDevices(const GetFlags& flags) {
     std::string owner;  // "namespace/name/container"
   };
   std::map<std::pair<std::string, std::string>, DeviceRow> devices;  // (resource, id)
-  for (const auto& d : allocatable->devices()) {
-    for (const auto& id : d.device_ids()) {
-      DeviceRow& row = devices[{d.resource_name(), id}];
+  for (const auto& d : *allocatable) {
+    for (const auto& id : d.device_ids) {
+      DeviceRow& row = devices[{d.resource_name, id}];
       row.healthy = true;
-      for (const auto& n : d.topology().nodes()) row.numa.insert(n.id());
+      if (d.numa_node) row.numa.insert(*d.numa_node);
     }
   }
-  for (const auto& pod : list->pod_resources()) {
-    for (const auto& c : pod.containers()) {
-      for (const auto& d : c.devices()) {
-        for (const auto& id : d.device_ids()) {
-          DeviceRow& row = devices[{d.resource_name(), id}];
-          for (const auto& n : d.topology().nodes()) row.numa.insert(n.id());
-          std::string owner = pod.namespace_() + "/" + pod.name() + "/" + c.name();
+  for (const auto& pod : *list) {
+    for (const auto& c : pod.containers) {
+      for (const auto& d : c.devices) {
+        for (const auto& id : d.device_ids) {
+          DeviceRow& row = devices[{d.resource_name, id}];
+          if (d.numa_node) row.numa.insert(*d.numa_node);
+          std::string owner = pod.namespace_name + "/" + pod.name + "/" + c.name;
           // A device handed from an init container to the next shows its
           // every holder.
           if (row.owner.find(owner) == std::string::npos) {
@@ -339,57 +273,30 @@ int GetDevices(const GetFlags& flags) {
   return kOk;
 }
 
-std::string Number(const ordered_json& j) {
-  if (j.is_number_integer()) return std::to_string(j.get<int64_t>());
-  if (j.is_null()) return "-";
-  return j.dump();
-}
-
 int GetCapacity(const GetFlags& flags) {
   int code = kOk;
   if (!CheckFlags("capacity", flags, &code)) return code;
   auto node = ReadNodeStatus(flags.root);
   if (!node.ok()) return Fail("capacity", node.status());
   if (flags.output == "json") {
-    std::cout << node->dump(2) << "\n";
+    std::cout << fakes::RenderNodeStatus(*node);
     return kOk;
   }
-  const ordered_json empty = ordered_json::object();
-  const ordered_json& capacity = node->contains("capacity") ? (*node)["capacity"] : empty;
-  const ordered_json& allocatable = node->contains("allocatable") ? (*node)["allocatable"] : empty;
-  std::map<std::string, std::string> plugin_state;
-  if (node->contains("plugins")) {
-    for (const auto& p : (*node)["plugins"]) {
-      if (p.is_object() && p.contains("resource") && p["resource"].is_string()) {
-        plugin_state[p["resource"].get<std::string>()] =
-            p.contains("state") && p["state"].is_string() ? p["state"].get<std::string>() : "-";
-      }
-    }
-  }
-  std::set<std::string> resources;
-  for (const auto& [r, _] : capacity.items()) resources.insert(r);
-  for (const auto& [r, _] : allocatable.items()) resources.insert(r);
-  for (const auto& [r, _] : plugin_state) resources.insert(r);
+  const auto& resources = node->capacity.resources;
   std::vector<std::vector<std::string>> rows = {{"RESOURCE", "CAPACITY", "ALLOCATABLE", "PLUGIN"}};
-  for (const std::string& r : resources) {
-    rows.push_back({r, capacity.contains(r) ? Number(capacity[r]) : "-",
-                    allocatable.contains(r) ? Number(allocatable[r]) : "-",
-                    plugin_state.count(r) ? plugin_state[r] : "-"});
+  for (const auto& [r, amounts] : resources) {
+    rows.push_back({r, std::to_string(amounts.capacity), std::to_string(amounts.allocatable),
+                    std::string(fakes::PluginState(amounts))});
   }
   if (resources.empty()) {
     std::cout << "No device resources.\n";
   } else {
     PrintTable(rows);
   }
-  if (node->contains("deleted_resources") && (*node)["deleted_resources"].is_array() &&
-      !(*node)["deleted_resources"].empty()) {
-    std::vector<std::string> deleted;
-    for (const auto& d : (*node)["deleted_resources"]) deleted.push_back(d.is_string() ? d.get<std::string>() : d.dump());
-    std::cout << "Removed (grace period expired): " << Join(deleted, ", ") << "\n";
+  if (!node->capacity.deleted.empty()) {
+    std::cout << "Removed (grace period expired): " << Join(node->capacity.deleted, ", ") << "\n";
   }
-  if (node->contains("registrations")) {
-    std::cout << "Registrations accepted: " << Number((*node)["registrations"]) << "\n";
-  }
+  std::cout << "Registrations accepted: " << node->registrations << "\n";
   return kOk;
 }
 

@@ -275,6 +275,56 @@ TEST_F(ManagerMockTest, RegistrationReportsCapacityAndAllocates) {
   EXPECT_TRUE(manager_->CheckInvariantsForTest().ok());
 }
 
+TEST_F(ManagerMockTest, GetContainerAllocationReadsDevicesAndRunOptionsInOneCall) {
+  MakeManager();
+  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(4));
+  EchoAllocate(p);
+  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  Pod pod = MakePod("p1", {{"main", {{kGpu, 2}}}, {"log", {{"cpu", 1}}}});
+  ASSERT_TRUE(manager_->Allocate(pod, "main").ok());
+  ASSERT_TRUE(manager_->Allocate(pod, "log").ok());
+  auto allocation = manager_->GetContainerAllocation(pod, "main");
+  ASSERT_TRUE(allocation.ok()) << allocation.status();
+  EXPECT_EQ(allocation->devices,
+            (std::map<std::string, std::vector<std::string>>{{kGpu, {"gpu0", "gpu1"}}}));
+  EXPECT_EQ(allocation->run.envs.at("DEVICES"), "gpu0,gpu1");
+  auto run = manager_->GetDeviceRunContainerOptions(pod, "main");
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(allocation->run.envs, run->envs);
+  auto none = manager_->GetContainerAllocation(pod, "log");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->devices.empty());
+  EXPECT_TRUE(none->run.envs.empty());
+}
+
+TEST_F(ManagerMockTest, CheckResourcesRegisteredAnswersWithTheLedgersText) {
+  checkpoint::CheckpointData data;
+  data.registered_devices["vendor.com/restored"] = {"r0"};
+  ASSERT_TRUE(store_->Replace(data).ok());
+  MakeManager();
+  ASSERT_TRUE(manager_->Start().ok());
+  AddPlugin("/p/gpu.sock", Gpus(2));
+  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  // Registered, restored without devices, not extended (cpu), zero limits:
+  // nothing is missing.
+  EXPECT_TRUE(manager_->CheckResourcesRegistered(
+                          MakePod("a", {{"main", {{kGpu, 1}, {"cpu", 2}, {kNic, 0}}},
+                                        {"side", {{"vendor.com/restored", 1}}}}))
+                  .ok());
+  // The first unregistered resource in name order, init containers too.
+  Pod pod = MakePod("b", {{"main", {{kGpu, 1}, {"vendor.com/zz", 1}}}},
+                    {{"init", {{kNic, 1}}}});
+  EXPECT_EQ(manager_->CheckResourcesRegistered(pod),
+            FailedPreconditionError("cannot allocate unregistered device vendor.com/nic"));
+  // Allocate itself skips what no plugin registered, as the kubelet's device
+  // manager does.
+  EXPECT_TRUE(manager_->Allocate(pod, "init").ok());
+  // A resource whose grace period expired is unregistered again.
+  clock_->Advance(std::chrono::minutes(5));
+  EXPECT_EQ(manager_->CheckResourcesRegistered(MakePod("c", {{"main", {{"vendor.com/restored", 1}}}})),
+            FailedPreconditionError("cannot allocate unregistered device vendor.com/restored"));
+}
+
 TEST_F(ManagerMockTest, AlignNumaTakesDevicesOfThePreferredNumaNodeFirst) {
   Manager::Options o = BaseOptions();
   o.align_numa = true;

@@ -64,6 +64,7 @@
 #include "kdm/test/soak/child_process.h"
 #include "kdm/base/status.h"
 #include "kdm/checkpoint/paths.h"
+#include "kdm/fakes/status_file.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "podresources/v1/api.grpc.pb.h"
 
@@ -287,25 +288,19 @@ std::optional<PodStatusView> ReadPodStatus(const std::string& path) {
   s << in.rdbuf();
   PodStatusView v;
   v.text = s.str();
-  json j = json::parse(v.text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) {
+  StatusOr<fakes::PodStatus> status = fakes::ParsePodStatus(v.text);
+  if (!status.ok()) {
     v.phase = "<unparsable>";
     return v;
   }
-  v.phase = j.value("phase", "");
-  v.message = j.value("message", "");
-  if (j.contains("containers") && j["containers"].is_array()) {
-    for (const auto& c : j["containers"]) {
-      if (!c.is_object() || !c.contains("devices") || !c["devices"].is_object()) continue;
-      Devices d;
-      for (const auto& [resource, ids] : c["devices"].items()) {
-        if (!ids.is_array() || ids.empty()) continue;
-        auto& out = d[resource];
-        for (const auto& id : ids) out.push_back(id.is_string() ? id.get<std::string>() : "?");
-        std::sort(out.begin(), out.end());
-      }
-      if (!d.empty()) v.devices[c.value("name", "?")] = std::move(d);
+  v.phase = status->phase;
+  v.message = status->message;
+  for (const fakes::ContainerStatus& c : status->containers) {
+    Devices d;
+    for (const auto& [resource, ids] : c.devices) {
+      if (!ids.empty()) d[resource] = ids;  // sorted by the writer
     }
+    if (!d.empty()) v.devices[c.name] = std::move(d);
   }
   return v;
 }
@@ -774,13 +769,9 @@ void Soak::DuplicateUid() {
   bool judged = WaitFor(
       [&] {
         if (!kubelet_->running()) return true;
-        std::ifstream in(status);
-        if (!in) return false;
-        std::stringstream text;
-        text << in.rdbuf();
-        json j = json::parse(text.str(), nullptr, false);
-        if (!j.is_object()) return false;
-        reason = j.value("reason", "");
+        StatusOr<fakes::PodStatus> judged = fakes::ReadPodStatusFile(status);
+        if (!judged.ok()) return false;
+        reason = judged->reason;
         return true;
       },
       kSettleBound);
@@ -1139,13 +1130,7 @@ std::vector<std::string> Soak::CapacityProblems() {
   for (const auto& d : alloc->devices()) {
     got[d.resource_name()].insert(d.device_ids().begin(), d.device_ids().end());
   }
-  json node;
-  {
-    std::ifstream in(flags_.root + "/status/node.json");
-    std::stringstream s;
-    s << in.rdbuf();
-    node = json::parse(s.str(), nullptr, false);
-  }
+  StatusOr<fakes::NodeStatus> node = fakes::ReadNodeStatusFile(flags_.root + "/status/node.json");
   for (const auto& p : plugins_) {
     std::set<std::string> want;
     for (const auto& id : p.ids) {
@@ -1159,11 +1144,12 @@ std::vector<std::string> Soak::CapacityProblems() {
                          w + "]");
     }
     int64_t capacity = -1, allocatable = -1;
-    if (node.is_object() && node.contains("capacity") && node["capacity"].is_object()) {
-      capacity = node["capacity"].value(p.resource, int64_t{-1});
-    }
-    if (node.is_object() && node.contains("allocatable") && node["allocatable"].is_object()) {
-      allocatable = node["allocatable"].value(p.resource, int64_t{-1});
+    if (node.ok()) {
+      auto it = node->capacity.resources.find(p.resource);
+      if (it != node->capacity.resources.end()) {
+        capacity = it->second.capacity;
+        allocatable = it->second.allocatable;
+      }
     }
     if (capacity != static_cast<int64_t>(p.ids.size()) ||
         allocatable != static_cast<int64_t>(want.size())) {

@@ -1,4 +1,6 @@
-// kdm::fakes status files: what `kdm kubelet` writes under DIR/status/.
+// kdm::fakes status files: what `kdm kubelet` writes under DIR/status/, and
+// the one parser of them (`kdm get capacity`, the soak and the agent itself
+// read them back through it). This file is the schema's only home.
 //
 //   <namespace>_<name>.json   one pod's admission result:
 //     {"phase": "Admitted" | "Rejected", "reason": "...", "message": "...",
@@ -9,17 +11,21 @@
 //                             resource, plugins and their state, deleted
 //                             resources, registrations accepted.
 // Every file is written atomically (temp file, fsync, rename, fsync of the
-// directory): a reader sees the old or the new content, whole.
+// directory): a reader sees the old or the new content, whole. The format
+// carries no version: a reader takes every key the writer writes, ignores
+// keys it does not know, and refuses a file that lacks one or holds a value
+// of the wrong type.
 //
-// Thread-safety: pure functions, except WriteFileAtomically (file system).
+// Thread-safety: pure functions, except the file functions (file system).
 //
 // Example:
 //   PodStatus s{.phase = "Rejected", .reason = "UnexpectedAdmissionError",
 //               .message = "Allocate failed due to ..., which is unexpected"};
 //   KDM_RETURN_IF_ERROR(WriteFileAtomically(dir + "/" +
 //       PodStatusFileName("default", "train"), RenderPodStatus(s)));
-#ifndef KDM_FAKES_STATUS_WRITER_H_
-#define KDM_FAKES_STATUS_WRITER_H_
+//   StatusOr<NodeStatus> node = ReadNodeStatusFile(dir + "/node.json");
+#ifndef KDM_FAKES_STATUS_FILE_H_
+#define KDM_FAKES_STATUS_FILE_H_
 
 #include <cstdint>
 #include <map>
@@ -63,7 +69,15 @@ struct PodStatus {
 };
 
 // Pretty-printed JSON with exactly the keys above (plus a trailing newline).
+// RunContainerOptions::conflicts is not written.
 std::string RenderPodStatus(const PodStatus& status);
+
+// Parses what RenderPodStatus writes (ParsePodStatus(RenderPodStatus(s))
+// gives s back, without run.conflicts). INVALID_ARGUMENT naming the first
+// problem and where: not valid JSON, not a JSON object, a missing key (e.g.
+// `"containers"[0]["envs"] is missing`), a value of the wrong type, a phase
+// other than Admitted or Rejected.
+StatusOr<PodStatus> ParsePodStatus(std::string_view text);
 
 // "<namespace>_<name>.json".
 std::string PodStatusFileName(std::string_view namespace_name, std::string_view name);
@@ -84,6 +98,29 @@ struct NodeStatus {
 // restored from the checkpoint and waiting for the plugin to register).
 std::string RenderNodeStatus(const NodeStatus& status);
 
+// A plugin's state in node.json, derived from its resource's counts as
+// above: "Healthy", "Unhealthy" or "Pending".
+std::string_view PluginState(const devicemanager::CapacityReport::Amounts& amounts);
+
+// Parses what RenderNodeStatus writes (the plugins are derived data: each
+// must agree with its resource's counts). INVALID_ARGUMENT naming the first
+// problem and where: not valid JSON, not a JSON object, a missing key, a
+// value of the wrong type (`"capacity" is not an object`), a negative
+// count, allocatable above capacity, capacity and allocatable naming
+// different resources, a plugin that disagrees with its counts.
+StatusOr<NodeStatus> ParseNodeStatus(std::string_view text);
+
+// The largest status file the readers below take. The writer stays far
+// below it: node.json holds counts, a pod's file its containers' run options.
+inline constexpr uintmax_t kMaxStatusFileBytes = 16 << 20;
+
+// Reads and parses one status file. NOT_FOUND when `path` does not exist;
+// UNAVAILABLE when it cannot be read; INVALID_ARGUMENT "<path>: <problem>"
+// for a file that is not a regular file, is larger than
+// kMaxStatusFileBytes, or does not parse (as above).
+StatusOr<PodStatus> ReadPodStatusFile(const std::string& path);
+StatusOr<NodeStatus> ReadNodeStatusFile(const std::string& path);
+
 // Writes `contents` to `path` atomically (see above) with
 // Env::WriteFileAtomically, mode 0644. On error `path` is unchanged; the
 // error names the path and the failing step. The temporary file is
@@ -101,9 +138,10 @@ std::vector<std::string> RemoveStaleTempFiles(const std::string& dir);
 
 // The pod status files in `dir` (not node.json) that say "Admitted" and list
 // at least one device: pods that the checkpoint should hold after a
-// restart. Unreadable or malformed files are skipped. Sorted file names.
+// restart. Files that ReadPodStatusFile refuses are skipped. Sorted file
+// names.
 std::vector<std::string> AdmittedStatusFilesWithDevices(const std::string& dir);
 
 }  // namespace kdm::fakes
 
-#endif  // KDM_FAKES_STATUS_WRITER_H_
+#endif  // KDM_FAKES_STATUS_FILE_H_
