@@ -75,6 +75,12 @@ function(kdm_add_test name)
     set(tsan_env ENVIRONMENT_MODIFICATION
       "TSAN_OPTIONS=set:suppressions=${PROJECT_SOURCE_DIR}/test/tsan.supp:second_deadlock_stack=1:suppress_equal_addresses=0")
   endif()
+  if(KDM_SANITIZE MATCHES "address")
+    # Catch a callback that writes to a test body's locals after the body
+    # returned (a subscriber outliving its Notification smashed the main
+    # thread's stack under TSAN; plain ASan does not check returned frames).
+    set(tsan_env ENVIRONMENT_MODIFICATION "ASAN_OPTIONS=set:detect_stack_use_after_return=1")
+  endif()
   # ENVIRONMENT holds one variable: gtest_discover_tests flattens its
   # PROPERTIES into one list, so only the first element of a list-valued
   # ENVIRONMENT would survive. Source paths reach tests as compile

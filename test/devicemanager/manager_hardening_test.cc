@@ -266,6 +266,11 @@ class ManagerHardeningTest : public ::testing::Test {
   std::shared_ptr<FakeClock> clock_;
   std::shared_ptr<FailingStore> store_;
   std::map<std::string, FakePlugin> plugins_;
+  // A subscriber's callback runs until TearDown stops the Manager, after the
+  // test body has returned: whatever it touches is a member, never a local of
+  // the body (a local Notification here was written after its frame was gone
+  // and smashed the main thread's stack, seen under ThreadSanitizer).
+  kdm::Notification blocked_;  // the subscriber has started to block
   kdm::Notification release_;  // lets a blocked subscriber go (TearDown too)
   kdm::Mutex seen_mu_;
   std::vector<DeviceHealthEvent> seen_;
@@ -313,17 +318,16 @@ TEST_F(ManagerHardeningTest, RegressionLaterSnapshotsEventsNeverOvertakeEarlierO
 TEST_F(ManagerHardeningTest, SlowSubscriberKeepsTheQueueBoundedAndSeesTheFinalState) {
   MakeManager();
   FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
-  kdm::Notification blocked;
   manager_->Subscribe([&](const std::vector<DeviceHealthEvent>& ev) {
-    if (!blocked.HasBeenNotified()) {
-      blocked.Notify();
+    if (!blocked_.HasBeenNotified()) {
+      blocked_.Notify();
       release_.WaitForNotificationWithTimeout(absl::Seconds(30));
     }
     kdm::MutexLock l(&seen_mu_);
     seen_.insert(seen_.end(), ev.begin(), ev.end());
   });
   ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
-  ASSERT_TRUE(blocked.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(blocked_.WaitForNotificationWithTimeout(absl::Seconds(10)));
   constexpr int kFlips = 10'000;
   for (int i = 0; i < kFlips; ++i) p.stream->Push(Gpu1(i % 2 == 1));  // ends healthy
   // The last snapshot adds gpu2, so its arrival is visible.
@@ -349,17 +353,16 @@ TEST_F(ManagerHardeningTest, SlowSubscriberKeepsTheQueueBoundedAndSeesTheFinalSt
 TEST_F(ManagerHardeningTest, StopDeliversEveryQueuedEventThenNoCallbackRuns) {
   MakeManager();
   FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
-  kdm::Notification blocked;
   manager_->Subscribe([&](const std::vector<DeviceHealthEvent>& ev) {
-    if (!blocked.HasBeenNotified()) {
-      blocked.Notify();
+    if (!blocked_.HasBeenNotified()) {
+      blocked_.Notify();
       release_.WaitForNotificationWithTimeout(absl::Seconds(30));
     }
     kdm::MutexLock l(&seen_mu_);
     seen_.insert(seen_.end(), ev.begin(), ev.end());
   });
   ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
-  ASSERT_TRUE(blocked.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(blocked_.WaitForNotificationWithTimeout(absl::Seconds(10)));
   p.stream->Push(Gpu1(false));
   ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu) == 1; }));
   release_.Notify();

@@ -230,11 +230,14 @@ TEST_F(MetricsWithManagerTest, KdmMetricsFollowTheManagersState) {
     cv.notify_all();
   });
   plugin_->Stop();
+  bool arrived;
   {
     std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return unhealthy == 3; }));
+    arrived = cv.wait_for(lock, 10s, [&] { return unhealthy == 3; });
   }
+  // Unsubscribed before any assertion can return: the callback uses locals.
   manager_->Unsubscribe(id);
+  ASSERT_TRUE(arrived);
   text = m->Render(manager_.get());
   EXPECT_THAT(text, HasSubstr("kdm_resource_allocatable_devices{resource_name=\"example.com/gpu\"} 0"));
   EXPECT_THAT(text, HasSubstr("kdm_device_resources{state=\"unhealthy\"} 1"));

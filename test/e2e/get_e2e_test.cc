@@ -253,11 +253,14 @@ TEST_F(GetE2eTest, GetDevicesShowsFreeAllocatedAndUnhealthyAllocated) {
     cv.notify_all();
   });
   ASSERT_TRUE(plugin_->SetHealth("gpu0", false).ok());
+  bool arrived;
   {
     std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return seen; }));
+    arrived = cv.wait_for(lock, 10s, [&] { return seen; });
   }
+  // Unsubscribed before any assertion can return: the callback uses locals.
   manager_->Unsubscribe(id);
+  ASSERT_TRUE(arrived);
 
   Result r = Kdm({"get", "devices", "--root", root_});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -27,6 +27,7 @@
 
 #include "kdm/checkpoint/paths.h"
 #include "kdm/test/e2e/e2e_util.h"
+#include "kdm/test/fakes/yaml_alias_bomb.h"
 
 namespace kdm {
 namespace {
@@ -42,25 +43,7 @@ using kdm::e2e::WriteFileAtomically;
 
 constexpr char kGpu[] = "nvidia.com/gpu";
 
-// 9 levels of 9 aliases: 387 million strings once expanded.
-constexpr char kYamlAliasBomb[] = R"(apiVersion: v1
-kind: Pod
-metadata:
-  name: laughs
-  annotations:
-    a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
-    b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
-    c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
-    d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
-    e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
-    f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
-    g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
-    h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
-    i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
-spec:
-  containers:
-  - name: main
-)";
+using kdm::test::kYamlAliasBomb;
 
 std::string PodYaml(const std::string& name, int gpus) {
   std::string pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name +

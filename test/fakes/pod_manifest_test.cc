@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kdm/pluginapi/api_rules.h"
+#include "kdm/test/fakes/yaml_alias_bomb.h"
 
 namespace kdm::fakes {
 namespace {
@@ -368,24 +369,7 @@ TEST(PodManifestRegression, JsonTextAfterNulByteIgnored) {
 // the agent died of bad_alloc, again on every restart. The expansion is now
 // bounded (kMaxManifestNodes, kMaxManifestExpandedBytes) and checked as it
 // goes, so refusing it costs about 100,000 nodes of work.
-constexpr char kYamlAliasBomb[] = R"(apiVersion: v1
-kind: Pod
-metadata:
-  name: laughs
-  annotations:
-    a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
-    b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
-    c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
-    d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
-    e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
-    f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
-    g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
-    h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
-    i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
-spec:
-  containers:
-  - name: main
-)";
+using kdm::test::kYamlAliasBomb;
 
 TEST(PodManifestRegression, YamlAliasBombIsRefused) {
   PodIdentity id;
