@@ -32,8 +32,8 @@
 // thread-safe; a MutexLock or Condition belongs to the thread that made it.
 // A Condition is evaluated with the Mutex held and must have no side effects.
 //
-// Private header (not installed): users link absl::synchronization and
-// absl::time themselves (the annotations and absl::Duration come from there).
+// Installed with kdm::base, which links absl::synchronization and absl::time
+// for its users (the annotations and absl::Duration come from there).
 //
 // Example:
 //   kdm::Mutex mu;

@@ -233,6 +233,20 @@ Search::Pack Search::Best(uint64_t mask) {
   return f.best;
 }
 
+template <typename Visit>
+void Search::ForEachNextMember(Frame& f, int start, int need, Visit&& visit) {
+  for (int i = start; i <= f.m - need; ++i) {
+    if (expired_) return;
+    const int p = f.pos[i];
+    const int32_t* row = &w_[p * n_];
+    int64_t add = 0;
+    for (int q = 0; q < f.count; ++q) add += row[f.members[q]];
+    f.members[f.count++] = p;
+    visit(i, p, add);
+    --f.count;
+  }
+}
+
 void Search::EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t gscore,
                         int64_t ghsum, int64_t gbsum) {
   const int64_t unit = 2 * scale_;
@@ -282,17 +296,10 @@ void Search::EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t g
     }
     return;
   }
-  for (int i = start; i <= f.m - need; ++i) {
-    if (expired_) return;
-    const int p = f.pos[i];
-    const int32_t* row = &w_[p * n_];
-    int64_t add = 0;
-    for (int q = 0; q < f.count; ++q) add += row[f.members[q]];
-    f.members[f.count++] = p;
+  ForEachNextMember(f, start, need, [&](int i, int p, int64_t add) {
     EnumGroups(f, i + 1, need - 1, gmask | (uint64_t{1} << p), gscore + add, ghsum + h_[p],
                gbsum + b_[p]);
-    --f.count;
-  }
+  });
 }
 
 int Search::NumaCount(const std::vector<int>& local) const {
@@ -413,17 +420,10 @@ void Search::WalkGroups(Frame& f, int start, int need, uint64_t gmask, int64_t g
     Walk(rest_mask);
     return;
   }
-  for (int i = start; i <= f.m - need; ++i) {
-    if (expired_) return;
-    const int p = f.pos[i];
-    const int32_t* row = &w_[p * n_];
-    int64_t add = 0;
-    for (int q = 0; q < f.count; ++q) add += row[f.members[q]];
-    f.members[f.count++] = p;
+  ForEachNextMember(f, start, need, [&](int i, int p, int64_t add) {
     WalkGroups(f, i + 1, need - 1, gmask | (uint64_t{1} << p), gscore + add, ghsum + h_[p],
                gbsum + b_[p], here);
-    --f.count;
-  }
+  });
 }
 
 void Search::ConsiderPackedGroup(uint64_t g, int64_t own) {

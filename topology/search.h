@@ -98,6 +98,12 @@ class Search {
   Pack Best(uint64_t mask);
   void EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t gscore, int64_t ghsum,
                   int64_t gbsum);
+  // The one step both group walks take: adds each device f.pos[i] that can
+  // still start a group of `need` more (i from `start` on) to f's members,
+  // calls visit(i, device, what it adds to the group's score), takes it out.
+  // Stops when the budget has run out.
+  template <typename Visit>
+  void ForEachNextMember(Frame& f, int start, int need, Visit&& visit);
   // An upper bound on Best(mask).sum: every device links to at most size_-1
   // others in its group (h_), and the r0_ devices of the remainder group to
   // at most r0_-1 (h_ - d_), so half of: the sum of h_ over the mask, less

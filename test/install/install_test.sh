@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs the kdm build tree into a temporary prefix, then builds and runs a
-# ten-line consumer project with find_package(kdm CONFIG), and checks kdm.pc.
+# ten-line consumer project with find_package(kdm CONFIG), builds kdm's
+# conformance/ sources against the installed headers alone, and checks kdm.pc.
 # Usage: install_test.sh <kdm build dir> <consumer source dir> [compiler flags]
+#        [conformance source dir]
 set -euo pipefail
 build=$1
 consumer=$2
 flags=${3:-}
+conformance=${4:-}
 work=$(mktemp -d /tmp/kdm-install-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
@@ -23,6 +26,20 @@ case "$out" in
   "v1beta1 plugin options: resource_name is empty manager=1 pick=0,3") ;;
   *) echo "unexpected consumer output"; exit 1 ;;
 esac
+
+# conformance/ needs no header that kdm does not install.
+if [ -n "$conformance" ]; then
+  here=$(cd "$(dirname "$0")" && pwd)
+  cmake -S "$here/conformance" -B "$work/conformance-build" -G Ninja \
+    -DCMAKE_PREFIX_PATH="$work/prefix" -DKDM_CONFORMANCE_DIR="$conformance" \
+    -DCMAKE_CXX_FLAGS="$flags" >/dev/null
+  if ! cmake --build "$work/conformance-build" >"$work/conformance.log" 2>&1; then
+    cat "$work/conformance.log"
+    echo "conformance/ does not build against the installed kdm headers"
+    exit 1
+  fi
+  echo "conformance/ built against the installed headers"
+fi
 
 # pkg-config sees the same package.
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
