@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <gmock/gmock.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -357,11 +359,36 @@ TEST_F(PosixEnvTest, AFifoIsRefusedWithoutBlocking) {
 }
 
 TEST_F(PosixEnvTest, UnwritableDirectoryIsPermissionDenied) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root ignores directory modes";
-  ASSERT_EQ(::chmod(dir_.c_str(), 0500), 0);
-  Status s = env_->WriteFileAtomically(dir_ + "/x", "x");
-  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s;
-  EXPECT_THAT(s.message(), HasSubstr("cannot write " + dir_ + "/x"));
+  ASSERT_EQ(::chmod(dir_.c_str(), 0555), 0);  // others may enter, nobody may write
+  const std::string path = dir_ + "/x";
+  if (::geteuid() != 0) {
+    Status s = env_->WriteFileAtomically(path, "x");
+    EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s;
+    EXPECT_THAT(s.message(), HasSubstr("cannot write " + path));
+    return;
+  }
+  // Root ignores directory modes (CI runs as root): the write is tried by a
+  // child that has dropped to nobody (65534), which the mode does stop.
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
+        ::setresuid(65534, 65534, 65534) != 0) {
+      ::_exit(2);
+    }
+    Status s = env_->WriteFileAtomically(path, "x");
+    const bool ok = s.code() == StatusCode::kPermissionDenied &&
+                    s.message().find("cannot write " + path) != std::string::npos;
+    if (!ok) std::fprintf(stderr, "as nobody: %s\n", s.ToString().c_str());
+    ::_exit(ok ? 0 : 1);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0)
+      << "1: the write as nobody was not PERMISSION_DENIED naming the path; 2: could not drop to "
+         "nobody";
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 TEST_F(PosixEnvTest, WatcherSeesAPlainWriteAsWritten) {
