@@ -204,9 +204,8 @@ TEST_P(EnvContractTest, WakeEndsAWaitAtOnce) {
   auto w = env_->WatchDirectory(dir_);
   ASSERT_TRUE(w.ok());
   (*w)->Wake();
-  const auto start = std::chrono::steady_clock::now();
-  EXPECT_THAT((*w)->Wait(std::chrono::seconds(30)), IsEmpty());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  // An hour: only the wake can end this wait within the test's ctest limit.
+  EXPECT_THAT((*w)->Wait(std::chrono::hours(1)), IsEmpty());
 }
 
 TEST_P(EnvContractTest, WatchingAMissingDirectoryIsNotFound) {

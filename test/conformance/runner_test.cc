@@ -165,10 +165,9 @@ TEST(RunnerTest, NoPluginIsASetupErrorWithinTheBound) {
   TempSocketDir dir;
   Runner::Options o = Options(dir.path(), kFpga);
   o.timeout = 300ms;
-  auto start = std::chrono::steady_clock::now();
+  // Returns (the 300 ms bound ends the wait for a registration; the test's
+  // ctest limit catches a run that would not).
   StatusOr<Report> report = Runner::Run(o);
-  // Bounded, not fast: generous slack for a loaded machine.
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
   ASSERT_FALSE(report.ok());
   EXPECT_EQ(report.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_THAT(report.status().message(), HasSubstr("no plugin registered on " + dir.path() +
