@@ -92,6 +92,11 @@ std::set<std::string> ActivePods(const Manager::Options& options) {
   return options.active_pods();
 }
 
+// The checkpoint was written in another boot than this one (both known).
+bool IsReboot(const checkpoint::CheckpointData& data, const std::string& boot_id) {
+  return !data.boot_id.empty() && !boot_id.empty() && data.boot_id != boot_id;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- Create
@@ -219,49 +224,28 @@ Status ManagerImpl::Start() {
       spdlog::warn("event=boot_id_unknown error=\"{}\"", b.status().message());
     }
   }
-  std::set<std::string> active;
-  bool active_read = false;
+  // After a reboot the embedder is asked which pods are still active. Its
+  // callback may take the embedder's locks, so it runs between two critical
+  // sections: the load, then the restore. Otherwise load and restore share one.
+  std::optional<checkpoint::CheckpointData> data;
+  bool ask_active_pods = false;
   {
     kdm::MutexLock lock(&mu_);
-    StatusOr<checkpoint::CheckpointData> data = store_->Load();
-    if (!data.ok()) return data.status().WithPrefix("cannot load checkpoint " + store_->Describe());
-    bool rebooted = !data->boot_id.empty() && !boot_id.empty() && data->boot_id != boot_id;
-    if (rebooted && options_.active_pods) {
-      // The callback may take the embedder's locks: call it without ours.
-      mu_.Unlock();
-      active = ActivePods(options_);
-      active_read = true;
-      mu_.Lock();
+    StatusOr<checkpoint::CheckpointData> loaded = store_->Load();
+    if (!loaded.ok()) {
+      return loaded.status().WithPrefix("cannot load checkpoint " + store_->Describe());
     }
-    RestoreReport restored = ledger_.Restore(*data);
-    for (const SkippedCheckpointEntry& e : restored.skipped) {
-      spdlog::warn("event=checkpoint_entry_skipped pod={} container={} resource={} device={} "
-                   "held_by={} reason={}",
-                   QuoteLogValue(e.pod_uid, kMaxLogValueBytes),
-                   QuoteLogValue(e.container_name, kMaxLogValueBytes),
-                   QuoteLogValue(e.resource_name, kMaxLogValueBytes),
-                   QuoteLogValue(e.device_id, kMaxLogValueBytes),
-                   QuoteLogValue(e.held_by_pod_uid, kMaxLogValueBytes), QuoteLogValue(e.reason));
+    data = std::move(*loaded);
+    ask_active_pods = IsReboot(*data, boot_id) && options_.active_pods;
+    if (!ask_active_pods) {
+      KDM_RETURN_IF_ERROR(
+          RestoreCheckpointLocked(*data, boot_id, /*active=*/{}, /*active_read=*/false));
     }
-    for (const auto& [resource, ids] : data->registered_devices) {
-      ResourceState& state = resources_[resource];
-      StartGraceTimerLocked(resource, state);
-    }
-    spdlog::info("event=checkpoint_restored store=\"{}\" entries={} skipped={} resources={} "
-                 "boot_id={} previous_boot_id={}",
-                 store_->Describe(), data->entries.size(), restored.skipped.size(),
-                 data->registered_devices.size(), boot_id, data->boot_id);
-    if (rebooted) {
-      checkpoint::Change change = ledger_.RetainOnlyPods(active);
-      spdlog::info("event=reboot_detected kept_active_pods={} dropped_pods={} callback={}",
-                   active.size(), change.removed_pods.size(), active_read);
-      KDM_RETURN_IF_ERROR(PersistLocked(change, "reboot cleanup"));
-    }
-    if (!boot_id.empty()) {
-      if (Status s = store_->SetBootId(boot_id); !s.ok()) {
-        return s.WithPrefix("cannot record boot id in " + store_->Describe());
-      }
-    }
+  }
+  if (ask_active_pods) {
+    const std::set<std::string> active = ActivePods(options_);
+    kdm::MutexLock lock(&mu_);
+    KDM_RETURN_IF_ERROR(RestoreCheckpointLocked(*data, boot_id, active, /*active_read=*/true));
   }
   KDM_ASSIGN_OR_RETURN(std::vector<std::string> removed,
                        RemoveSocketsExcept(*Env::Default(), dir, pluginapi::kKubeletSocketName));
@@ -277,6 +261,43 @@ Status ManagerImpl::Start() {
           },
           [this](const Status&) { UpdateStats([](ManagerStats& s) { s.registrations_rejected++; }); },
           {.max_in_flight = options_.max_registrations_in_flight}));
+  return OkStatus();
+}
+
+Status ManagerImpl::RestoreCheckpointLocked(const checkpoint::CheckpointData& data,
+                                            const std::string& boot_id,
+                                            const std::set<std::string>& active,
+                                            bool active_read) {
+  const bool rebooted = IsReboot(data, boot_id);
+  RestoreReport restored = ledger_.Restore(data);
+  for (const SkippedCheckpointEntry& e : restored.skipped) {
+    spdlog::warn("event=checkpoint_entry_skipped pod={} container={} resource={} device={} "
+                 "held_by={} reason={}",
+                 QuoteLogValue(e.pod_uid, kMaxLogValueBytes),
+                 QuoteLogValue(e.container_name, kMaxLogValueBytes),
+                 QuoteLogValue(e.resource_name, kMaxLogValueBytes),
+                 QuoteLogValue(e.device_id, kMaxLogValueBytes),
+                 QuoteLogValue(e.held_by_pod_uid, kMaxLogValueBytes), QuoteLogValue(e.reason));
+  }
+  for (const auto& [resource, ids] : data.registered_devices) {
+    ResourceState& state = resources_[resource];
+    StartGraceTimerLocked(resource, state);
+  }
+  spdlog::info("event=checkpoint_restored store=\"{}\" entries={} skipped={} resources={} "
+               "boot_id={} previous_boot_id={}",
+               store_->Describe(), data.entries.size(), restored.skipped.size(),
+               data.registered_devices.size(), boot_id, data.boot_id);
+  if (rebooted) {
+    checkpoint::Change change = ledger_.RetainOnlyPods(active);
+    spdlog::info("event=reboot_detected kept_active_pods={} dropped_pods={} callback={}",
+                 active.size(), change.removed_pods.size(), active_read);
+    KDM_RETURN_IF_ERROR(PersistLocked(change, "reboot cleanup"));
+  }
+  if (!boot_id.empty()) {
+    if (Status s = store_->SetBootId(boot_id); !s.ok()) {
+      return s.WithPrefix("cannot record boot id in " + store_->Describe());
+    }
+  }
   return OkStatus();
 }
 

@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -97,7 +96,7 @@ class NodeAgentImpl final : public NodeAgent {
   void Stop() override;
   int metrics_port() const override { return metrics_server_ ? metrics_server_->port() : 0; }
   std::vector<dm::ActivePod> ActivePods() const override {
-    std::lock_guard<std::mutex> lock(active_mu_);
+    kdm::MutexLock lock(&active_mu_);
     std::vector<dm::ActivePod> out;
     for (const auto& [uid, pod] : active_) out.push_back(pod);
     return out;
@@ -128,17 +127,17 @@ class NodeAgentImpl final : public NodeAgent {
   };
 
   std::set<std::string> ActiveUids() const {
-    std::lock_guard<std::mutex> lock(active_mu_);
+    kdm::MutexLock lock(&active_mu_);
     std::set<std::string> out = startup_uids_;
     for (const auto& [uid, pod] : active_) out.insert(uid);
     return out;
   }
   void SetActive(const dm::Pod& pod) {
-    std::lock_guard<std::mutex> lock(active_mu_);
+    kdm::MutexLock lock(&active_mu_);
     active_[pod.uid] = dm::ActivePodOf(pod);
   }
   void ClearActive(const std::string& uid) {
-    std::lock_guard<std::mutex> lock(active_mu_);
+    kdm::MutexLock lock(&active_mu_);
     active_.erase(uid);
   }
 
@@ -218,9 +217,9 @@ class NodeAgentImpl final : public NodeAgent {
   kdm::Mutex health_log_mu_;
   LogRateLimiter health_log_ ABSL_GUARDED_BY(health_log_mu_){kHealthLogBurst, 1s};
 
-  mutable std::mutex active_mu_;
-  std::map<std::string, dm::ActivePod> active_;     // guarded by active_mu_
-  std::set<std::string> startup_uids_;              // guarded by active_mu_
+  mutable kdm::Mutex active_mu_;
+  std::map<std::string, dm::ActivePod> active_ ABSL_GUARDED_BY(active_mu_);
+  std::set<std::string> startup_uids_ ABSL_GUARDED_BY(active_mu_);
 };
 
 Status NodeAgentImpl::Init() {
@@ -244,12 +243,17 @@ Status NodeAgentImpl::Init() {
   // The pods of the manifests present now count as active while the
   // Manager starts (after a reboot it keeps only active pods' devices) and
   // until the first scan has admitted them.
+  std::set<std::string> startup_uids;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(manifest_dir_, ec)) {
     std::string name = entry.path().filename().string();
     if (!IsManifestFileName(name)) continue;
     auto pod = LoadPodManifest(entry.path().string());
-    if (pod.ok()) startup_uids_.insert(pod->uid);
+    if (pod.ok()) startup_uids.insert(pod->uid);
+  }
+  {
+    kdm::MutexLock lock(&active_mu_);
+    startup_uids_ = std::move(startup_uids);
   }
 
   dm::Manager::Options mo;
@@ -412,7 +416,7 @@ void NodeAgentImpl::OnRegistrationGraceOver() {
 void NodeAgentImpl::FinishStartup() {
   startup_done_ = true;
   {
-    std::lock_guard<std::mutex> lock(active_mu_);
+    kdm::MutexLock lock(&active_mu_);
     startup_uids_.clear();
   }
   // Pods whose manifests went away while the agent was down.
