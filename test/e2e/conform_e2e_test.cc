@@ -27,7 +27,7 @@ using ::testing::HasSubstr;
 using kdm::e2e::KdmBinary;
 using kdm::e2e::Process;
 using kdm::e2e::ReadFile;
-using kdm::e2e::WaitFor;
+using kdm::e2e::WaitUntil;
 
 constexpr char kFpga[] = "example.com/fpga";
 
