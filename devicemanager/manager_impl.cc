@@ -20,13 +20,6 @@ namespace kdm::devicemanager {
 
 namespace {
 
-// A value from outside (a plugin, a manifest, an RPC peer) for a log line:
-// quoted (a newline cannot start a forged line) and cut (a 3 MB error text
-// cannot flood the log).
-std::string LogValue(std::string_view text) {
-  return kdm::QuoteLogValue(text, kdm::kMaxLogValueBytes);
-}
-
 // A list of outside values: joined with ',' and quoted and cut as one value.
 std::string LogList(const std::vector<std::string>& items) {
   std::string joined;
@@ -34,7 +27,7 @@ std::string LogList(const std::vector<std::string>& items) {
     if (!joined.empty()) joined += ',';
     joined += item;
   }
-  return LogValue(joined);
+  return QuoteLogValue(joined, kMaxLogValueBytes);
 }
 
 // Folds `later` into `into` as if `into` were applied first and `later`
@@ -250,7 +243,8 @@ Status ManagerImpl::Start() {
   KDM_ASSIGN_OR_RETURN(std::vector<std::string> removed,
                        RemoveSocketsExcept(*Env::Default(), dir, pluginapi::kKubeletSocketName));
   for (const auto& name : removed) {
-    spdlog::info("event=stale_socket_removed dir={} socket={}", dir, LogValue(name));
+    spdlog::info("event=stale_socket_removed dir={} socket={}", dir,
+                 QuoteLogValue(name, kMaxLogValueBytes));
   }
   KDM_ASSIGN_OR_RETURN(
       registration_,
@@ -378,8 +372,10 @@ std::optional<std::string> ManagerImpl::OtherResourceOfSocketLocked(
 Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::string& socket_path) {
   auto refuse = [&](const Status& s) {
     UpdateStats([](ManagerStats& st) { st.registrations_rejected++; });
-    spdlog::warn("event=plugin_refused resource={} socket={} error={}", LogValue(resource),
-                 LogValue(socket_path), LogValue(s.message()));
+    spdlog::warn("event=plugin_refused resource={} socket={} error={}",
+                 QuoteLogValue(resource, kMaxLogValueBytes),
+                 QuoteLogValue(socket_path, kMaxLogValueBytes),
+                 QuoteLogValue(s.message(), kMaxLogValueBytes));
     return s;
   };
   // A socket serves one resource: a second resource naming a socket that is
@@ -455,10 +451,11 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
   if (refused_for_stop) return refuse(UnavailableError("device manager is stopping"));
   UpdateStats([](ManagerStats& st) { st.registrations_accepted++; });
   if (options_.metrics) options_.metrics->ObserveRegistration(resource);
-  spdlog::info("event=plugin_registered resource={} socket={} pre_start_required={} "
-               "get_preferred_allocation_available={}",
-               LogValue(resource), LogValue(socket_path), (*ep)->options().pre_start_required(),
-               (*ep)->options().get_preferred_allocation_available());
+  spdlog::info(
+      "event=plugin_registered resource={} socket={} pre_start_required={} "
+      "get_preferred_allocation_available={}",
+      QuoteLogValue(resource, kMaxLogValueBytes), QuoteLogValue(socket_path, kMaxLogValueBytes),
+      (*ep)->options().pre_start_required(), (*ep)->options().get_preferred_allocation_available());
   return OkStatus();
 }
 
@@ -477,8 +474,9 @@ void ManagerImpl::ApplySnapshotLocked(const std::string& resource, ResourceState
   std::vector<LedgerDevice> devices = ToLedgerDevices(*snap.devices);
   StatusOr<SnapshotReport> report = ledger_.SetDevices(resource, devices);
   if (!report.ok()) {
-    spdlog::error("event=snapshot_refused resource={} error={}", LogValue(resource),
-                  LogValue(report.status().message()));
+    spdlog::error("event=snapshot_refused resource={} error={}",
+                  QuoteLogValue(resource, kMaxLogValueBytes),
+                  QuoteLogValue(report.status().message(), kMaxLogValueBytes));
     return;
   }
   // A flapping plugin sends a snapshot every millisecond: both lines are
@@ -487,10 +485,11 @@ void ManagerImpl::ApplySnapshotLocked(const std::string& resource, ResourceState
   bool held_back = false;
   if (!report->duplicate_ids.empty() || report->empty_ids > 0) {
     if (std::optional<int64_t> suppressed = repaired_log_.Admit(resource, now)) {
-      spdlog::warn("event=snapshot_repaired resource={} duplicate_ids={} empty_ids={} "
-                   "suppressed={}",
-                   LogValue(resource), LogList(report->duplicate_ids), report->empty_ids,
-                   *suppressed);
+      spdlog::warn(
+          "event=snapshot_repaired resource={} duplicate_ids={} empty_ids={} "
+          "suppressed={}",
+          QuoteLogValue(resource, kMaxLogValueBytes), LogList(report->duplicate_ids),
+          report->empty_ids, *suppressed);
     } else {
       held_back = true;
     }
@@ -501,10 +500,11 @@ void ManagerImpl::ApplySnapshotLocked(const std::string& resource, ResourceState
   // rest of a 10,000-device snapshot).
   const size_t healthy = report->change.registered_devices[resource].size();
   if (std::optional<int64_t> suppressed = devices_log_.Admit(resource, now)) {
-    spdlog::info("event=devices_updated resource={} seq={} devices={} healthy={} changes={} "
-                 "suppressed={}",
-                 LogValue(resource), snap.seq, devices.size(), healthy,
-                 report->health_changes.size(), *suppressed);
+    spdlog::info(
+        "event=devices_updated resource={} seq={} devices={} healthy={} changes={} "
+        "suppressed={}",
+        QuoteLogValue(resource, kMaxLogValueBytes), snap.seq, devices.size(), healthy,
+        report->health_changes.size(), *suppressed);
   } else {
     held_back = true;
   }
@@ -524,12 +524,12 @@ void ManagerImpl::FlushLogLimitersLocked(bool all) {
   // With `all`, every window counts as over.
   const Clock::TimePoint now = clock_->Now() + (all ? kSnapshotLogWindow : Clock::Duration(0));
   for (const auto& [resource, n] : devices_log_.Flush(now)) {
-    spdlog::info("event=devices_updated_suppressed resource={} suppressed={}", LogValue(resource),
-                 n);
+    spdlog::info("event=devices_updated_suppressed resource={} suppressed={}",
+                 QuoteLogValue(resource, kMaxLogValueBytes), n);
   }
   for (const auto& [resource, n] : repaired_log_.Flush(now)) {
     spdlog::warn("event=snapshot_repaired_suppressed resource={} suppressed={}",
-                 LogValue(resource), n);
+                 QuoteLogValue(resource, kMaxLogValueBytes), n);
   }
 }
 
@@ -567,8 +567,9 @@ void ManagerImpl::HandleStreamEndLocked(Endpoint* ep) {
   state.order.erase(ep);
   const std::string& resource = ep->resource();
   if (state.current.get() != ep) {
-    spdlog::info("event=endpoint_closed resource={} socket={} current=false", LogValue(resource),
-                 LogValue(ep->socket_path()));
+    spdlog::info("event=endpoint_closed resource={} socket={} current=false",
+                 QuoteLogValue(resource, kMaxLogValueBytes),
+                 QuoteLogValue(ep->socket_path(), kMaxLogValueBytes));
     return;  // an older endpoint of a rolling update went away
   }
   if (!state.endpoints.empty()) {
@@ -580,8 +581,10 @@ void ManagerImpl::HandleStreamEndLocked(Endpoint* ep) {
                                    });
     state.current = newest->second;
     state.applied_seq = 0;
-    spdlog::info("event=endpoint_closed resource={} socket={} fallback={}", LogValue(resource),
-                 LogValue(ep->socket_path()), LogValue(state.current->socket_path()));
+    spdlog::info("event=endpoint_closed resource={} socket={} fallback={}",
+                 QuoteLogValue(resource, kMaxLogValueBytes),
+                 QuoteLogValue(ep->socket_path(), kMaxLogValueBytes),
+                 QuoteLogValue(state.current->socket_path(), kMaxLogValueBytes));
     ApplySnapshotLocked(resource, state);
     return;
   }
@@ -590,8 +593,9 @@ void ManagerImpl::HandleStreamEndLocked(Endpoint* ep) {
   PersistOrRetryLocked(change, "endpoint stopped");
   QueueHealthEventsLocked(HealthChanges(resource, before, ledger_.Devices(resource)));
   StartGraceTimerLocked(resource, state);
-  spdlog::warn("event=endpoint_stopped resource={} socket={} grace_ms={}", LogValue(resource),
-               LogValue(ep->socket_path()), options_.grace_period.count());
+  spdlog::warn("event=endpoint_stopped resource={} socket={} grace_ms={}",
+               QuoteLogValue(resource, kMaxLogValueBytes),
+               QuoteLogValue(ep->socket_path(), kMaxLogValueBytes), options_.grace_period.count());
 }
 
 void ManagerImpl::StartGraceTimerLocked(const std::string& resource, ResourceState& state) {
@@ -620,7 +624,7 @@ void ManagerImpl::OnGraceExpired(const std::string& resource, uint64_t generatio
     checkpoint::Change change = ledger_.RemoveResource(resource);
     PersistOrRetryLocked(change, "grace period expired");
     spdlog::warn("event=resource_removed resource={} reason=grace_period_expired",
-                 LogValue(resource));
+                 QuoteLogValue(resource, kMaxLogValueBytes));
   }
   RunDeferred(std::move(deferred));
 }
@@ -638,8 +642,10 @@ Status ManagerImpl::Allocate(const Pod& pod, const std::string& container) {
       s.restricted_rejections++;
     });
     spdlog::warn("event=allocate_restricted pod={} namespace={} container={} error={}",
-                 LogValue(pod.uid), LogValue(pod.namespace_name), LogValue(container),
-                 LogValue(allowed.message()));
+                 QuoteLogValue(pod.uid, kMaxLogValueBytes),
+                 QuoteLogValue(pod.namespace_name, kMaxLogValueBytes),
+                 QuoteLogValue(container, kMaxLogValueBytes),
+                 QuoteLogValue(allowed.message(), kMaxLogValueBytes));
     return allowed;
   }
   std::map<std::string, int64_t> requests;
@@ -658,8 +664,10 @@ Status ManagerImpl::Allocate(const Pod& pod, const std::string& container) {
     if (!s.ok()) {
       UpdateStats([](ManagerStats& st) { st.allocation_failures++; });
       spdlog::warn("event=allocate_failed pod={} container={} resource={} count={} error={}",
-                   LogValue(pod.uid), LogValue(container), LogValue(resource), count,
-                   LogValue(s.message()));
+                   QuoteLogValue(pod.uid, kMaxLogValueBytes),
+                   QuoteLogValue(container, kMaxLogValueBytes),
+                   QuoteLogValue(resource, kMaxLogValueBytes), count,
+                   QuoteLogValue(s.message(), kMaxLogValueBytes));
       return s;
     }
   }
@@ -714,27 +722,33 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
         available, plan.must_include, static_cast<int>(plan.size));
     if (!answer.ok()) {
       UpdateStats([](ManagerStats& s) { s.preferred_rpc_error++; });
-      spdlog::warn("event=preferred_allocation_fallback resource={} pod={} container={} "
-                   "reason=rpc_error error={}",
-                   LogValue(resource), LogValue(pod.uid), LogValue(container),
-                   LogValue(answer.status().message()));
+      spdlog::warn(
+          "event=preferred_allocation_fallback resource={} pod={} container={} "
+          "reason=rpc_error error={}",
+          QuoteLogValue(resource, kMaxLogValueBytes), QuoteLogValue(pod.uid, kMaxLogValueBytes),
+          QuoteLogValue(container, kMaxLogValueBytes),
+          QuoteLogValue(answer.status().message(), kMaxLogValueBytes));
     } else {
       kdm::MutexLock lock(&mu_);
       Status valid = ledger_.ValidatePreferred(plan, *answer);
       if (!valid.ok()) {
         UpdateStats([](ManagerStats& s) { s.preferred_invalid++; });
-        spdlog::warn("event=preferred_allocation_fallback resource={} pod={} container={} "
-                     "reason=invalid_answer answer={} error={}",
-                     LogValue(resource), LogValue(pod.uid), LogValue(container),
-                     LogList(*answer), LogValue(valid.message()));
+        spdlog::warn(
+            "event=preferred_allocation_fallback resource={} pod={} container={} "
+            "reason=invalid_answer answer={} error={}",
+            QuoteLogValue(resource, kMaxLogValueBytes), QuoteLogValue(pod.uid, kMaxLogValueBytes),
+            QuoteLogValue(container, kMaxLogValueBytes), LogList(*answer),
+            QuoteLogValue(valid.message(), kMaxLogValueBytes));
       } else if (Status r = ledger_.Reserve(plan, *answer); !r.ok()) {
         // Another admission took one of the preferred devices meanwhile; the
         // default choice is still reserved (Reserve changes nothing on error).
         UpdateStats([](ManagerStats& s) { s.preferred_taken++; });
-        spdlog::warn("event=preferred_allocation_fallback resource={} pod={} container={} "
-                     "reason=taken error={}",
-                     LogValue(resource), LogValue(pod.uid), LogValue(container),
-                     LogValue(r.message()));
+        spdlog::warn(
+            "event=preferred_allocation_fallback resource={} pod={} container={} "
+            "reason=taken error={}",
+            QuoteLogValue(resource, kMaxLogValueBytes), QuoteLogValue(pod.uid, kMaxLogValueBytes),
+            QuoteLogValue(container, kMaxLogValueBytes),
+            QuoteLogValue(r.message(), kMaxLogValueBytes));
       } else {
         choice = *answer;
         UpdateStats([](ManagerStats& s) { s.preferred_ok++; });
@@ -769,8 +783,10 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
     return s;
   }
   UpdateStats([](ManagerStats& s) { s.allocations++; });
-  spdlog::info("event=allocated pod={} container={} resource={} devices={}", LogValue(pod.uid),
-               LogValue(container), LogValue(resource), LogList(choice));
+  spdlog::info("event=allocated pod={} container={} resource={} devices={}",
+               QuoteLogValue(pod.uid, kMaxLogValueBytes),
+               QuoteLogValue(container, kMaxLogValueBytes),
+               QuoteLogValue(resource, kMaxLogValueBytes), LogList(choice));
   return OkStatus();
 }
 
@@ -794,7 +810,8 @@ Status ManagerImpl::PersistLocked(const checkpoint::Change& change, const char* 
   if (!s.ok()) {
     UpdateStats([](ManagerStats& st) { st.checkpoint_errors++; });
     spdlog::error("event=checkpoint_write_failed what=\"{}\" store=\"{}\" pending={} error={}",
-                  what, store_->Describe(), pending_change_.has_value(), LogValue(s.message()));
+                  what, store_->Describe(), pending_change_.has_value(),
+                  QuoteLogValue(s.message(), kMaxLogValueBytes));
     return s.WithPrefix(std::string("cannot write checkpoint (") + what + ")");
   }
   if (pending_change_) {
@@ -872,8 +889,10 @@ StatusOr<ContainerAllocation> ManagerImpl::GetContainerAllocation(const Pod& pod
   for (const auto& p : pre_starts) {
     if (Status s = p.ep->PreStartContainer(p.ids); !s.ok()) {
       spdlog::warn("event=pre_start_failed pod={} container={} resource={} error={}",
-                   LogValue(pod.uid), LogValue(container), LogValue(p.ep->resource()),
-                   LogValue(s.message()));
+                   QuoteLogValue(pod.uid, kMaxLogValueBytes),
+                   QuoteLogValue(container, kMaxLogValueBytes),
+                   QuoteLogValue(p.ep->resource(), kMaxLogValueBytes),
+                   QuoteLogValue(s.message(), kMaxLogValueBytes));
       return s;
     }
   }
@@ -889,8 +908,10 @@ StatusOr<ContainerAllocation> ManagerImpl::GetContainerAllocation(const Pod& pod
     out.conflicts.push_back(what + ": " + ignored_from + "'s value ignored, " + kept_by +
                             "'s kept");
     spdlog::warn("event=run_options_conflict pod={} container={} what={} kept={} ignored={}",
-                 LogValue(pod.uid), LogValue(container), LogValue(what), LogValue(kept_by),
-                 LogValue(ignored_from));
+                 QuoteLogValue(pod.uid, kMaxLogValueBytes),
+                 QuoteLogValue(container, kMaxLogValueBytes),
+                 QuoteLogValue(what, kMaxLogValueBytes), QuoteLogValue(kept_by, kMaxLogValueBytes),
+                 QuoteLogValue(ignored_from, kMaxLogValueBytes));
   };
   for (const auto& e : entries) {
     v1beta1::ContainerAllocateResponse r;
@@ -996,7 +1017,8 @@ Status ManagerImpl::RemovePod(const std::string& pod_uid) {
     ledger_ = std::move(before);
     return s;
   }
-  if (!change.empty()) spdlog::info("event=pod_removed pod={}", LogValue(pod_uid));
+  if (!change.empty())
+    spdlog::info("event=pod_removed pod={}", QuoteLogValue(pod_uid, kMaxLogValueBytes));
   return OkStatus();
 }
 

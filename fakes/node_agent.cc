@@ -68,11 +68,6 @@ std::string DevicesText(const std::map<std::string, std::vector<std::string>>& d
   return out;
 }
 
-// A device plugin (or a manifest) chooses these texts: quoted and cut so that
-// they can neither forge a log line nor flood the log.
-std::string Q(std::string_view text) { return QuoteLogValue(text, kMaxLogValueBytes); }
-
-
 // What an admission worker found out; handed to the io thread.
 struct AdmissionResult {
   Status status;
@@ -232,8 +227,9 @@ Status NodeAgentImpl::Init() {
   auto opened = checkpoint::OpenStoreForRoot(options_.root, options_.checkpoint);
   if (!opened.ok()) return opened.status().WithPrefix("checkpoint");
   if (!opened->recovered.ok()) {
-    spdlog::warn("event=checkpoint_quarantined path={} error={}", Q(opened->quarantined_path),
-                 Q(opened->recovered.message()));
+    spdlog::warn("event=checkpoint_quarantined path={} error={}",
+                 QuoteLogValue(opened->quarantined_path, kMaxLogValueBytes),
+                 QuoteLogValue(opened->recovered.message(), kMaxLogValueBytes));
   }
   for (const auto& path : opened->removed_temp_files) {
     spdlog::info("event=stale_temp_file_removed path={}", QuoteLogValue(path));
@@ -285,7 +281,7 @@ Status NodeAgentImpl::Init() {
   // Devices of pods whose manifests went away while the agent was down are
   // collected before any pod is admitted, so that new pods can have them.
   if (Status gc = manager_->UpdateAllocatedDevices(); !gc.ok()) {
-    spdlog::warn("event=gc_failed error={}", Q(gc.message()));
+    spdlog::warn("event=gc_failed error={}", QuoteLogValue(gc.message(), kMaxLogValueBytes));
   }
   for (const auto& uid : manager_->GetPodsWithDevices()) recovered_uids_.insert(uid);
   spdlog::info("event=manager_started plugin_dir={}/device-plugins checkpoint={} recovered_pods={}",
@@ -324,7 +320,8 @@ Status NodeAgentImpl::Init() {
       for (const auto& e : events) {
         if (auto suppressed = health_log_.Admit(e.resource_name, now)) {
           spdlog::info("event=device_health resource={} device={} healthy={} suppressed={}",
-                       Q(e.resource_name), Q(e.device_id), e.healthy, *suppressed);
+                       QuoteLogValue(e.resource_name, kMaxLogValueBytes),
+                       QuoteLogValue(e.device_id, kMaxLogValueBytes), e.healthy, *suppressed);
         }
       }
     }
@@ -401,7 +398,8 @@ void NodeAgentImpl::FlushHealthLog() {
     flushed = health_log_.Flush(std::chrono::steady_clock::now());
   }
   for (const auto& [resource, n] : flushed) {
-    spdlog::info("event=device_health_suppressed resource={} suppressed={}", Q(resource), n);
+    spdlog::info("event=device_health_suppressed resource={} suppressed={}",
+                 QuoteLogValue(resource, kMaxLogValueBytes), n);
   }
 }
 
@@ -421,7 +419,7 @@ void NodeAgentImpl::FinishStartup() {
   }
   // Pods whose manifests went away while the agent was down.
   if (Status s = manager_->UpdateAllocatedDevices(); !s.ok()) {
-    spdlog::warn("event=gc_failed error={}", Q(s.message()));
+    spdlog::warn("event=gc_failed error={}", QuoteLogValue(s.message(), kMaxLogValueBytes));
   }
   // Status files of pods whose manifests went away while the agent was down.
   std::set<std::string> owned = {"node.json"};
@@ -431,7 +429,7 @@ void NodeAgentImpl::FinishStartup() {
     std::string name = e.path().filename().string();
     if (name.size() > 5 && name.ends_with(".json") && name.front() != '.' && !owned.count(name)) {
       std::filesystem::remove(e.path(), ec);
-      spdlog::info("event=stale_status_removed file={}", Q(name));
+      spdlog::info("event=stale_status_removed file={}", QuoteLogValue(name, kMaxLogValueBytes));
     }
   }
   RefreshNode();
@@ -445,7 +443,8 @@ void NodeAgentImpl::RefreshNode() {
   std::string text = RenderNodeStatus(node);
   if (text == last_node_json_) return;
   if (Status s = WriteFileAtomically(status_dir_ + "/node.json", text); !s.ok()) {
-    spdlog::error("event=status_write_failed file=node.json error={}", Q(s.message()));
+    spdlog::error("event=status_write_failed file=node.json error={}",
+                  QuoteLogValue(s.message(), kMaxLogValueBytes));
     return;
   }
   last_node_json_ = std::move(text);
@@ -458,16 +457,18 @@ void NodeAgentImpl::RefreshNode() {
 void NodeAgentImpl::WritePodStatus(const std::string& file_name, const PodStatus& status) {
   if (Status s = WriteFileAtomically(status_dir_ + "/" + file_name, RenderPodStatus(status));
       !s.ok()) {
-    spdlog::error("event=status_write_failed file={} error={}", Q(file_name), Q(s.message()));
+    spdlog::error("event=status_write_failed file={} error={}",
+                  QuoteLogValue(file_name, kMaxLogValueBytes),
+                  QuoteLogValue(s.message(), kMaxLogValueBytes));
   }
 }
 
 void NodeAgentImpl::OnManifestEvent(const ManifestWatcher::Event& e) {
   if (e.kind == ManifestWatcher::EventKind::kGone) {
-    spdlog::info("event=manifest_removed file={}", Q(e.file_name));
+    spdlog::info("event=manifest_removed file={}", QuoteLogValue(e.file_name, kMaxLogValueBytes));
     ForgetFile(e.file_name, /*delete_status=*/true);
     if (Status s = manager_->UpdateAllocatedDevices(); !s.ok()) {
-      spdlog::warn("event=gc_failed error={}", Q(s.message()));
+      spdlog::warn("event=gc_failed error={}", QuoteLogValue(s.message(), kMaxLogValueBytes));
     }
     RefreshNode();
     return;
@@ -475,23 +476,25 @@ void NodeAgentImpl::OnManifestEvent(const ManifestWatcher::Event& e) {
   auto bytes = ReadManifestBytes(e.path);
   if (!bytes.ok()) {
     if (bytes.status().code() == StatusCode::kNotFound) return;  // gone again; its event follows
-    spdlog::warn("event=manifest_unreadable file={} error={}", Q(e.file_name),
-                 Q(bytes.status().message()));
+    spdlog::warn("event=manifest_unreadable file={} error={}",
+                 QuoteLogValue(e.file_name, kMaxLogValueBytes),
+                 QuoteLogValue(bytes.status().message(), kMaxLogValueBytes));
     return;
   }
   size_t hash = std::hash<std::string>{}(*bytes);
   auto it = files_.find(e.file_name);
   if (it != files_.end() && it->second.content_hash == hash) {
-    spdlog::debug("event=manifest_unchanged file={}", Q(e.file_name));
+    spdlog::debug("event=manifest_unchanged file={}",
+                  QuoteLogValue(e.file_name, kMaxLogValueBytes));
     return;
   }
   std::string old_status_file;
   if (it != files_.end()) {
-    spdlog::info("event=manifest_changed file={}", Q(e.file_name));
+    spdlog::info("event=manifest_changed file={}", QuoteLogValue(e.file_name, kMaxLogValueBytes));
     old_status_file = it->second.status_file;
     ForgetFile(e.file_name, /*delete_status=*/false);
   } else {
-    spdlog::info("event=manifest_added file={}", Q(e.file_name));
+    spdlog::info("event=manifest_added file={}", QuoteLogValue(e.file_name, kMaxLogValueBytes));
   }
   FileEntry& entry = files_[e.file_name];
   entry.content_hash = hash;
@@ -532,8 +535,9 @@ void NodeAgentImpl::OnManifestEvent(const ManifestWatcher::Event& e) {
     const std::string phase = PhaseAtStart(e.path, entry.status_file);
     if (phase == kPhaseRejected) {
       entry.state = PodState::kRejected;
-      spdlog::info("event=pod_still_rejected file={} pod={}/{} status={}", Q(e.file_name),
-                   entry.pod->namespace_name, entry.pod->name, Q(entry.status_file));
+      spdlog::info("event=pod_still_rejected file={} pod={}/{} status={}",
+                   QuoteLogValue(e.file_name, kMaxLogValueBytes), entry.pod->namespace_name,
+                   entry.pod->name, QuoteLogValue(entry.status_file, kMaxLogValueBytes));
       return;
     }
     if (phase == kPhaseAdmitted && !registration_grace_over_) {
@@ -569,8 +573,10 @@ void NodeAgentImpl::Reject(const std::string& file_name, FileEntry& entry, const
     recovered_uids_.erase(entry.pod->uid);
     previously_admitted_.erase(entry.pod->uid);
   }
-  spdlog::warn("event=pod_rejected file={} status={} reason={} message={}", Q(file_name),
-               Q(entry.status_file), reason, Q(message));
+  spdlog::warn("event=pod_rejected file={} status={} reason={} message={}",
+               QuoteLogValue(file_name, kMaxLogValueBytes),
+               QuoteLogValue(entry.status_file, kMaxLogValueBytes), reason,
+               QuoteLogValue(message, kMaxLogValueBytes));
   PodStatus status;
   status.phase = kPhaseRejected;
   status.reason = reason;
@@ -592,7 +598,8 @@ bool NodeAgentImpl::UidHeldByOtherFile(const std::string& uid,
 
 void NodeAgentImpl::RemovePodDevices(const std::string& uid) {
   if (Status s = manager_->RemovePod(uid); !s.ok()) {
-    spdlog::warn("event=pod_remove_failed uid={} error={}", Q(uid), Q(s.message()));
+    spdlog::warn("event=pod_remove_failed uid={} error={}", QuoteLogValue(uid, kMaxLogValueBytes),
+                 QuoteLogValue(s.message(), kMaxLogValueBytes));
   }
 }
 
@@ -610,12 +617,14 @@ void NodeAgentImpl::ForgetFile(const std::string& file_name, bool delete_status)
     if (!shared) ClearActive(pod.uid);
     if (entry.state == PodState::kAdmitting) {
       // Its worker may still be allocating: OnAdmissionDone frees what it got.
-      spdlog::info("event=pod_deleted_while_admitting file={} pod={}/{} uid={}", Q(file_name),
-                   pod.namespace_name, pod.name, Q(pod.uid));
+      spdlog::info("event=pod_deleted_while_admitting file={} pod={}/{} uid={}",
+                   QuoteLogValue(file_name, kMaxLogValueBytes), pod.namespace_name, pod.name,
+                   QuoteLogValue(pod.uid, kMaxLogValueBytes));
     } else {
       if (!shared) RemovePodDevices(pod.uid);
-      spdlog::info("event=pod_deleted file={} pod={}/{} uid={}", Q(file_name), pod.namespace_name,
-                   pod.name, Q(pod.uid));
+      spdlog::info("event=pod_deleted file={} pod={}/{} uid={}",
+                   QuoteLogValue(file_name, kMaxLogValueBytes), pod.namespace_name, pod.name,
+                   QuoteLogValue(pod.uid, kMaxLogValueBytes));
     }
   }
   if (delete_status && !entry.status_file.empty()) {
@@ -673,7 +682,8 @@ void NodeAgentImpl::AdmitFile(const std::string& file_name, FileEntry& entry) {
     // being admitted: this one starts when that one is done and undone.
     entry.state = PodState::kPending;
     spdlog::info("event=pod_admission_deferred file={} uid={} reason=\"same uid in flight\"",
-                 Q(file_name), Q(pod.uid));
+                 QuoteLogValue(file_name, kMaxLogValueBytes),
+                 QuoteLogValue(pod.uid, kMaxLogValueBytes));
     return;
   }
   const bool recovering = recovered_uids_.count(pod.uid) > 0;
@@ -713,7 +723,9 @@ void NodeAgentImpl::OnAdmissionDone(const std::string& file_name, uint64_t gener
       ClearActive(uid);
       RemovePodDevices(uid);
     }
-    spdlog::info("event=admission_superseded file={} uid={}", Q(file_name), Q(uid));
+    spdlog::info("event=admission_superseded file={} uid={}",
+                 QuoteLogValue(file_name, kMaxLogValueBytes),
+                 QuoteLogValue(uid, kMaxLogValueBytes));
   }
   // Entries that waited for this uid's admission to end.
   for (auto& [name, entry] : files_) {
@@ -747,7 +759,9 @@ void NodeAgentImpl::FinishAdmission(const std::string& file_name, FileEntry& ent
   if (wait) {
     if (!entry.waiting_logged) {
       spdlog::info("event=pod_waiting_for_plugins file={} pod={}/{} uid={} reason={}",
-                   Q(file_name), pod.namespace_name, pod.name, Q(pod.uid), Q(s.message()));
+                   QuoteLogValue(file_name, kMaxLogValueBytes), pod.namespace_name, pod.name,
+                   QuoteLogValue(pod.uid, kMaxLogValueBytes),
+                   QuoteLogValue(s.message(), kMaxLogValueBytes));
       entry.waiting_logged = true;
     }
     entry.state = PodState::kRecovering;
@@ -778,8 +792,9 @@ void NodeAgentImpl::FinishAdmission(const std::string& file_name, FileEntry& ent
     }
   }
   spdlog::info("event=pod_admitted file={} pod={}/{} uid={} recovered={} devices={}",
-               Q(file_name), pod.namespace_name, pod.name, Q(pod.uid), recovering,
-               Q(DevicesText(all)));
+               QuoteLogValue(file_name, kMaxLogValueBytes), pod.namespace_name, pod.name,
+               QuoteLogValue(pod.uid, kMaxLogValueBytes), recovering,
+               QuoteLogValue(DevicesText(all), kMaxLogValueBytes));
 }
 
 void NodeAgentImpl::RetryRecovering() {
