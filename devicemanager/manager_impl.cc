@@ -10,6 +10,7 @@
 #include "kdm/base/file_system.h"
 #include "kdm/base/log_value.h"
 #include "kdm/devicemanager/device_snapshot.h"
+#include "kdm/devicemanager/run_options.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/unix_target.h"
@@ -898,64 +899,26 @@ StatusOr<ContainerAllocation> ManagerImpl::GetContainerAllocation(const Pod& pod
   }
   std::sort(entries.begin(), entries.end(),
             [](const auto& a, const auto& b) { return a.resource_name < b.resource_name; });
-  RunContainerOptions out;
-  std::map<std::string, std::string> env_owner, annotation_owner;
-  std::map<std::string, std::pair<Mount, std::string>> mounts;
-  std::map<std::string, std::pair<DeviceSpec, std::string>> devices;
-  std::set<std::string> cdi_seen;
-  auto conflict = [&](const std::string& what, const std::string& kept_by,
-                      const std::string& ignored_from) {
-    out.conflicts.push_back(what + ": " + ignored_from + "'s value ignored, " + kept_by +
-                            "'s kept");
-    spdlog::warn("event=run_options_conflict pod={} container={} what={} kept={} ignored={}",
-                 QuoteLogValue(pod.uid, kMaxLogValueBytes),
-                 QuoteLogValue(container, kMaxLogValueBytes),
-                 QuoteLogValue(what, kMaxLogValueBytes), QuoteLogValue(kept_by, kMaxLogValueBytes),
-                 QuoteLogValue(ignored_from, kMaxLogValueBytes));
-  };
+  std::vector<ResourceRunOptions> responses;
+  responses.reserve(entries.size());
   for (const auto& e : entries) {
     v1beta1::ContainerAllocateResponse r;
     if (!r.ParseFromString(e.alloc_response)) {
       return DataLossError("stored allocate response of pod \"" + pod.uid + "\" container \"" +
                            container + "\" resource " + e.resource_name + " does not parse");
     }
-    const std::string& res = e.resource_name;
-    for (const auto& [k, v] : r.envs()) {
-      auto [it, inserted] = out.envs.emplace(k, v);
-      if (inserted) {
-        env_owner[k] = res;
-      } else if (it->second != v) {
-        conflict("env \"" + k + "\"", env_owner[k], res);
-      }
-    }
-    for (const auto& m : r.mounts()) {
-      Mount mm{m.container_path(), m.host_path(), m.read_only()};
-      auto [it, inserted] = mounts.emplace(m.container_path(), std::make_pair(mm, res));
-      if (!inserted && !(it->second.first == mm)) {
-        conflict("mount \"" + m.container_path() + "\"", it->second.second, res);
-      }
-    }
-    for (const auto& d : r.devices()) {
-      DeviceSpec dd{d.container_path(), d.host_path(), d.permissions()};
-      auto [it, inserted] = devices.emplace(d.container_path(), std::make_pair(dd, res));
-      if (!inserted && !(it->second.first == dd)) {
-        conflict("device \"" + d.container_path() + "\"", it->second.second, res);
-      }
-    }
-    for (const auto& [k, v] : r.annotations()) {
-      auto [it, inserted] = out.annotations.emplace(k, v);
-      if (inserted) {
-        annotation_owner[k] = res;
-      } else if (it->second != v) {
-        conflict("annotation \"" + k + "\"", annotation_owner[k], res);
-      }
-    }
-    for (const auto& cdi : r.cdi_devices()) {
-      if (cdi_seen.insert(cdi.name()).second) out.cdi_devices.push_back(cdi.name());
-    }
+    responses.push_back({e.resource_name, std::move(r)});
   }
-  for (auto& [path, m] : mounts) out.mounts.push_back(m.first);
-  for (auto& [path, d] : devices) out.devices.push_back(d.first);
+  std::vector<RunOptionsConflict> conflicts;
+  RunContainerOptions out = MergeRunOptions(std::move(responses), &conflicts);
+  for (const RunOptionsConflict& c : conflicts) {
+    spdlog::warn("event=run_options_conflict pod={} container={} what={} kept={} ignored={}",
+                 QuoteLogValue(pod.uid, kMaxLogValueBytes),
+                 QuoteLogValue(container, kMaxLogValueBytes),
+                 QuoteLogValue(c.what, kMaxLogValueBytes),
+                 QuoteLogValue(c.kept_by, kMaxLogValueBytes),
+                 QuoteLogValue(c.ignored_from, kMaxLogValueBytes));
+  }
   ContainerAllocation allocation;
   for (const auto& e : entries) {
     std::vector<std::string>& ids = allocation.devices[e.resource_name];
