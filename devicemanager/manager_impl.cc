@@ -247,41 +247,43 @@ Status ManagerImpl::Start() {
     spdlog::info("event=stale_socket_removed dir={} socket={}", dir,
                  QuoteLogValue(name, kMaxLogValueBytes));
   }
-  KDM_ASSIGN_OR_RETURN(
-      registration_,
-      RegistrationServer::Start(
-          dir,
-          [this](const std::string& resource, const std::string& socket) {
-            return RegisterPlugin(resource, socket);
-          },
-          [this](const Status&) { UpdateStats([](ManagerStats& s) { s.registrations_rejected++; }); },
-          {.max_in_flight = options_.max_registrations_in_flight}));
+  KDM_ASSIGN_OR_RETURN(registration_,
+                       RegistrationServer::Start(
+                           dir,
+                           [this](const std::string& resource, const std::string& socket) {
+                             return RegisterPlugin(resource, socket);
+                           },
+                           [this](const Status&) {
+                             UpdateStats([](ManagerStats& s) { s.registrations_rejected++; });
+                           },
+                           {.max_in_flight = options_.max_registrations_in_flight}));
   return OkStatus();
 }
 
 Status ManagerImpl::RestoreCheckpointLocked(const checkpoint::CheckpointData& data,
                                             const std::string& boot_id,
-                                            const std::set<std::string>& active,
-                                            bool active_read) {
+                                            const std::set<std::string>& active, bool active_read) {
   const bool rebooted = IsReboot(data, boot_id);
   RestoreReport restored = ledger_.Restore(data);
   for (const SkippedCheckpointEntry& e : restored.skipped) {
-    spdlog::warn("event=checkpoint_entry_skipped pod={} container={} resource={} device={} "
-                 "held_by={} reason={}",
-                 QuoteLogValue(e.pod_uid, kMaxLogValueBytes),
-                 QuoteLogValue(e.container_name, kMaxLogValueBytes),
-                 QuoteLogValue(e.resource_name, kMaxLogValueBytes),
-                 QuoteLogValue(e.device_id, kMaxLogValueBytes),
-                 QuoteLogValue(e.held_by_pod_uid, kMaxLogValueBytes), QuoteLogValue(e.reason));
+    spdlog::warn(
+        "event=checkpoint_entry_skipped pod={} container={} resource={} device={} "
+        "held_by={} reason={}",
+        QuoteLogValue(e.pod_uid, kMaxLogValueBytes),
+        QuoteLogValue(e.container_name, kMaxLogValueBytes),
+        QuoteLogValue(e.resource_name, kMaxLogValueBytes),
+        QuoteLogValue(e.device_id, kMaxLogValueBytes),
+        QuoteLogValue(e.held_by_pod_uid, kMaxLogValueBytes), QuoteLogValue(e.reason));
   }
   for (const auto& [resource, ids] : data.registered_devices) {
     ResourceState& state = resources_[resource];
     StartGraceTimerLocked(resource, state);
   }
-  spdlog::info("event=checkpoint_restored store=\"{}\" entries={} skipped={} resources={} "
-               "boot_id={} previous_boot_id={}",
-               store_->Describe(), data.entries.size(), restored.skipped.size(),
-               data.registered_devices.size(), boot_id, data.boot_id);
+  spdlog::info(
+      "event=checkpoint_restored store=\"{}\" entries={} skipped={} resources={} "
+      "boot_id={} previous_boot_id={}",
+      store_->Describe(), data.entries.size(), restored.skipped.size(),
+      data.registered_devices.size(), boot_id, data.boot_id);
   if (rebooted) {
     checkpoint::Change change = ledger_.RetainOnlyPods(active);
     spdlog::info("event=reboot_detected kept_active_pods={} dropped_pods={} callback={}",
@@ -382,9 +384,13 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
   // A socket serves one resource: a second resource naming a socket that is
   // connected for another would make one plugin feed two resources.
   auto socket_taken = [&](const std::string& other) {
-    return refuse(AlreadyExistsError("endpoint " + socket_path + " is already registered for "
-                                     "resource \"" + other + "\"; a plugin socket serves one "
-                                     "resource, so it cannot also serve \"" + resource + "\""));
+    return refuse(AlreadyExistsError("endpoint " + socket_path +
+                                     " is already registered for "
+                                     "resource \"" +
+                                     other +
+                                     "\"; a plugin socket serves one "
+                                     "resource, so it cannot also serve \"" +
+                                     resource + "\""));
   };
   {
     kdm::MutexLock lock(&mu_);
@@ -575,11 +581,10 @@ void ManagerImpl::HandleStreamEndLocked(Endpoint* ep) {
   }
   if (!state.endpoints.empty()) {
     // Fall back to the newest remaining endpoint.
-    auto newest = std::max_element(state.endpoints.begin(), state.endpoints.end(),
-                                   [&](const auto& a, const auto& b) {
-                                     return state.order[a.second.get()] <
-                                            state.order[b.second.get()];
-                                   });
+    auto newest = std::max_element(
+        state.endpoints.begin(), state.endpoints.end(), [&](const auto& a, const auto& b) {
+          return state.order[a.second.get()] < state.order[b.second.get()];
+        });
     state.current = newest->second;
     state.applied_seq = 0;
     spdlog::info("event=endpoint_closed resource={} socket={} fallback={}",
@@ -604,9 +609,9 @@ void ManagerImpl::StartGraceTimerLocked(const std::string& resource, ResourceSta
   // A previous timer is not cancelled here (Cancel may wait for a running
   // callback that waits for mu_); the new generation makes it a no-op.
   uint64_t generation = ++state.generation;
-  state.grace_timer = clock_->ScheduleAfter(
-      options_.grace_period,
-      [this, resource, generation] { OnGraceExpired(resource, generation); });
+  state.grace_timer = clock_->ScheduleAfter(options_.grace_period, [this, resource, generation] {
+    OnGraceExpired(resource, generation);
+  });
 }
 
 void ManagerImpl::OnGraceExpired(const std::string& resource, uint64_t generation) {
@@ -700,7 +705,8 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
   {
     kdm::MutexLock lock(&mu_);
     std::optional<NumaHint> hint;
-    if (options_.align_numa) hint = BestHint(ledger_.TopologyHints(pod, container, resource, count));
+    if (options_.align_numa)
+      hint = BestHint(ledger_.TopologyHints(pod, container, resource, count));
     KDM_ASSIGN_OR_RETURN(plan, ledger_.Plan(pod, container, resource, count, hint));
     if (plan.reuse) return OkStatus();
     auto it = resources_.find(resource);
@@ -719,8 +725,8 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
   if (ep->options().get_preferred_allocation_available() && plan.real_choice) {
     std::vector<std::string> available = plan.must_include;
     available.insert(available.end(), plan.candidates.begin(), plan.candidates.end());
-    StatusOr<std::vector<std::string>> answer = ep->GetPreferredAllocation(
-        available, plan.must_include, static_cast<int>(plan.size));
+    StatusOr<std::vector<std::string>> answer =
+        ep->GetPreferredAllocation(available, plan.must_include, static_cast<int>(plan.size));
     if (!answer.ok()) {
       UpdateStats([](ManagerStats& s) { s.preferred_rpc_error++; });
       spdlog::warn(
@@ -912,12 +918,11 @@ StatusOr<ContainerAllocation> ManagerImpl::GetContainerAllocation(const Pod& pod
   std::vector<RunOptionsConflict> conflicts;
   RunContainerOptions out = MergeRunOptions(std::move(responses), &conflicts);
   for (const RunOptionsConflict& c : conflicts) {
-    spdlog::warn("event=run_options_conflict pod={} container={} what={} kept={} ignored={}",
-                 QuoteLogValue(pod.uid, kMaxLogValueBytes),
-                 QuoteLogValue(container, kMaxLogValueBytes),
-                 QuoteLogValue(c.what, kMaxLogValueBytes),
-                 QuoteLogValue(c.kept_by, kMaxLogValueBytes),
-                 QuoteLogValue(c.ignored_from, kMaxLogValueBytes));
+    spdlog::warn(
+        "event=run_options_conflict pod={} container={} what={} kept={} ignored={}",
+        QuoteLogValue(pod.uid, kMaxLogValueBytes), QuoteLogValue(container, kMaxLogValueBytes),
+        QuoteLogValue(c.what, kMaxLogValueBytes), QuoteLogValue(c.kept_by, kMaxLogValueBytes),
+        QuoteLogValue(c.ignored_from, kMaxLogValueBytes));
   }
   ContainerAllocation allocation;
   for (const auto& e : entries) {
@@ -1111,8 +1116,7 @@ void ManagerImpl::CoalesceEventsLocked() {
   pending_seqs_ = std::move(kept_seqs);
   // Amortised: the next coalescing needs at least as many new events.
   coalesce_at_ = std::max(kHealthEventsCoalesceAt, 2 * pending_events_.size());
-  spdlog::debug("event=health_events_coalesced before={} after={}", before,
-                pending_events_.size());
+  spdlog::debug("event=health_events_coalesced before={} after={}", before, pending_events_.size());
 }
 
 bool ManagerImpl::HasEventsOrStopLocked() const {
@@ -1126,8 +1130,7 @@ void ManagerImpl::DeliveryLoop() {
     std::function<void(const std::vector<DeviceHealthEvent>&)> hook;
     {
       // Idle until there is work; Stop() sets delivery_stop_ and ends this.
-      kdm::MutexLock lock(&events_mu_,
-                          kdm::Condition(this, &ManagerImpl::HasEventsOrStopLocked));
+      kdm::MutexLock lock(&events_mu_, kdm::Condition(this, &ManagerImpl::HasEventsOrStopLocked));
       if (pending_events_.empty()) return;  // stopping, and everything delivered
       batch.swap(pending_events_);
       seqs.swap(pending_seqs_);

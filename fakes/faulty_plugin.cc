@@ -1,6 +1,7 @@
 #include "kdm/fakes/faulty_plugin.h"
 
 #include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,8 +15,6 @@
 #include <set>
 #include <thread>
 #include <utility>
-
-#include <spdlog/spdlog.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
@@ -184,9 +183,9 @@ class FaultyPlugin::Impl {
         config_(std::move(config)),
         healthy_(std::move(healthy)),
         socket_path_(healthy_->server().SocketPath()),
-        kubelet_path_((fs::path(socket_path_).parent_path() /
-                       std::string(pluginapi::kKubeletSocketName))
-                          .string()),
+        kubelet_path_(
+            (fs::path(socket_path_).parent_path() / std::string(pluginapi::kKubeletSocketName))
+                .string()),
         offers_preferred_(healthy_->config().policy.has_value()),
         random_(std::random_device{}()) {}
 
@@ -230,9 +229,8 @@ class FaultyPlugin::Impl {
 
   bool WaitForRegistrationCount(int count, milliseconds timeout) const {
     kdm::MutexLock lock(&mu_);
-    auto reached = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return registration_count_ >= count;
-    };
+    auto reached = [this, count]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return registration_count_ >= count; };
     return mu_.AwaitWithTimeout(kdm::Condition(&reached), absl::FromChrono(timeout));
   }
 
@@ -283,8 +281,7 @@ class FaultyPlugin::Impl {
         break;
       }
       if (WaitEnded(generation, kCancelPoll)) break;
-      if (fault_ == Fault::kLwDeltaUpdates && !healthy.empty() &&
-          SteadyClock::now() >= delta_at) {
+      if (fault_ == Fault::kLwDeltaUpdates && !healthy.empty() && SteadyClock::now() >= delta_at) {
         delta_at += kDeltaInterval;
         int i = next_delta++ % static_cast<int>(healthy.size());
         healthy[i] = !healthy[i];
@@ -327,15 +324,14 @@ class FaultyPlugin::Impl {
     }
     const int devices = static_cast<int>(healthy_->topology().size());
     for (const auto& container : request.container_requests()) {
-      if (fault_ == Fault::kPrefSlow &&
-          container.allocation_size() >= std::max(1, devices - 1)) {
+      if (fault_ == Fault::kPrefSlow && container.allocation_size() >= std::max(1, devices - 1)) {
         const auto start = SteadyClock::now();
         const char* ended = HoldUntilCancelled(context);
-        spdlog::info("event=fault_applied fault={} rpc=GetPreferredAllocation size={} "
-                     "held_ms={} ended={}",
-                     fault_name_, container.allocation_size(),
-                     std::chrono::duration_cast<milliseconds>(SteadyClock::now() - start).count(),
-                     ended);
+        spdlog::info(
+            "event=fault_applied fault={} rpc=GetPreferredAllocation size={} "
+            "held_ms={} ended={}",
+            fault_name_, container.allocation_size(),
+            std::chrono::duration_cast<milliseconds>(SteadyClock::now() - start).count(), ended);
         return grpc::Status(grpc::StatusCode::CANCELLED,
                             "GetPreferredAllocation held until the client gave up "
                             "(fault pref-slow)");
@@ -432,9 +428,9 @@ class FaultyPlugin::Impl {
   grpc::Status AllocateContainers(const v1beta1::AllocateRequest& request,
                                   v1beta1::AllocateResponse* response) {
     for (const auto& container : request.container_requests()) {
-      StatusOr<v1beta1::ContainerAllocateResponse> r =
-          fault_ == Fault::kAllocAcceptUnknown ? AllocateAcceptingUnknown(container)
-                                               : healthy_->Allocate(container);
+      StatusOr<v1beta1::ContainerAllocateResponse> r = fault_ == Fault::kAllocAcceptUnknown
+                                                           ? AllocateAcceptingUnknown(container)
+                                                           : healthy_->Allocate(container);
       if (!r.ok()) return pluginapi::ToGrpcStatus(r.status());
       switch (fault_) {
         case Fault::kAllocRelativePath:
@@ -451,9 +447,8 @@ class FaultyPlugin::Impl {
           (*r->mutable_envs())["1 BAD=NAME"] = "1";
           break;
         case Fault::kAllocBadCdi:
-          r->add_cdi_devices()->set_name(container.devices_ids().empty()
-                                             ? "gpu0"
-                                             : container.devices_ids(0));
+          r->add_cdi_devices()->set_name(
+              container.devices_ids().empty() ? "gpu0" : container.devices_ids(0));
           break;
         default:
           break;
@@ -752,9 +747,9 @@ Status FaultyPlugin::Impl::RegisterOnce() {
   if (!s.ok()) {
     return pluginapi::FromGrpcStatus(s, "registration of " + config_.resource_name + " refused");
   }
-  spdlog::info("event=fault_registered fault={} version={} resource={} endpoint={}",
-                fault_name_, request.version(), QuoteLogValue(request.resource_name()),
-                QuoteLogValue(request.endpoint()));
+  spdlog::info("event=fault_registered fault={} version={} resource={} endpoint={}", fault_name_,
+               request.version(), QuoteLogValue(request.resource_name()),
+               QuoteLogValue(request.endpoint()));
   return OkStatus();
 }
 

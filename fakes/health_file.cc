@@ -1,11 +1,10 @@
 #include "kdm/fakes/health_file.h"
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kdm/base/env.h"
 #include "kdm/base/sync.h"
@@ -68,9 +67,8 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
   bool WaitForReads(int64_t reads, std::chrono::milliseconds timeout) const override {
     kdm::MutexLock lock(&mu_);
     // No signal needed: the Condition is re-checked whenever mu_ is released.
-    auto enough = [this, reads]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stats_.reads >= reads;
-    };
+    auto enough = [this, reads]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stats_.reads >= reads; };
     return mu_.AwaitWithTimeout(kdm::Condition(&enough), absl::FromChrono(timeout));
   }
 
@@ -98,8 +96,7 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
       if (seen == Seen::kWritten) {
         ReadAndApply();
       } else if (seen == Seen::kRemoved) {
-        Report(NotFoundError("health file " + path_ +
-                             " was removed; keeping the last good state"));
+        Report(NotFoundError("health file " + path_ + " was removed; keeping the last good state"));
       }
     }
   }

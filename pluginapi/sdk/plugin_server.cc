@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -111,9 +111,9 @@ class PluginServerImpl final : public PluginServer {
   PluginServerImpl(Options options, std::string socket_path)
       : options_(std::move(options)),
         socket_path_(std::move(socket_path)),
-        kubelet_socket_path_((fs::path(socket_path_).parent_path() /
-                              std::string(pluginapi::kKubeletSocketName))
-                                 .string()),
+        kubelet_socket_path_(
+            (fs::path(socket_path_).parent_path() / std::string(pluginapi::kKubeletSocketName))
+                .string()),
         devices_(options_.devices) {}
 
   ~PluginServerImpl() override { Stop(); }
@@ -197,9 +197,8 @@ class PluginServerImpl final : public PluginServer {
 
   bool WaitForRegistrationCount(int count, std::chrono::milliseconds timeout) const override {
     kdm::MutexLock lock(&mu_);
-    auto reached = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return registration_count_ >= count;
-    };
+    auto reached = [this, count]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return registration_count_ >= count; };
     return mu_.AwaitWithTimeout(kdm::Condition(&reached), absl::FromChrono(timeout));
   }
 
@@ -473,7 +472,7 @@ class PluginServerImpl final : public PluginServer {
             last_registration_error_ = s;
           }
         }
-            if (!s.ok()) {
+        if (!s.ok()) {
           if (!SleepFor(backoff)) return;
           backoff = std::min(backoff * 2, options_.register_backoff_max);
           continue;

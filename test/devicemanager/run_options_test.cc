@@ -104,8 +104,8 @@ TEST(MergeRunOptionsTest, TheSameEnvValueTwiceIsNoConflict) {
 TEST(MergeRunOptionsTest, ResourcesMergeInNameOrderWhateverTheInputOrder) {
   // c first, a last: a's value still wins, and the conflicts name it.
   std::vector<RunOptionsConflict> conflicts;
-  RunContainerOptions run = MergeRunOptions(
-      {{kC, Env("X", "3")}, {kB, Env("X", "2")}, {kA, Env("X", "1")}}, &conflicts);
+  RunContainerOptions run =
+      MergeRunOptions({{kC, Env("X", "3")}, {kB, Env("X", "2")}, {kA, Env("X", "1")}}, &conflicts);
   EXPECT_THAT(run.envs, ElementsAre(Pair("X", "1")));
   EXPECT_THAT(conflicts, ElementsAre(RunOptionsConflict{"env \"X\"", kA, kB},
                                      RunOptionsConflict{"env \"X\"", kA, kC}));
@@ -165,10 +165,10 @@ TEST(MergeRunOptionsTest, AnnotationConflictKeepsTheFirstResourcesValue) {
 
 TEST(MergeRunOptionsTest, CdiDevicesAreDeduplicatedInMergeOrderWithoutConflicts) {
   std::vector<RunOptionsConflict> conflicts;
-  RunContainerOptions run = MergeRunOptions(
-      {{kB, Cdi({"vendor.com/gpu=1", "vendor.com/nic=0"})},
-       {kA, Cdi({"vendor.com/gpu=1", "vendor.com/gpu=0", "vendor.com/gpu=0"})}},
-      &conflicts);
+  RunContainerOptions run =
+      MergeRunOptions({{kB, Cdi({"vendor.com/gpu=1", "vendor.com/nic=0"})},
+                       {kA, Cdi({"vendor.com/gpu=1", "vendor.com/gpu=0", "vendor.com/gpu=0"})}},
+                      &conflicts);
   // a's names first (resource-name order), each name once.
   EXPECT_THAT(run.cdi_devices,
               ElementsAre("vendor.com/gpu=1", "vendor.com/gpu=0", "vendor.com/nic=0"));

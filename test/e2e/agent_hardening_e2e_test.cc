@@ -9,11 +9,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <set>
-#include <filesystem>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -155,11 +155,11 @@ TEST_F(AgentHardeningE2eTest, RegressionPreStartTimeoutFlagBoundsAHungPreStartCo
 }
 
 TEST_F(AgentHardeningE2eTest, NewDurationFlagsRefuseBadValues) {
-  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
-           {"--pre-start-timeout", "0"},
-           {"--pre-start-timeout", "soon"},
-           {"--registration-grace", "-1s"},
-           {"--registration-grace", "forever"}}) {
+  for (const auto& [flag, value] :
+       std::vector<std::pair<std::string, std::string>>{{"--pre-start-timeout", "0"},
+                                                        {"--pre-start-timeout", "soon"},
+                                                        {"--registration-grace", "-1s"},
+                                                        {"--registration-grace", "forever"}}) {
     Process p({"kubelet", "--root", root_, flag, value}, root_ + "/usage.log");
     auto code = p.Wait();
     ASSERT_TRUE(code.has_value());
@@ -173,8 +173,8 @@ TEST_F(AgentHardeningE2eTest, NewDurationFlagsRefuseBadValues) {
 TEST_F(AgentHardeningE2eTest, RegressionHealthFlapNeitherStarvesAdmissionNorFloodsTheLog) {
   StartKubelet();
   StartPlugin({"--resource", kDev, "--count", "2"});
-  Process& flappy = StartHostile(
-      {"--resource", "example.com/flappy", "--flap-ms", "1", "--flap-for", "10"});
+  Process& flappy =
+      StartHostile({"--resource", "example.com/flappy", "--flap-ms", "1", "--flap-for", "10"});
   ASSERT_TRUE(
       WaitUntil([&] { return flappy.Log().find("flap_started") != std::string::npos; }, kWaitBound))
       << flappy.Log();
@@ -224,8 +224,8 @@ TEST_F(AgentHardeningE2eTest, RegressionHostilePluginTextCannotForgeOrFloodLogLi
   int n = 0;
   while (std::getline(lines, line)) {
     ++n;
-    EXPECT_TRUE(std::regex_search(line, prefix)) << "a line the agent did not write: "
-                                                 << line.substr(0, 200);
+    EXPECT_TRUE(std::regex_search(line, prefix))
+        << "a line the agent did not write: " << line.substr(0, 200);
     EXPECT_LT(line.size(), 8u << 10) << line.substr(0, 200);
   }
   EXPECT_GT(n, 5);
@@ -272,7 +272,8 @@ TEST_F(AgentHardeningE2eTest, RegressionAdmittedPodsWaitForTheirPluginAfterCheck
   std::set<std::string> devices;
   for (int i = 0; i < 4; ++i) {
     json p = WaitPhase("default_p" + std::to_string(i), "Admitted");
-    for (const auto& id : p["containers"][0]["devices"][kDev]) devices.insert(id.get<std::string>());
+    for (const auto& id : p["containers"][0]["devices"][kDev])
+      devices.insert(id.get<std::string>());
   }
   EXPECT_EQ(devices.size(), 4u) << "each pod has a device nobody else holds";
   EXPECT_EQ(kubelet_->Log().find("event=pod_rejected"), std::string::npos);

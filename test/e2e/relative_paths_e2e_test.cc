@@ -18,11 +18,10 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kdm/test/e2e/e2e_util.h"
 
@@ -30,15 +29,15 @@ namespace kdm {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
-using ::testing::HasSubstr;
-using ::testing::Not;
 using kdm::e2e::InDir;
+using kdm::e2e::kWaitBound;
 using kdm::e2e::Process;
 using kdm::e2e::ReadFile;
 using kdm::e2e::WaitUntil;
-using kdm::e2e::kWaitBound;
 using kdm::e2e::WriteFileAtomically;
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kResource[] = "example.com/x";
 
@@ -133,10 +132,9 @@ TEST_F(RelativePathsE2eTest, KubeletPluginGetAndConformFromAWorkingDirectory) {
   fs::create_directories(cwd_ + "/topo dir");
   std::ofstream(cwd_ + "/topo dir/t.json") << out;
   std::ofstream(cwd_ + "/health x.json") << "{}";
-  plugins_.push_back(Start("plugin", {"plugin", "--plugin-dir", "./node/../node/device-plugins",
-                                      "--resource", kResource, "--topology",
-                                      "topo dir/../topo dir/t.json", "--health-file",
-                                      "health x.json"}));
+  plugins_.push_back(Start(
+      "plugin", {"plugin", "--plugin-dir", "./node/../node/device-plugins", "--resource", kResource,
+                 "--topology", "topo dir/../topo dir/t.json", "--health-file", "health x.json"}));
   ASSERT_TRUE(WaitUntil(
       [&] {
         json n = ReadJson(node + "/status/node.json");
@@ -166,10 +164,11 @@ TEST_F(RelativePathsE2eTest, KubeletPluginGetAndConformFromAWorkingDirectory) {
 
   // kdm conform acts as the kubelet of its own directory (a space in it)
   // toward a second plugin, and writes its JUnit file to a relative path.
-  plugins_.push_back(
-      Start("plugin2", {"plugin", "--root", "conform root", "--resource", kResource, "--count", "2"}));
-  EXPECT_EQ(Run("conform", {"conform", "--root", "conform root", "--resource", kResource,
-                            "--timeout", "10s", "--junit", "./reports/../junit.xml"},
+  plugins_.push_back(Start(
+      "plugin2", {"plugin", "--root", "conform root", "--resource", kResource, "--count", "2"}));
+  EXPECT_EQ(Run("conform",
+                {"conform", "--root", "conform root", "--resource", kResource, "--timeout", "10s",
+                 "--junit", "./reports/../junit.xml"},
                 &out, &err),
             0)
       << out << err;
@@ -180,11 +179,13 @@ TEST_F(RelativePathsE2eTest, KubeletPluginGetAndConformFromAWorkingDirectory) {
   // kdm conform --plugin-socket dials the first plugin by a relative path.
   std::vector<std::string> socks;
   for (const auto& e : fs::directory_iterator(node + "/device-plugins")) {
-    if (e.is_socket() && e.path().filename() != "kubelet.sock") socks.push_back(e.path().filename());
+    if (e.is_socket() && e.path().filename() != "kubelet.sock")
+      socks.push_back(e.path().filename());
   }
   ASSERT_EQ(socks.size(), 1u);
-  EXPECT_EQ(Run("conform-dial", {"conform", "--plugin-socket", "node/device-plugins/" + socks[0],
-                                 "--resource", kResource, "--only", "lw.health"},
+  EXPECT_EQ(Run("conform-dial",
+                {"conform", "--plugin-socket", "node/device-plugins/" + socks[0], "--resource",
+                 kResource, "--only", "lw.health"},
                 &out, &err),
             0)
       << out << err;
@@ -211,15 +212,22 @@ TEST_F(RelativePathsE2eTest, TooLongSocketPathNamesTheFlag) {
   };
   std::vector<Case> cases = {
       {"kubelet", {"kubelet", "--root", deep}, "kdm kubelet: --root: ", 1},
-      {"plugin-root", {"plugin", "--root", deep, "--resource", kResource, "--count", "1"},
-       "kdm plugin: --root: ", 1},
-      {"plugin-dir", {"plugin", "--plugin-dir", deep, "--resource", kResource, "--count", "1"},
-       "kdm plugin: --plugin-dir: ", 1},
-      {"conform-root", {"conform", "--root", deep, "--resource", kResource},
-       "kdm conform: --root: ", 3},
+      {"plugin-root",
+       {"plugin", "--root", deep, "--resource", kResource, "--count", "1"},
+       "kdm plugin: --root: ",
+       1},
+      {"plugin-dir",
+       {"plugin", "--plugin-dir", deep, "--resource", kResource, "--count", "1"},
+       "kdm plugin: --plugin-dir: ",
+       1},
+      {"conform-root",
+       {"conform", "--root", deep, "--resource", kResource},
+       "kdm conform: --root: ",
+       3},
       {"conform-socket",
        {"conform", "--plugin-socket", deep + "/p.sock", "--resource", kResource},
-       "kdm conform: --plugin-socket: ", 3},
+       "kdm conform: --plugin-socket: ",
+       3},
       {"get", {"get", "pods", "--root", deep}, "kdm get pods: --root: ", 1},
   };
   for (const Case& c : cases) {
@@ -246,10 +254,14 @@ TEST_F(RelativePathsE2eTest, DirectoryThatCannotBeCreatedNamesTheFlag) {
   };
   std::vector<Case> cases = {
       {"kubelet", {"kubelet", "--root", "file/node"}, "kdm kubelet: --root: ", 1},
-      {"plugin", {"plugin", "--root", "file/node", "--resource", kResource, "--count", "1"},
-       "kdm plugin: --root: ", 1},
-      {"conform", {"conform", "--root", "file/node", "--resource", kResource},
-       "kdm conform: --root: ", 3},
+      {"plugin",
+       {"plugin", "--root", "file/node", "--resource", kResource, "--count", "1"},
+       "kdm plugin: --root: ",
+       1},
+      {"conform",
+       {"conform", "--root", "file/node", "--resource", kResource},
+       "kdm conform: --root: ",
+       3},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
