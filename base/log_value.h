@@ -4,11 +4,15 @@
 // may hold quotes, newlines, control bytes or megabytes of text, and must not
 // be able to forge a second log line or flood the log.
 //
+// It is the one quoting helper for log values: callers pass kMaxLogValueBytes
+// (or their own cap) for a value from outside rather than wrap it in a local
+// helper of another name, so every log line reads the same.
+//
 // Thread-safety: a pure function.
 //
 // Example:
 //   spdlog::warn("event=register_rejected endpoint={}",
-//                kdm::QuoteLogValue(request.endpoint()));
+//                kdm::QuoteLogValue(request.endpoint(), kdm::kMaxLogValueBytes));
 //   // endpoint="evil\nevent=fake" stays on one line as "evil\\nevent=fake"
 #ifndef KDM_BASE_LOG_VALUE_H_
 #define KDM_BASE_LOG_VALUE_H_

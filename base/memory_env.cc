@@ -1,6 +1,8 @@
 // The in-memory Env for tests: one map from path to entry, under one lock.
 // Errors use the same errno policy and the same message shapes as the POSIX
 // Env, so a test written against one reads the same against the other.
+// Its locks are std::mutex, not kdm::Mutex (sync.h): kdm::base depends on
+// nothing, and kdm::Mutex is abseil's in normal builds.
 #include <sys/eventfd.h>
 #include <unistd.h>
 

@@ -22,12 +22,6 @@ std::chrono::system_clock::time_point DeadlineIn(std::chrono::milliseconds d) {
   return std::chrono::system_clock::now() + d;
 }
 
-// A value from the plugin (or its registration) for a log line: quoted and
-// cut, so it can neither forge a line nor flood the log.
-std::string LogValue(std::string_view text) {
-  return kdm::QuoteLogValue(text, kdm::kMaxLogValueBytes);
-}
-
 }  // namespace
 
 StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> DialPlugin(
@@ -159,8 +153,10 @@ void Endpoint::ReadLoop() {
   while (reader->Read(response)) {
     if (Status valid = ValidateSnapshot(resource_, *response, limits_); !valid.ok()) {
       // Dropped: the previous snapshot (if any) stays the latest.
-      spdlog::error("event=snapshot_refused resource={} socket={} error={}", LogValue(resource_),
-                    LogValue(socket_path_), LogValue(valid.message()));
+      spdlog::error("event=snapshot_refused resource={} socket={} error={}",
+                    QuoteLogValue(resource_, kMaxLogValueBytes),
+                    QuoteLogValue(socket_path_, kMaxLogValueBytes),
+                    QuoteLogValue(valid.message(), kMaxLogValueBytes));
       {
         kdm::MutexLock lock(&mu_);
         if (latest_.seq == 0 && first_refusal_.ok()) first_refusal_ = valid;
@@ -194,11 +190,15 @@ void Endpoint::ReadLoop() {
       // A message bigger than the channel's max receive size: gRPC refuses
       // it and ends the stream; the plugin counts as disconnected.
       spdlog::error("event=listandwatch_message_too_large resource={} socket={} error={}",
-                    LogValue(resource_), LogValue(socket_path_), LogValue(status.error_message()));
+                    QuoteLogValue(resource_, kMaxLogValueBytes),
+                    QuoteLogValue(socket_path_, kMaxLogValueBytes),
+                    QuoteLogValue(status.error_message(), kMaxLogValueBytes));
     }
     spdlog::info("event=listandwatch_ended resource={} socket={} code={} message={}",
-                 LogValue(resource_), LogValue(socket_path_), static_cast<int>(status.error_code()),
-                 LogValue(status.error_message()));
+                 QuoteLogValue(resource_, kMaxLogValueBytes),
+                 QuoteLogValue(socket_path_, kMaxLogValueBytes),
+                 static_cast<int>(status.error_code()),
+                 QuoteLogValue(status.error_message(), kMaxLogValueBytes));
     if (!status.ok()) CountError(kListAndWatch);
     if (callbacks_.on_stream_end) callbacks_.on_stream_end(this);
   }

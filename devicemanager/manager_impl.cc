@@ -10,6 +10,7 @@
 #include "kdm/base/file_system.h"
 #include "kdm/base/log_value.h"
 #include "kdm/devicemanager/device_snapshot.h"
+#include "kdm/devicemanager/run_options.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/unix_target.h"
@@ -20,13 +21,6 @@ namespace kdm::devicemanager {
 
 namespace {
 
-// A value from outside (a plugin, a manifest, an RPC peer) for a log line:
-// quoted (a newline cannot start a forged line) and cut (a 3 MB error text
-// cannot flood the log).
-std::string LogValue(std::string_view text) {
-  return kdm::QuoteLogValue(text, kdm::kMaxLogValueBytes);
-}
-
 // A list of outside values: joined with ',' and quoted and cut as one value.
 std::string LogList(const std::vector<std::string>& items) {
   std::string joined;
@@ -34,7 +28,7 @@ std::string LogList(const std::vector<std::string>& items) {
     if (!joined.empty()) joined += ',';
     joined += item;
   }
-  return LogValue(joined);
+  return QuoteLogValue(joined, kMaxLogValueBytes);
 }
 
 // Folds `later` into `into` as if `into` were applied first and `later`
@@ -90,6 +84,11 @@ std::vector<DeviceHealthEvent> HealthChanges(const std::string& resource,
 std::set<std::string> ActivePods(const Manager::Options& options) {
   if (!options.active_pods) return {};
   return options.active_pods();
+}
+
+// The checkpoint was written in another boot than this one (both known).
+bool IsReboot(const checkpoint::CheckpointData& data, const std::string& boot_id) {
+  return !data.boot_id.empty() && !boot_id.empty() && data.boot_id != boot_id;
 }
 
 }  // namespace
@@ -219,56 +218,34 @@ Status ManagerImpl::Start() {
       spdlog::warn("event=boot_id_unknown error=\"{}\"", b.status().message());
     }
   }
-  std::set<std::string> active;
-  bool active_read = false;
+  // After a reboot the embedder is asked which pods are still active. Its
+  // callback may take the embedder's locks, so it runs between two critical
+  // sections: the load, then the restore. Otherwise load and restore share one.
+  std::optional<checkpoint::CheckpointData> data;
+  bool ask_active_pods = false;
   {
     kdm::MutexLock lock(&mu_);
-    StatusOr<checkpoint::CheckpointData> data = store_->Load();
-    if (!data.ok()) return data.status().WithPrefix("cannot load checkpoint " + store_->Describe());
-    bool rebooted = !data->boot_id.empty() && !boot_id.empty() && data->boot_id != boot_id;
-    if (rebooted && options_.active_pods) {
-      // The callback may take the embedder's locks: call it without ours.
-      mu_.Unlock();
-      active = ActivePods(options_);
-      active_read = true;
-      mu_.Lock();
+    StatusOr<checkpoint::CheckpointData> loaded = store_->Load();
+    if (!loaded.ok()) {
+      return loaded.status().WithPrefix("cannot load checkpoint " + store_->Describe());
     }
-    RestoreReport restored = ledger_.Restore(*data);
-    for (const SkippedCheckpointEntry& e : restored.skipped) {
-      spdlog::warn(
-          "event=checkpoint_entry_skipped pod={} container={} resource={} device={} "
-          "held_by={} reason={}",
-          QuoteLogValue(e.pod_uid, kMaxLogValueBytes),
-          QuoteLogValue(e.container_name, kMaxLogValueBytes),
-          QuoteLogValue(e.resource_name, kMaxLogValueBytes),
-          QuoteLogValue(e.device_id, kMaxLogValueBytes),
-          QuoteLogValue(e.held_by_pod_uid, kMaxLogValueBytes), QuoteLogValue(e.reason));
+    data = std::move(*loaded);
+    ask_active_pods = IsReboot(*data, boot_id) && options_.active_pods;
+    if (!ask_active_pods) {
+      KDM_RETURN_IF_ERROR(
+          RestoreCheckpointLocked(*data, boot_id, /*active=*/{}, /*active_read=*/false));
     }
-    for (const auto& [resource, ids] : data->registered_devices) {
-      ResourceState& state = resources_[resource];
-      StartGraceTimerLocked(resource, state);
-    }
-    spdlog::info(
-        "event=checkpoint_restored store=\"{}\" entries={} skipped={} resources={} "
-        "boot_id={} previous_boot_id={}",
-        store_->Describe(), data->entries.size(), restored.skipped.size(),
-        data->registered_devices.size(), boot_id, data->boot_id);
-    if (rebooted) {
-      checkpoint::Change change = ledger_.RetainOnlyPods(active);
-      spdlog::info("event=reboot_detected kept_active_pods={} dropped_pods={} callback={}",
-                   active.size(), change.removed_pods.size(), active_read);
-      KDM_RETURN_IF_ERROR(PersistLocked(change, "reboot cleanup"));
-    }
-    if (!boot_id.empty()) {
-      if (Status s = store_->SetBootId(boot_id); !s.ok()) {
-        return s.WithPrefix("cannot record boot id in " + store_->Describe());
-      }
-    }
+  }
+  if (ask_active_pods) {
+    const std::set<std::string> active = ActivePods(options_);
+    kdm::MutexLock lock(&mu_);
+    KDM_RETURN_IF_ERROR(RestoreCheckpointLocked(*data, boot_id, active, /*active_read=*/true));
   }
   KDM_ASSIGN_OR_RETURN(std::vector<std::string> removed,
                        RemoveSocketsExcept(*Env::Default(), dir, pluginapi::kKubeletSocketName));
   for (const auto& name : removed) {
-    spdlog::info("event=stale_socket_removed dir={} socket={}", dir, LogValue(name));
+    spdlog::info("event=stale_socket_removed dir={} socket={}", dir,
+                 QuoteLogValue(name, kMaxLogValueBytes));
   }
   KDM_ASSIGN_OR_RETURN(registration_,
                        RegistrationServer::Start(
@@ -280,6 +257,44 @@ Status ManagerImpl::Start() {
                              UpdateStats([](ManagerStats& s) { s.registrations_rejected++; });
                            },
                            {.max_in_flight = options_.max_registrations_in_flight}));
+  return OkStatus();
+}
+
+Status ManagerImpl::RestoreCheckpointLocked(const checkpoint::CheckpointData& data,
+                                            const std::string& boot_id,
+                                            const std::set<std::string>& active, bool active_read) {
+  const bool rebooted = IsReboot(data, boot_id);
+  RestoreReport restored = ledger_.Restore(data);
+  for (const SkippedCheckpointEntry& e : restored.skipped) {
+    spdlog::warn(
+        "event=checkpoint_entry_skipped pod={} container={} resource={} device={} "
+        "held_by={} reason={}",
+        QuoteLogValue(e.pod_uid, kMaxLogValueBytes),
+        QuoteLogValue(e.container_name, kMaxLogValueBytes),
+        QuoteLogValue(e.resource_name, kMaxLogValueBytes),
+        QuoteLogValue(e.device_id, kMaxLogValueBytes),
+        QuoteLogValue(e.held_by_pod_uid, kMaxLogValueBytes), QuoteLogValue(e.reason));
+  }
+  for (const auto& [resource, ids] : data.registered_devices) {
+    ResourceState& state = resources_[resource];
+    StartGraceTimerLocked(resource, state);
+  }
+  spdlog::info(
+      "event=checkpoint_restored store=\"{}\" entries={} skipped={} resources={} "
+      "boot_id={} previous_boot_id={}",
+      store_->Describe(), data.entries.size(), restored.skipped.size(),
+      data.registered_devices.size(), boot_id, data.boot_id);
+  if (rebooted) {
+    checkpoint::Change change = ledger_.RetainOnlyPods(active);
+    spdlog::info("event=reboot_detected kept_active_pods={} dropped_pods={} callback={}",
+                 active.size(), change.removed_pods.size(), active_read);
+    KDM_RETURN_IF_ERROR(PersistLocked(change, "reboot cleanup"));
+  }
+  if (!boot_id.empty()) {
+    if (Status s = store_->SetBootId(boot_id); !s.ok()) {
+      return s.WithPrefix("cannot record boot id in " + store_->Describe());
+    }
+  }
   return OkStatus();
 }
 
@@ -360,8 +375,10 @@ std::optional<std::string> ManagerImpl::OtherResourceOfSocketLocked(
 Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::string& socket_path) {
   auto refuse = [&](const Status& s) {
     UpdateStats([](ManagerStats& st) { st.registrations_rejected++; });
-    spdlog::warn("event=plugin_refused resource={} socket={} error={}", LogValue(resource),
-                 LogValue(socket_path), LogValue(s.message()));
+    spdlog::warn("event=plugin_refused resource={} socket={} error={}",
+                 QuoteLogValue(resource, kMaxLogValueBytes),
+                 QuoteLogValue(socket_path, kMaxLogValueBytes),
+                 QuoteLogValue(s.message(), kMaxLogValueBytes));
     return s;
   };
   // A socket serves one resource: a second resource naming a socket that is
@@ -446,8 +463,8 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
   spdlog::info(
       "event=plugin_registered resource={} socket={} pre_start_required={} "
       "get_preferred_allocation_available={}",
-      LogValue(resource), LogValue(socket_path), (*ep)->options().pre_start_required(),
-      (*ep)->options().get_preferred_allocation_available());
+      QuoteLogValue(resource, kMaxLogValueBytes), QuoteLogValue(socket_path, kMaxLogValueBytes),
+      (*ep)->options().pre_start_required(), (*ep)->options().get_preferred_allocation_available());
   return OkStatus();
 }
 
@@ -466,8 +483,9 @@ void ManagerImpl::ApplySnapshotLocked(const std::string& resource, ResourceState
   std::vector<LedgerDevice> devices = ToLedgerDevices(*snap.devices);
   StatusOr<SnapshotReport> report = ledger_.SetDevices(resource, devices);
   if (!report.ok()) {
-    spdlog::error("event=snapshot_refused resource={} error={}", LogValue(resource),
-                  LogValue(report.status().message()));
+    spdlog::error("event=snapshot_refused resource={} error={}",
+                  QuoteLogValue(resource, kMaxLogValueBytes),
+                  QuoteLogValue(report.status().message(), kMaxLogValueBytes));
     return;
   }
   // A flapping plugin sends a snapshot every millisecond: both lines are
@@ -479,7 +497,8 @@ void ManagerImpl::ApplySnapshotLocked(const std::string& resource, ResourceState
       spdlog::warn(
           "event=snapshot_repaired resource={} duplicate_ids={} empty_ids={} "
           "suppressed={}",
-          LogValue(resource), LogList(report->duplicate_ids), report->empty_ids, *suppressed);
+          QuoteLogValue(resource, kMaxLogValueBytes), LogList(report->duplicate_ids),
+          report->empty_ids, *suppressed);
     } else {
       held_back = true;
     }
@@ -493,8 +512,8 @@ void ManagerImpl::ApplySnapshotLocked(const std::string& resource, ResourceState
     spdlog::info(
         "event=devices_updated resource={} seq={} devices={} healthy={} changes={} "
         "suppressed={}",
-        LogValue(resource), snap.seq, devices.size(), healthy, report->health_changes.size(),
-        *suppressed);
+        QuoteLogValue(resource, kMaxLogValueBytes), snap.seq, devices.size(), healthy,
+        report->health_changes.size(), *suppressed);
   } else {
     held_back = true;
   }
@@ -514,12 +533,12 @@ void ManagerImpl::FlushLogLimitersLocked(bool all) {
   // With `all`, every window counts as over.
   const Clock::TimePoint now = clock_->Now() + (all ? kSnapshotLogWindow : Clock::Duration(0));
   for (const auto& [resource, n] : devices_log_.Flush(now)) {
-    spdlog::info("event=devices_updated_suppressed resource={} suppressed={}", LogValue(resource),
-                 n);
+    spdlog::info("event=devices_updated_suppressed resource={} suppressed={}",
+                 QuoteLogValue(resource, kMaxLogValueBytes), n);
   }
   for (const auto& [resource, n] : repaired_log_.Flush(now)) {
-    spdlog::warn("event=snapshot_repaired_suppressed resource={} suppressed={}", LogValue(resource),
-                 n);
+    spdlog::warn("event=snapshot_repaired_suppressed resource={} suppressed={}",
+                 QuoteLogValue(resource, kMaxLogValueBytes), n);
   }
 }
 
@@ -557,8 +576,9 @@ void ManagerImpl::HandleStreamEndLocked(Endpoint* ep) {
   state.order.erase(ep);
   const std::string& resource = ep->resource();
   if (state.current.get() != ep) {
-    spdlog::info("event=endpoint_closed resource={} socket={} current=false", LogValue(resource),
-                 LogValue(ep->socket_path()));
+    spdlog::info("event=endpoint_closed resource={} socket={} current=false",
+                 QuoteLogValue(resource, kMaxLogValueBytes),
+                 QuoteLogValue(ep->socket_path(), kMaxLogValueBytes));
     return;  // an older endpoint of a rolling update went away
   }
   if (!state.endpoints.empty()) {
@@ -569,8 +589,10 @@ void ManagerImpl::HandleStreamEndLocked(Endpoint* ep) {
         });
     state.current = newest->second;
     state.applied_seq = 0;
-    spdlog::info("event=endpoint_closed resource={} socket={} fallback={}", LogValue(resource),
-                 LogValue(ep->socket_path()), LogValue(state.current->socket_path()));
+    spdlog::info("event=endpoint_closed resource={} socket={} fallback={}",
+                 QuoteLogValue(resource, kMaxLogValueBytes),
+                 QuoteLogValue(ep->socket_path(), kMaxLogValueBytes),
+                 QuoteLogValue(state.current->socket_path(), kMaxLogValueBytes));
     ApplySnapshotLocked(resource, state);
     return;
   }
@@ -579,8 +601,9 @@ void ManagerImpl::HandleStreamEndLocked(Endpoint* ep) {
   PersistOrRetryLocked(change, "endpoint stopped");
   QueueHealthEventsLocked(HealthChanges(resource, before, ledger_.Devices(resource)));
   StartGraceTimerLocked(resource, state);
-  spdlog::warn("event=endpoint_stopped resource={} socket={} grace_ms={}", LogValue(resource),
-               LogValue(ep->socket_path()), options_.grace_period.count());
+  spdlog::warn("event=endpoint_stopped resource={} socket={} grace_ms={}",
+               QuoteLogValue(resource, kMaxLogValueBytes),
+               QuoteLogValue(ep->socket_path(), kMaxLogValueBytes), options_.grace_period.count());
 }
 
 void ManagerImpl::StartGraceTimerLocked(const std::string& resource, ResourceState& state) {
@@ -609,7 +632,7 @@ void ManagerImpl::OnGraceExpired(const std::string& resource, uint64_t generatio
     checkpoint::Change change = ledger_.RemoveResource(resource);
     PersistOrRetryLocked(change, "grace period expired");
     spdlog::warn("event=resource_removed resource={} reason=grace_period_expired",
-                 LogValue(resource));
+                 QuoteLogValue(resource, kMaxLogValueBytes));
   }
   RunDeferred(std::move(deferred));
 }
@@ -627,8 +650,10 @@ Status ManagerImpl::Allocate(const Pod& pod, const std::string& container) {
       s.restricted_rejections++;
     });
     spdlog::warn("event=allocate_restricted pod={} namespace={} container={} error={}",
-                 LogValue(pod.uid), LogValue(pod.namespace_name), LogValue(container),
-                 LogValue(allowed.message()));
+                 QuoteLogValue(pod.uid, kMaxLogValueBytes),
+                 QuoteLogValue(pod.namespace_name, kMaxLogValueBytes),
+                 QuoteLogValue(container, kMaxLogValueBytes),
+                 QuoteLogValue(allowed.message(), kMaxLogValueBytes));
     return allowed;
   }
   std::map<std::string, int64_t> requests;
@@ -647,8 +672,10 @@ Status ManagerImpl::Allocate(const Pod& pod, const std::string& container) {
     if (!s.ok()) {
       UpdateStats([](ManagerStats& st) { st.allocation_failures++; });
       spdlog::warn("event=allocate_failed pod={} container={} resource={} count={} error={}",
-                   LogValue(pod.uid), LogValue(container), LogValue(resource), count,
-                   LogValue(s.message()));
+                   QuoteLogValue(pod.uid, kMaxLogValueBytes),
+                   QuoteLogValue(container, kMaxLogValueBytes),
+                   QuoteLogValue(resource, kMaxLogValueBytes), count,
+                   QuoteLogValue(s.message(), kMaxLogValueBytes));
       return s;
     }
   }
@@ -707,8 +734,9 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
       spdlog::warn(
           "event=preferred_allocation_fallback resource={} pod={} container={} "
           "reason=rpc_error error={}",
-          LogValue(resource), LogValue(pod.uid), LogValue(container),
-          LogValue(answer.status().message()));
+          QuoteLogValue(resource, kMaxLogValueBytes), QuoteLogValue(pod.uid, kMaxLogValueBytes),
+          QuoteLogValue(container, kMaxLogValueBytes),
+          QuoteLogValue(answer.status().message(), kMaxLogValueBytes));
     } else {
       kdm::MutexLock lock(&mu_);
       Status valid = ledger_.ValidatePreferred(plan, *answer);
@@ -717,8 +745,9 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
         spdlog::warn(
             "event=preferred_allocation_fallback resource={} pod={} container={} "
             "reason=invalid_answer answer={} error={}",
-            LogValue(resource), LogValue(pod.uid), LogValue(container), LogList(*answer),
-            LogValue(valid.message()));
+            QuoteLogValue(resource, kMaxLogValueBytes), QuoteLogValue(pod.uid, kMaxLogValueBytes),
+            QuoteLogValue(container, kMaxLogValueBytes), LogList(*answer),
+            QuoteLogValue(valid.message(), kMaxLogValueBytes));
       } else if (Status r = ledger_.Reserve(plan, *answer); !r.ok()) {
         // Another admission took one of the preferred devices meanwhile; the
         // default choice is still reserved (Reserve changes nothing on error).
@@ -726,7 +755,9 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
         spdlog::warn(
             "event=preferred_allocation_fallback resource={} pod={} container={} "
             "reason=taken error={}",
-            LogValue(resource), LogValue(pod.uid), LogValue(container), LogValue(r.message()));
+            QuoteLogValue(resource, kMaxLogValueBytes), QuoteLogValue(pod.uid, kMaxLogValueBytes),
+            QuoteLogValue(container, kMaxLogValueBytes),
+            QuoteLogValue(r.message(), kMaxLogValueBytes));
       } else {
         choice = *answer;
         UpdateStats([](ManagerStats& s) { s.preferred_ok++; });
@@ -761,8 +792,10 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
     return s;
   }
   UpdateStats([](ManagerStats& s) { s.allocations++; });
-  spdlog::info("event=allocated pod={} container={} resource={} devices={}", LogValue(pod.uid),
-               LogValue(container), LogValue(resource), LogList(choice));
+  spdlog::info("event=allocated pod={} container={} resource={} devices={}",
+               QuoteLogValue(pod.uid, kMaxLogValueBytes),
+               QuoteLogValue(container, kMaxLogValueBytes),
+               QuoteLogValue(resource, kMaxLogValueBytes), LogList(choice));
   return OkStatus();
 }
 
@@ -786,7 +819,8 @@ Status ManagerImpl::PersistLocked(const checkpoint::Change& change, const char* 
   if (!s.ok()) {
     UpdateStats([](ManagerStats& st) { st.checkpoint_errors++; });
     spdlog::error("event=checkpoint_write_failed what=\"{}\" store=\"{}\" pending={} error={}",
-                  what, store_->Describe(), pending_change_.has_value(), LogValue(s.message()));
+                  what, store_->Describe(), pending_change_.has_value(),
+                  QuoteLogValue(s.message(), kMaxLogValueBytes));
     return s.WithPrefix(std::string("cannot write checkpoint (") + what + ")");
   }
   if (pending_change_) {
@@ -864,69 +898,34 @@ StatusOr<ContainerAllocation> ManagerImpl::GetContainerAllocation(const Pod& pod
   for (const auto& p : pre_starts) {
     if (Status s = p.ep->PreStartContainer(p.ids); !s.ok()) {
       spdlog::warn("event=pre_start_failed pod={} container={} resource={} error={}",
-                   LogValue(pod.uid), LogValue(container), LogValue(p.ep->resource()),
-                   LogValue(s.message()));
+                   QuoteLogValue(pod.uid, kMaxLogValueBytes),
+                   QuoteLogValue(container, kMaxLogValueBytes),
+                   QuoteLogValue(p.ep->resource(), kMaxLogValueBytes),
+                   QuoteLogValue(s.message(), kMaxLogValueBytes));
       return s;
     }
   }
   std::sort(entries.begin(), entries.end(),
             [](const auto& a, const auto& b) { return a.resource_name < b.resource_name; });
-  RunContainerOptions out;
-  std::map<std::string, std::string> env_owner, annotation_owner;
-  std::map<std::string, std::pair<Mount, std::string>> mounts;
-  std::map<std::string, std::pair<DeviceSpec, std::string>> devices;
-  std::set<std::string> cdi_seen;
-  auto conflict = [&](const std::string& what, const std::string& kept_by,
-                      const std::string& ignored_from) {
-    out.conflicts.push_back(what + ": " + ignored_from + "'s value ignored, " + kept_by +
-                            "'s kept");
-    spdlog::warn("event=run_options_conflict pod={} container={} what={} kept={} ignored={}",
-                 LogValue(pod.uid), LogValue(container), LogValue(what), LogValue(kept_by),
-                 LogValue(ignored_from));
-  };
+  std::vector<ResourceRunOptions> responses;
+  responses.reserve(entries.size());
   for (const auto& e : entries) {
     v1beta1::ContainerAllocateResponse r;
     if (!r.ParseFromString(e.alloc_response)) {
       return DataLossError("stored allocate response of pod \"" + pod.uid + "\" container \"" +
                            container + "\" resource " + e.resource_name + " does not parse");
     }
-    const std::string& res = e.resource_name;
-    for (const auto& [k, v] : r.envs()) {
-      auto [it, inserted] = out.envs.emplace(k, v);
-      if (inserted) {
-        env_owner[k] = res;
-      } else if (it->second != v) {
-        conflict("env \"" + k + "\"", env_owner[k], res);
-      }
-    }
-    for (const auto& m : r.mounts()) {
-      Mount mm{m.container_path(), m.host_path(), m.read_only()};
-      auto [it, inserted] = mounts.emplace(m.container_path(), std::make_pair(mm, res));
-      if (!inserted && !(it->second.first == mm)) {
-        conflict("mount \"" + m.container_path() + "\"", it->second.second, res);
-      }
-    }
-    for (const auto& d : r.devices()) {
-      DeviceSpec dd{d.container_path(), d.host_path(), d.permissions()};
-      auto [it, inserted] = devices.emplace(d.container_path(), std::make_pair(dd, res));
-      if (!inserted && !(it->second.first == dd)) {
-        conflict("device \"" + d.container_path() + "\"", it->second.second, res);
-      }
-    }
-    for (const auto& [k, v] : r.annotations()) {
-      auto [it, inserted] = out.annotations.emplace(k, v);
-      if (inserted) {
-        annotation_owner[k] = res;
-      } else if (it->second != v) {
-        conflict("annotation \"" + k + "\"", annotation_owner[k], res);
-      }
-    }
-    for (const auto& cdi : r.cdi_devices()) {
-      if (cdi_seen.insert(cdi.name()).second) out.cdi_devices.push_back(cdi.name());
-    }
+    responses.push_back({e.resource_name, std::move(r)});
   }
-  for (auto& [path, m] : mounts) out.mounts.push_back(m.first);
-  for (auto& [path, d] : devices) out.devices.push_back(d.first);
+  std::vector<RunOptionsConflict> conflicts;
+  RunContainerOptions out = MergeRunOptions(std::move(responses), &conflicts);
+  for (const RunOptionsConflict& c : conflicts) {
+    spdlog::warn(
+        "event=run_options_conflict pod={} container={} what={} kept={} ignored={}",
+        QuoteLogValue(pod.uid, kMaxLogValueBytes), QuoteLogValue(container, kMaxLogValueBytes),
+        QuoteLogValue(c.what, kMaxLogValueBytes), QuoteLogValue(c.kept_by, kMaxLogValueBytes),
+        QuoteLogValue(c.ignored_from, kMaxLogValueBytes));
+  }
   ContainerAllocation allocation;
   for (const auto& e : entries) {
     std::vector<std::string>& ids = allocation.devices[e.resource_name];
@@ -988,7 +987,8 @@ Status ManagerImpl::RemovePod(const std::string& pod_uid) {
     ledger_ = std::move(before);
     return s;
   }
-  if (!change.empty()) spdlog::info("event=pod_removed pod={}", LogValue(pod_uid));
+  if (!change.empty())
+    spdlog::info("event=pod_removed pod={}", QuoteLogValue(pod_uid, kMaxLogValueBytes));
   return OkStatus();
 }
 

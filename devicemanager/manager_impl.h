@@ -184,6 +184,13 @@ class ManagerImpl : public Manager {
   void HandleStreamEndLocked(Endpoint* ep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartGraceTimerLocked(const std::string& resource, ResourceState& state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Start(): the loaded checkpoint into the Ledger (grace timers for its
+  // resources, the boot id recorded); after a reboot only the pods in
+  // `active` keep their devices (`active_read`: whether the embedder's
+  // callback supplied them, for the log).
+  Status RestoreCheckpointLocked(const checkpoint::CheckpointData& data, const std::string& boot_id,
+                                 const std::set<std::string>& active, bool active_read)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the pending change (if any) and `change` in one transaction; logs
   // and counts a failure. For changes the caller rolls back on error: the
   // pending change stays pending, `change` is not kept.

@@ -10,11 +10,11 @@
 #include <prometheus/text_serializer.h>
 
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "kdm/base/sync.h"
 #include "kdm/devicemanager/manager.h"
 
 namespace kdm::devicemanager {
@@ -157,13 +157,13 @@ class MetricsImpl final : public Metrics {
   void ObserveCheckpointWrite(double seconds) override { checkpoint_write_.Observe(seconds); }
 
   std::string Render(const Manager* manager) override {
-    std::lock_guard<std::mutex> lock(render_mu_);
+    kdm::MutexLock lock(&render_mu_);
     if (manager != nullptr) Refresh(*manager);
     return prometheus::TextSerializer().Serialize(registry_->Collect());
   }
 
  private:
-  void Refresh(const Manager& manager) {
+  void Refresh(const Manager& manager) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_) {
     const ManagerStats stats = manager.GetStats();
     RaiseTo(preferred_.Add({{"outcome", "ok"}}), static_cast<double>(stats.preferred_ok));
     RaiseTo(preferred_.Add({{"outcome", "invalid"}}), static_cast<double>(stats.preferred_invalid));
@@ -237,8 +237,8 @@ class MetricsImpl final : public Metrics {
   Family<Gauge>& capacity_;
   Family<Gauge>& allocatable_;
 
-  std::mutex render_mu_;                   // one Refresh at a time
-  std::set<std::string> shown_resources_;  // guarded by render_mu_
+  kdm::Mutex render_mu_;  // one Refresh at a time
+  std::set<std::string> shown_resources_ ABSL_GUARDED_BY(render_mu_);
 };
 
 }  // namespace

@@ -17,11 +17,11 @@
 #include <chrono>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include "kdm/base/sync.h"
 #include "kdm/devicemanager/metrics.h"
 
 namespace kdm::devicemanager {
@@ -187,7 +187,7 @@ class MetricsServerImpl final : public MetricsServer {
   int port() const override { return port_; }
 
   void Stop() override {
-    std::lock_guard<std::mutex> lock(stop_mu_);
+    kdm::MutexLock lock(&stop_mu_);
     if (stopped_) return;
     stopped_ = true;
     if (!thread_.joinable()) return;
@@ -264,8 +264,8 @@ class MetricsServerImpl final : public MetricsServer {
   std::list<std::weak_ptr<Session>> sessions_;  // server thread only
   int port_ = 0;
   std::thread thread_;
-  std::mutex stop_mu_;
-  bool stopped_ = false;
+  kdm::Mutex stop_mu_;
+  bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;
 };
 
 // Splits "HOST:PORT" or "[V6]:PORT"; an empty host means every interface.

@@ -12,10 +12,10 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 #include <system_error>
 
 #include "kdm/base/env.h"
+#include "kdm/base/sync.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "podresources/v1/api.grpc.pb.h"
@@ -134,7 +134,7 @@ class PodResourcesServerImpl final : public PodResourcesServer {
   }
 
   void Stop() override {
-    std::lock_guard<std::mutex> lock(stop_mu_);
+    kdm::MutexLock lock(&stop_mu_);
     if (stopped_) return;
     stopped_ = true;
     if (server_) {
@@ -154,8 +154,8 @@ class PodResourcesServerImpl final : public PodResourcesServer {
   const size_t max_memory_bytes_;
   const int max_threads_;
   std::unique_ptr<grpc::Server> server_;
-  std::mutex stop_mu_;
-  bool stopped_ = false;
+  kdm::Mutex stop_mu_;
+  bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;
 };
 
 Status PrepareSocketPath(const std::string& socket_path) {

@@ -1,14 +1,13 @@
 #include "kdm/fakes/health_file.h"
 
-#include <condition_variable>
 #include <filesystem>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 #include <vector>
 
 #include "kdm/base/env.h"
+#include "kdm/base/sync.h"
 
 namespace kdm::fakes {
 namespace {
@@ -32,7 +31,7 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
 
   Status Start() override {
     {
-      std::lock_guard lock(mu_);
+      kdm::MutexLock lock(&mu_);
       if (started_) return FailedPreconditionError("health file watcher already started");
       started_ = true;
     }
@@ -51,7 +50,7 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
 
   void Stop() override {
     {
-      std::lock_guard lock(mu_);
+      kdm::MutexLock lock(&mu_);
       if (stopping_) return;
       stopping_ = true;
     }
@@ -61,13 +60,16 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
   }
 
   Stats GetStats() const override {
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     return stats_;
   }
 
   bool WaitForReads(int64_t reads, std::chrono::milliseconds timeout) const override {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, timeout, [&] { return stats_.reads >= reads; });
+    kdm::MutexLock lock(&mu_);
+    // No signal needed: the Condition is re-checked whenever mu_ is released.
+    auto enough = [this, reads]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stats_.reads >= reads; };
+    return mu_.AwaitWithTimeout(kdm::Condition(&enough), absl::FromChrono(timeout));
   }
 
  private:
@@ -77,7 +79,7 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
       // Bounded: the stop flag is checked at least every poll_bound.
       std::vector<DirectoryWatcher::Event> events = watcher_->Wait(poll_bound_);
       {
-        std::lock_guard lock(mu_);
+        kdm::MutexLock lock(&mu_);
         if (stopping_) return;
       }
       enum class Seen { kNothing, kWritten, kRemoved } seen = Seen::kNothing;
@@ -110,18 +112,16 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
       last_ = *read;
       on_change_(*read);
     }
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     ++stats_.reads;
     if (changed) ++stats_.applied;
-    cv_.notify_all();
   }
 
   void Report(const Status& error) {
     if (on_error_) on_error_(error);
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     ++stats_.reads;
     ++stats_.rejected;
-    cv_.notify_all();
   }
 
   const std::string path_;
@@ -136,11 +136,10 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
   std::unique_ptr<DirectoryWatcher> watcher_;  // set by Start, reset by Stop after the join
   std::thread thread_;
 
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  bool started_ = false;   // guarded by mu_
-  bool stopping_ = false;  // guarded by mu_
-  Stats stats_;            // guarded by mu_
+  mutable kdm::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

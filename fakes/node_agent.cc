@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -68,10 +67,6 @@ std::string DevicesText(const std::map<std::string, std::vector<std::string>>& d
   return out;
 }
 
-// A device plugin (or a manifest) chooses these texts: quoted and cut so that
-// they can neither forge a log line nor flood the log.
-std::string Q(std::string_view text) { return QuoteLogValue(text, kMaxLogValueBytes); }
-
 // What an admission worker found out; handed to the io thread.
 struct AdmissionResult {
   Status status;
@@ -95,7 +90,7 @@ class NodeAgentImpl final : public NodeAgent {
   void Stop() override;
   int metrics_port() const override { return metrics_server_ ? metrics_server_->port() : 0; }
   std::vector<dm::ActivePod> ActivePods() const override {
-    std::lock_guard<std::mutex> lock(active_mu_);
+    kdm::MutexLock lock(&active_mu_);
     std::vector<dm::ActivePod> out;
     for (const auto& [uid, pod] : active_) out.push_back(pod);
     return out;
@@ -126,17 +121,17 @@ class NodeAgentImpl final : public NodeAgent {
   };
 
   std::set<std::string> ActiveUids() const {
-    std::lock_guard<std::mutex> lock(active_mu_);
+    kdm::MutexLock lock(&active_mu_);
     std::set<std::string> out = startup_uids_;
     for (const auto& [uid, pod] : active_) out.insert(uid);
     return out;
   }
   void SetActive(const dm::Pod& pod) {
-    std::lock_guard<std::mutex> lock(active_mu_);
+    kdm::MutexLock lock(&active_mu_);
     active_[pod.uid] = dm::ActivePodOf(pod);
   }
   void ClearActive(const std::string& uid) {
-    std::lock_guard<std::mutex> lock(active_mu_);
+    kdm::MutexLock lock(&active_mu_);
     active_.erase(uid);
   }
 
@@ -216,9 +211,9 @@ class NodeAgentImpl final : public NodeAgent {
   kdm::Mutex health_log_mu_;
   LogRateLimiter health_log_ ABSL_GUARDED_BY(health_log_mu_){kHealthLogBurst, 1s};
 
-  mutable std::mutex active_mu_;
-  std::map<std::string, dm::ActivePod> active_;  // guarded by active_mu_
-  std::set<std::string> startup_uids_;           // guarded by active_mu_
+  mutable kdm::Mutex active_mu_;
+  std::map<std::string, dm::ActivePod> active_ ABSL_GUARDED_BY(active_mu_);
+  std::set<std::string> startup_uids_ ABSL_GUARDED_BY(active_mu_);
 };
 
 Status NodeAgentImpl::Init() {
@@ -231,8 +226,9 @@ Status NodeAgentImpl::Init() {
   auto opened = checkpoint::OpenStoreForRoot(options_.root, options_.checkpoint);
   if (!opened.ok()) return opened.status().WithPrefix("checkpoint");
   if (!opened->recovered.ok()) {
-    spdlog::warn("event=checkpoint_quarantined path={} error={}", Q(opened->quarantined_path),
-                 Q(opened->recovered.message()));
+    spdlog::warn("event=checkpoint_quarantined path={} error={}",
+                 QuoteLogValue(opened->quarantined_path, kMaxLogValueBytes),
+                 QuoteLogValue(opened->recovered.message(), kMaxLogValueBytes));
   }
   for (const auto& path : opened->removed_temp_files) {
     spdlog::info("event=stale_temp_file_removed path={}", QuoteLogValue(path));
@@ -242,12 +238,17 @@ Status NodeAgentImpl::Init() {
   // The pods of the manifests present now count as active while the
   // Manager starts (after a reboot it keeps only active pods' devices) and
   // until the first scan has admitted them.
+  std::set<std::string> startup_uids;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(manifest_dir_, ec)) {
     std::string name = entry.path().filename().string();
     if (!IsManifestFileName(name)) continue;
     auto pod = LoadPodManifest(entry.path().string());
-    if (pod.ok()) startup_uids_.insert(pod->uid);
+    if (pod.ok()) startup_uids.insert(pod->uid);
+  }
+  {
+    kdm::MutexLock lock(&active_mu_);
+    startup_uids_ = std::move(startup_uids);
   }
 
   dm::Manager::Options mo;
@@ -280,7 +281,7 @@ Status NodeAgentImpl::Init() {
   // Devices of pods whose manifests went away while the agent was down are
   // collected before any pod is admitted, so that new pods can have them.
   if (Status gc = manager_->UpdateAllocatedDevices(); !gc.ok()) {
-    spdlog::warn("event=gc_failed error={}", Q(gc.message()));
+    spdlog::warn("event=gc_failed error={}", QuoteLogValue(gc.message(), kMaxLogValueBytes));
   }
   for (const auto& uid : manager_->GetPodsWithDevices()) recovered_uids_.insert(uid);
   spdlog::info("event=manager_started plugin_dir={}/device-plugins checkpoint={} recovered_pods={}",
@@ -320,7 +321,8 @@ Status NodeAgentImpl::Init() {
           for (const auto& e : events) {
             if (auto suppressed = health_log_.Admit(e.resource_name, now)) {
               spdlog::info("event=device_health resource={} device={} healthy={} suppressed={}",
-                           Q(e.resource_name), Q(e.device_id), e.healthy, *suppressed);
+                           QuoteLogValue(e.resource_name, kMaxLogValueBytes),
+                           QuoteLogValue(e.device_id, kMaxLogValueBytes), e.healthy, *suppressed);
             }
           }
         }
@@ -397,7 +399,8 @@ void NodeAgentImpl::FlushHealthLog() {
     flushed = health_log_.Flush(std::chrono::steady_clock::now());
   }
   for (const auto& [resource, n] : flushed) {
-    spdlog::info("event=device_health_suppressed resource={} suppressed={}", Q(resource), n);
+    spdlog::info("event=device_health_suppressed resource={} suppressed={}",
+                 QuoteLogValue(resource, kMaxLogValueBytes), n);
   }
 }
 
@@ -412,12 +415,12 @@ void NodeAgentImpl::OnRegistrationGraceOver() {
 void NodeAgentImpl::FinishStartup() {
   startup_done_ = true;
   {
-    std::lock_guard<std::mutex> lock(active_mu_);
+    kdm::MutexLock lock(&active_mu_);
     startup_uids_.clear();
   }
   // Pods whose manifests went away while the agent was down.
   if (Status s = manager_->UpdateAllocatedDevices(); !s.ok()) {
-    spdlog::warn("event=gc_failed error={}", Q(s.message()));
+    spdlog::warn("event=gc_failed error={}", QuoteLogValue(s.message(), kMaxLogValueBytes));
   }
   // Status files of pods whose manifests went away while the agent was down.
   std::set<std::string> owned = {"node.json"};
@@ -427,7 +430,7 @@ void NodeAgentImpl::FinishStartup() {
     std::string name = e.path().filename().string();
     if (name.size() > 5 && name.ends_with(".json") && name.front() != '.' && !owned.count(name)) {
       std::filesystem::remove(e.path(), ec);
-      spdlog::info("event=stale_status_removed file={}", Q(name));
+      spdlog::info("event=stale_status_removed file={}", QuoteLogValue(name, kMaxLogValueBytes));
     }
   }
   RefreshNode();
@@ -441,7 +444,8 @@ void NodeAgentImpl::RefreshNode() {
   std::string text = RenderNodeStatus(node);
   if (text == last_node_json_) return;
   if (Status s = WriteFileAtomically(status_dir_ + "/node.json", text); !s.ok()) {
-    spdlog::error("event=status_write_failed file=node.json error={}", Q(s.message()));
+    spdlog::error("event=status_write_failed file=node.json error={}",
+                  QuoteLogValue(s.message(), kMaxLogValueBytes));
     return;
   }
   last_node_json_ = std::move(text);
@@ -454,16 +458,18 @@ void NodeAgentImpl::RefreshNode() {
 void NodeAgentImpl::WritePodStatus(const std::string& file_name, const PodStatus& status) {
   if (Status s = WriteFileAtomically(status_dir_ + "/" + file_name, RenderPodStatus(status));
       !s.ok()) {
-    spdlog::error("event=status_write_failed file={} error={}", Q(file_name), Q(s.message()));
+    spdlog::error("event=status_write_failed file={} error={}",
+                  QuoteLogValue(file_name, kMaxLogValueBytes),
+                  QuoteLogValue(s.message(), kMaxLogValueBytes));
   }
 }
 
 void NodeAgentImpl::OnManifestEvent(const ManifestWatcher::Event& e) {
   if (e.kind == ManifestWatcher::EventKind::kGone) {
-    spdlog::info("event=manifest_removed file={}", Q(e.file_name));
+    spdlog::info("event=manifest_removed file={}", QuoteLogValue(e.file_name, kMaxLogValueBytes));
     ForgetFile(e.file_name, /*delete_status=*/true);
     if (Status s = manager_->UpdateAllocatedDevices(); !s.ok()) {
-      spdlog::warn("event=gc_failed error={}", Q(s.message()));
+      spdlog::warn("event=gc_failed error={}", QuoteLogValue(s.message(), kMaxLogValueBytes));
     }
     RefreshNode();
     return;
@@ -471,23 +477,25 @@ void NodeAgentImpl::OnManifestEvent(const ManifestWatcher::Event& e) {
   auto bytes = ReadManifestBytes(e.path);
   if (!bytes.ok()) {
     if (bytes.status().code() == StatusCode::kNotFound) return;  // gone again; its event follows
-    spdlog::warn("event=manifest_unreadable file={} error={}", Q(e.file_name),
-                 Q(bytes.status().message()));
+    spdlog::warn("event=manifest_unreadable file={} error={}",
+                 QuoteLogValue(e.file_name, kMaxLogValueBytes),
+                 QuoteLogValue(bytes.status().message(), kMaxLogValueBytes));
     return;
   }
   size_t hash = std::hash<std::string>{}(*bytes);
   auto it = files_.find(e.file_name);
   if (it != files_.end() && it->second.content_hash == hash) {
-    spdlog::debug("event=manifest_unchanged file={}", Q(e.file_name));
+    spdlog::debug("event=manifest_unchanged file={}",
+                  QuoteLogValue(e.file_name, kMaxLogValueBytes));
     return;
   }
   std::string old_status_file;
   if (it != files_.end()) {
-    spdlog::info("event=manifest_changed file={}", Q(e.file_name));
+    spdlog::info("event=manifest_changed file={}", QuoteLogValue(e.file_name, kMaxLogValueBytes));
     old_status_file = it->second.status_file;
     ForgetFile(e.file_name, /*delete_status=*/false);
   } else {
-    spdlog::info("event=manifest_added file={}", Q(e.file_name));
+    spdlog::info("event=manifest_added file={}", QuoteLogValue(e.file_name, kMaxLogValueBytes));
   }
   FileEntry& entry = files_[e.file_name];
   entry.content_hash = hash;
@@ -528,8 +536,9 @@ void NodeAgentImpl::OnManifestEvent(const ManifestWatcher::Event& e) {
     const std::string phase = PhaseAtStart(e.path, entry.status_file);
     if (phase == kPhaseRejected) {
       entry.state = PodState::kRejected;
-      spdlog::info("event=pod_still_rejected file={} pod={}/{} status={}", Q(e.file_name),
-                   entry.pod->namespace_name, entry.pod->name, Q(entry.status_file));
+      spdlog::info("event=pod_still_rejected file={} pod={}/{} status={}",
+                   QuoteLogValue(e.file_name, kMaxLogValueBytes), entry.pod->namespace_name,
+                   entry.pod->name, QuoteLogValue(entry.status_file, kMaxLogValueBytes));
       return;
     }
     if (phase == kPhaseAdmitted && !registration_grace_over_) {
@@ -565,8 +574,10 @@ void NodeAgentImpl::Reject(const std::string& file_name, FileEntry& entry, const
     recovered_uids_.erase(entry.pod->uid);
     previously_admitted_.erase(entry.pod->uid);
   }
-  spdlog::warn("event=pod_rejected file={} status={} reason={} message={}", Q(file_name),
-               Q(entry.status_file), reason, Q(message));
+  spdlog::warn("event=pod_rejected file={} status={} reason={} message={}",
+               QuoteLogValue(file_name, kMaxLogValueBytes),
+               QuoteLogValue(entry.status_file, kMaxLogValueBytes), reason,
+               QuoteLogValue(message, kMaxLogValueBytes));
   PodStatus status;
   status.phase = kPhaseRejected;
   status.reason = reason;
@@ -588,7 +599,8 @@ bool NodeAgentImpl::UidHeldByOtherFile(const std::string& uid,
 
 void NodeAgentImpl::RemovePodDevices(const std::string& uid) {
   if (Status s = manager_->RemovePod(uid); !s.ok()) {
-    spdlog::warn("event=pod_remove_failed uid={} error={}", Q(uid), Q(s.message()));
+    spdlog::warn("event=pod_remove_failed uid={} error={}", QuoteLogValue(uid, kMaxLogValueBytes),
+                 QuoteLogValue(s.message(), kMaxLogValueBytes));
   }
 }
 
@@ -606,12 +618,14 @@ void NodeAgentImpl::ForgetFile(const std::string& file_name, bool delete_status)
     if (!shared) ClearActive(pod.uid);
     if (entry.state == PodState::kAdmitting) {
       // Its worker may still be allocating: OnAdmissionDone frees what it got.
-      spdlog::info("event=pod_deleted_while_admitting file={} pod={}/{} uid={}", Q(file_name),
-                   pod.namespace_name, pod.name, Q(pod.uid));
+      spdlog::info("event=pod_deleted_while_admitting file={} pod={}/{} uid={}",
+                   QuoteLogValue(file_name, kMaxLogValueBytes), pod.namespace_name, pod.name,
+                   QuoteLogValue(pod.uid, kMaxLogValueBytes));
     } else {
       if (!shared) RemovePodDevices(pod.uid);
-      spdlog::info("event=pod_deleted file={} pod={}/{} uid={}", Q(file_name), pod.namespace_name,
-                   pod.name, Q(pod.uid));
+      spdlog::info("event=pod_deleted file={} pod={}/{} uid={}",
+                   QuoteLogValue(file_name, kMaxLogValueBytes), pod.namespace_name, pod.name,
+                   QuoteLogValue(pod.uid, kMaxLogValueBytes));
     }
   }
   if (delete_status && !entry.status_file.empty()) {
@@ -669,7 +683,8 @@ void NodeAgentImpl::AdmitFile(const std::string& file_name, FileEntry& entry) {
     // being admitted: this one starts when that one is done and undone.
     entry.state = PodState::kPending;
     spdlog::info("event=pod_admission_deferred file={} uid={} reason=\"same uid in flight\"",
-                 Q(file_name), Q(pod.uid));
+                 QuoteLogValue(file_name, kMaxLogValueBytes),
+                 QuoteLogValue(pod.uid, kMaxLogValueBytes));
     return;
   }
   const bool recovering = recovered_uids_.count(pod.uid) > 0;
@@ -709,7 +724,9 @@ void NodeAgentImpl::OnAdmissionDone(const std::string& file_name, uint64_t gener
       ClearActive(uid);
       RemovePodDevices(uid);
     }
-    spdlog::info("event=admission_superseded file={} uid={}", Q(file_name), Q(uid));
+    spdlog::info("event=admission_superseded file={} uid={}",
+                 QuoteLogValue(file_name, kMaxLogValueBytes),
+                 QuoteLogValue(uid, kMaxLogValueBytes));
   }
   // Entries that waited for this uid's admission to end.
   for (auto& [name, entry] : files_) {
@@ -741,8 +758,10 @@ void NodeAgentImpl::FinishAdmission(const std::string& file_name, FileEntry& ent
                                    s.code() == StatusCode::kUnavailable)));
   if (wait) {
     if (!entry.waiting_logged) {
-      spdlog::info("event=pod_waiting_for_plugins file={} pod={}/{} uid={} reason={}", Q(file_name),
-                   pod.namespace_name, pod.name, Q(pod.uid), Q(s.message()));
+      spdlog::info("event=pod_waiting_for_plugins file={} pod={}/{} uid={} reason={}",
+                   QuoteLogValue(file_name, kMaxLogValueBytes), pod.namespace_name, pod.name,
+                   QuoteLogValue(pod.uid, kMaxLogValueBytes),
+                   QuoteLogValue(s.message(), kMaxLogValueBytes));
       entry.waiting_logged = true;
     }
     entry.state = PodState::kRecovering;
@@ -772,8 +791,10 @@ void NodeAgentImpl::FinishAdmission(const std::string& file_name, FileEntry& ent
       all[c.name + ":" + resource] = ids;
     }
   }
-  spdlog::info("event=pod_admitted file={} pod={}/{} uid={} recovered={} devices={}", Q(file_name),
-               pod.namespace_name, pod.name, Q(pod.uid), recovering, Q(DevicesText(all)));
+  spdlog::info("event=pod_admitted file={} pod={}/{} uid={} recovered={} devices={}",
+               QuoteLogValue(file_name, kMaxLogValueBytes), pod.namespace_name, pod.name,
+               QuoteLogValue(pod.uid, kMaxLogValueBytes), recovering,
+               QuoteLogValue(DevicesText(all), kMaxLogValueBytes));
 }
 
 void NodeAgentImpl::RetryRecovering() {

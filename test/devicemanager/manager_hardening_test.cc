@@ -28,6 +28,7 @@
 #include "kdm/devicemanager/metrics.h"
 #include "kdm/test/devicemanager/test_pods.h"
 #include "kdm/test/mocks/mock_device_plugin.h"
+#include "kdm/test/wait_until.h"
 #include "spdlog/sinks/base_sink.h"
 #include "spdlog/spdlog.h"
 
@@ -144,15 +145,8 @@ class LogCapture {
   std::shared_ptr<LineSink> sink_;
 };
 
-// Waits, bounded (10 s), for an effect of another thread.
-template <typename Pred>
-bool WaitUntil(Pred pred) {
-  for (int i = 0; i < 10'000; ++i) {
-    if (pred()) return true;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return pred();
-}
+// Effects of other threads are waited for with the default bound (10 s).
+using kdm::test::WaitUntil;
 
 struct FakePlugin {
   std::shared_ptr<StrictMock<MockDevicePluginStub>> stub =

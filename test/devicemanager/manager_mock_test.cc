@@ -23,6 +23,7 @@
 #include "kdm/devicemanager/manager_impl.h"
 #include "kdm/test/devicemanager/test_pods.h"
 #include "kdm/test/mocks/mock_device_plugin.h"
+#include "kdm/test/wait_until.h"
 
 namespace kdm::devicemanager {
 namespace {
@@ -69,16 +70,9 @@ struct FakePlugin {
 
 using kdm::devicemanager::testing::MakePod;
 
-// Waits, bounded (10 s), for an effect of another thread (an endpoint's
-// reader) to become visible; returns whether it did.
-template <typename Pred>
-bool WaitUntil(Pred pred) {
-  for (int i = 0; i < 10'000; ++i) {
-    if (pred()) return true;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return pred();
-}
+// Effects of other threads (an endpoint's reader) are waited for with the
+// default bound (10 s).
+using kdm::test::WaitUntil;
 
 v1beta1::ContainerAllocateResponse EnvResponse(const std::string& key, const std::string& value) {
   v1beta1::ContainerAllocateResponse r;

@@ -28,6 +28,7 @@
 #include "kdm/devicemanager/manager.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
 #include "kdm/test/devicemanager/test_pods.h"
+#include "kdm/test/wait_until.h"
 
 namespace kdm::devicemanager {
 namespace {
@@ -269,12 +270,7 @@ TEST_F(MetricsWithManagerTest, RefusedSnapshotsAndRestrictedRejectionsAreCounted
 
   // A snapshot with a 254-byte device id is dropped; the old devices stay.
   plugin_->SetDevices({{"gpu0", true, {0}}, {std::string(254, 'x'), true, {0}}});
-  bool refused = false;
-  for (int i = 0; i < 10'000 && !refused; ++i) {
-    refused = manager_->GetStats().snapshots_refused == 1;
-    if (!refused) std::this_thread::sleep_for(1ms);
-  }
-  ASSERT_TRUE(refused);
+  ASSERT_TRUE(test::WaitUntil([&] { return manager_->GetStats().snapshots_refused == 1; }));
 
   text = m->Render(manager_.get());
   EXPECT_THAT(text, HasSubstr("kdm_snapshots_refused_total 1"));

@@ -80,7 +80,7 @@ class AgentHardeningE2eTest : public KubeletE2eTest {
 TEST_F(AgentHardeningE2eTest, RegressionDuplicateUidIsRejectedAndItsRemovalFreesNothing) {
   StartKubelet();
   StartPlugin({"--resource", kDev, "--count", "2"});
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(kDev, 2); })) << kubelet_->Log();
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kDev, 2); }, kWaitBound)) << kubelet_->Log();
 
   WriteFileAtomically(Manifests() + "/a.yaml", Pod("a", kDev, 2, "same-uid"));
   json a = WaitPhase("default_a", "Admitted");
@@ -94,7 +94,7 @@ TEST_F(AgentHardeningE2eTest, RegressionDuplicateUidIsRejectedAndItsRemovalFrees
 
   // Removing the duplicate frees nothing: a third pod finds no free device.
   fs::remove(Manifests() + "/b.yaml");
-  ASSERT_TRUE(WaitFor([&] { return !fs::exists(StatusPath("manifest_b.yaml")); }));
+  ASSERT_TRUE(WaitUntil([&] { return !fs::exists(StatusPath("manifest_b.yaml")); }, kWaitBound));
   WriteFileAtomically(Manifests() + "/c.yaml", Pod("c", kDev, 1));
   json c = WaitPhase("default_c", "Rejected");
   EXPECT_THAT(c["message"].get<std::string>(), HasSubstr("Requested: 1, Available: 0"));
@@ -115,14 +115,16 @@ TEST_F(AgentHardeningE2eTest, RegressionPodOnAHealthyResourceIsAdmittedWhileAnot
   StartKubelet({"--rpc-timeout", "600s"});
   Process& hung = StartHostile({"--resource", "example.com/hung", "--hang", "allocate"});
   StartPlugin({"--resource", kDev, "--count", "2"});
-  ASSERT_TRUE(WaitFor([&] { return Allocatable("example.com/hung", 4) && Allocatable(kDev, 2); }))
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable("example.com/hung", 4) && Allocatable(kDev, 2); },
+                        kWaitBound))
       << kubelet_->Log();
 
   for (int i = 0; i < 3; ++i) {
     WriteFileAtomically(Manifests() + "/hung" + std::to_string(i) + ".yaml",
                         Pod("hung" + std::to_string(i), "example.com/hung", 1));
   }
-  ASSERT_TRUE(WaitFor([&] { return hung.Log().find("allocate_hanging") != std::string::npos; }))
+  ASSERT_TRUE(WaitUntil([&] { return hung.Log().find("allocate_hanging") != std::string::npos; },
+                        kWaitBound))
       << hung.Log();
   const auto written = std::chrono::steady_clock::now();
   WriteFileAtomically(Manifests() + "/ok.yaml", Pod("ok", kDev, 1));
@@ -143,7 +145,8 @@ TEST_F(AgentHardeningE2eTest, RegressionPodOnAHealthyResourceIsAdmittedWhileAnot
 TEST_F(AgentHardeningE2eTest, RegressionPreStartTimeoutFlagBoundsAHungPreStartContainer) {
   StartKubelet({"--pre-start-timeout", "1s"});
   StartHostile({"--resource", "example.com/slow", "--hang", "prestart"});
-  ASSERT_TRUE(WaitFor([&] { return Allocatable("example.com/slow", 4); })) << kubelet_->Log();
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable("example.com/slow", 4); }, kWaitBound))
+      << kubelet_->Log();
   WriteFileAtomically(Manifests() + "/p.yaml", Pod("p", "example.com/slow", 1));
   json p = WaitPhase("default_p", "Rejected");
   EXPECT_EQ(p["reason"], "UnexpectedAdmissionError");
@@ -172,9 +175,10 @@ TEST_F(AgentHardeningE2eTest, RegressionHealthFlapNeitherStarvesAdmissionNorFloo
   StartPlugin({"--resource", kDev, "--count", "2"});
   Process& flappy =
       StartHostile({"--resource", "example.com/flappy", "--flap-ms", "1", "--flap-for", "10"});
-  ASSERT_TRUE(WaitFor([&] { return flappy.Log().find("flap_started") != std::string::npos; }))
+  ASSERT_TRUE(
+      WaitUntil([&] { return flappy.Log().find("flap_started") != std::string::npos; }, kWaitBound))
       << flappy.Log();
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(kDev, 2); })) << kubelet_->Log();
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kDev, 2); }, kWaitBound)) << kubelet_->Log();
   const auto written = std::chrono::steady_clock::now();
   WriteFileAtomically(Manifests() + "/ok.yaml", Pod("ok", kDev, 1));
   WaitPhase("default_ok", "Admitted");
@@ -182,11 +186,13 @@ TEST_F(AgentHardeningE2eTest, RegressionHealthFlapNeitherStarvesAdmissionNorFloo
   // Admitted while the flap still runs: admission did not wait behind it.
   EXPECT_EQ(flappy.Log().find("flap_ended"), std::string::npos)
       << "the pod was admitted only after the 10 s flap ended";
-  ASSERT_TRUE(WaitFor([&] { return flappy.Log().find("flap_ended") != std::string::npos; }))
+  ASSERT_TRUE(
+      WaitUntil([&] { return flappy.Log().find("flap_ended") != std::string::npos; }, kWaitBound))
       << flappy.Log();
   // The flapped device is reported with its final state, and a summary says
   // how many health lines were left out.
-  ASSERT_TRUE(WaitFor([&] { return kubelet_->Log().find("suppressed=") != std::string::npos; }));
+  ASSERT_TRUE(WaitUntil([&] { return kubelet_->Log().find("suppressed=") != std::string::npos; },
+                        kWaitBound));
   const std::string log = kubelet_->Log();
   EXPECT_LT(log.size(), 1u << 20) << "log grew " << log.size() << " bytes during a 10 s flap";
   EXPECT_TRUE(std::regex_search(log, std::regex("suppressed=[1-9][0-9]*")));
@@ -199,13 +205,17 @@ TEST_F(AgentHardeningE2eTest, RegressionHealthFlapNeitherStarvesAdmissionNorFloo
 TEST_F(AgentHardeningE2eTest, RegressionHostilePluginTextCannotForgeOrFloodLogLines) {
   StartKubelet();
   StartHostile({"--resource", "example.com/forge", "--forge"});
-  ASSERT_TRUE(WaitFor([&] {
-    return Node().contains("capacity") && Node()["capacity"].value("example.com/forge", 0) > 0;
-  })) << kubelet_->Log();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Node().contains("capacity") && Node()["capacity"].value("example.com/forge", 0) > 0;
+      },
+      kWaitBound))
+      << kubelet_->Log();
   WriteFileAtomically(Manifests() + "/p.yaml", Pod("p", "example.com/forge", 2));
   json p = WaitPhase("default_p", "Rejected");
   ASSERT_TRUE(
-      WaitFor([&] { return kubelet_->Log().find("event=allocate_failed") != std::string::npos; }));
+      WaitUntil([&] { return kubelet_->Log().find("event=allocate_failed") != std::string::npos; },
+                kWaitBound));
   const std::string log = kubelet_->Log();
   EXPECT_THAT(log, HasSubstr("event=preferred_allocation_fallback"));
   std::istringstream lines(log);
@@ -229,7 +239,7 @@ TEST_F(AgentHardeningE2eTest, RegressionHostilePluginTextCannotForgeOrFloodLogLi
 TEST_F(AgentHardeningE2eTest, RegressionAdmittedPodsWaitForTheirPluginAfterCheckpointLoss) {
   StartKubelet();
   StartPlugin({"--resource", kDev, "--count", "4"});
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(kDev, 4); })) << kubelet_->Log();
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kDev, 4); }, kWaitBound)) << kubelet_->Log();
   for (int i = 0; i < 4; ++i) {
     WriteFileAtomically(Manifests() + "/p" + std::to_string(i) + ".yaml",
                         Pod("p" + std::to_string(i), kDev, 1));
@@ -246,16 +256,18 @@ TEST_F(AgentHardeningE2eTest, RegressionAdmittedPodsWaitForTheirPluginAfterCheck
     corrupt << "this is not an SQLite database";
   }
   StartKubelet();
-  ASSERT_TRUE(WaitFor(
-      [&] { return kubelet_->Log().find("event=checkpoint_quarantined") != std::string::npos; }));
-  ASSERT_TRUE(WaitFor([&] {
-    return CountOf(kubelet_->Log(), "event=pod_waiting_for_plugins") == 4;
-  })) << kubelet_->Log();
+  ASSERT_TRUE(WaitUntil(
+      [&] { return kubelet_->Log().find("event=checkpoint_quarantined") != std::string::npos; },
+      kWaitBound));
+  ASSERT_TRUE(WaitUntil(
+      [&] { return CountOf(kubelet_->Log(), "event=pod_waiting_for_plugins") == 4; }, kWaitBound))
+      << kubelet_->Log();
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(WaitPhase("default_p" + std::to_string(i), "Admitted")["phase"], "Admitted");
   }
   StartPlugin({"--resource", kDev, "--count", "4"});
-  ASSERT_TRUE(WaitFor([&] { return CountOf(kubelet_->Log(), "event=pod_admitted") == 4; }))
+  ASSERT_TRUE(
+      WaitUntil([&] { return CountOf(kubelet_->Log(), "event=pod_admitted") == 4; }, kWaitBound))
       << kubelet_->Log();
   std::set<std::string> devices;
   for (int i = 0; i < 4; ++i) {
@@ -272,7 +284,7 @@ TEST_F(AgentHardeningE2eTest, RegressionAdmittedPodsWaitForTheirPluginAfterCheck
 TEST_F(AgentHardeningE2eTest, AdmittedPodsAreJudgedWhenTheRegistrationGraceEnds) {
   StartKubelet();
   StartPlugin({"--resource", kDev, "--count", "1"});
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(kDev, 1); })) << kubelet_->Log();
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kDev, 1); }, kWaitBound)) << kubelet_->Log();
   WriteFileAtomically(Manifests() + "/p.yaml", Pod("p", kDev, 1));
   WaitPhase("default_p", "Admitted");
   kubelet_->Signal(SIGKILL);

@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 using kdm::e2e::KdmBinary;
 using kdm::e2e::Process;
 using kdm::e2e::ReadFile;
-using kdm::e2e::WaitFor;
+using kdm::e2e::WaitUntil;
 using ::testing::HasSubstr;
 
 constexpr char kFpga[] = "example.com/fpga";

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "kdm/test/wait_until.h"
+
 extern char** environ;
 
 namespace kdm::e2e {
@@ -50,17 +52,9 @@ inline void WriteFileAtomically(const std::string& path, const std::string& text
   fs::rename(tmp, path);
 }
 
-// Waits (bounded) until `pred` holds; polls state owned by other processes
-// that offer no notification. Returns whether it held.
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds bound = kWaitBound) {
-  auto end = std::chrono::steady_clock::now() + bound;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
+// State owned by other processes offers no notification: the e2e tests poll
+// it with the tests' one bounded poll, passing kWaitBound.
+using kdm::test::WaitUntil;
 
 // The working directory a Process starts in (default: the test's own).
 struct InDir {
@@ -136,7 +130,7 @@ class Process {
   // Exit code (128+signal when killed), or nullopt if it did not exit within
   // kWaitBound.
   std::optional<int> Wait() {
-    if (!WaitFor([&] { return !Running(); })) return std::nullopt;
+    if (!WaitUntil([&] { return !Running(); }, kWaitBound)) return std::nullopt;
     return exit_code_;
   }
   // The combined log (first constructor), or stdout / stderr (second).

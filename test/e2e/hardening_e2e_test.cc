@@ -32,9 +32,10 @@ namespace kdm {
 namespace {
 
 namespace fs = std::filesystem;
+using kdm::e2e::kWaitBound;
 using kdm::e2e::Process;
 using kdm::e2e::ReadFile;
-using kdm::e2e::WaitFor;
+using kdm::e2e::WaitUntil;
 using kdm::e2e::WriteFileAtomically;
 using nlohmann::json;
 using ::testing::HasSubstr;
@@ -86,10 +87,13 @@ class HardeningE2eTest : public ::testing::Test {
     kubelet_ = std::make_unique<Process>(
         args, root_ + "/kubelet" + std::to_string(kubelet_starts_++) + ".log");
     ASSERT_TRUE(kubelet_->started());
-    ASSERT_TRUE(WaitFor([&] {
-      return kubelet_->Log().find("event=agent_started") != std::string::npos ||
-             !kubelet_->Running();
-    })) << kubelet_->Log();
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          return kubelet_->Log().find("event=agent_started") != std::string::npos ||
+                 !kubelet_->Running();
+        },
+        kWaitBound))
+        << kubelet_->Log();
     ASSERT_TRUE(kubelet_->Running()) << kubelet_->Log();
   }
   void KillKubelet() {
@@ -114,14 +118,16 @@ class HardeningE2eTest : public ::testing::Test {
   // Waits for the pod's status file to say `phase`; returns it.
   json WaitPhase(const std::string& ns_name, const std::string& phase) {
     json out;
-    bool ok = WaitFor([&] {
-      try {
-        out = json::parse(ReadFile(StatusPath(ns_name)));
-      } catch (const json::exception&) {
-        return false;
-      }
-      return out.value("phase", "") == phase;
-    });
+    bool ok = WaitUntil(
+        [&] {
+          try {
+            out = json::parse(ReadFile(StatusPath(ns_name)));
+          } catch (const json::exception&) {
+            return false;
+          }
+          return out.value("phase", "") == phase;
+        },
+        kWaitBound);
     EXPECT_TRUE(ok) << ns_name << " status: " << out.dump() << "\n" << kubelet_->Log();
     return out.is_object() ? out : json::object();
   }
@@ -228,7 +234,7 @@ TEST_F(HardeningE2eTest, CheckpointEntrySkippedIsNamed) {
 TEST_F(HardeningE2eTest, CheckpointStateMissingWhilePodsWereAdmittedIsWarned) {
   StartKubelet();
   StartGpuPlugin();
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 4); })) << kubelet_->Log();
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu, 4); }, kWaitBound)) << kubelet_->Log();
   WriteFileAtomically(Manifests() + "/a.yaml", PodYaml("a", 2));
   WriteFileAtomically(Manifests() + "/b.yaml", PodYaml("b", 1));
   WriteFileAtomically(Manifests() + "/nodev.yaml", PodYaml("nodev", 0));

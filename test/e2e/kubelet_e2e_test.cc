@@ -48,17 +48,18 @@ using kdm::e2e::KdmBinary;
 using kdm::e2e::kFpga;
 using kdm::e2e::kGpu;
 using kdm::e2e::KubeletE2eTest;
+using kdm::e2e::kWaitBound;
 using kdm::e2e::PodYaml;
 using kdm::e2e::Process;
 using kdm::e2e::ReadFile;
-using kdm::e2e::WaitFor;
+using kdm::e2e::WaitUntil;
 using kdm::e2e::WriteFileAtomically;
 constexpr auto kBound = 30s;  // upper bound of every wait
 
 TEST_F(KubeletE2eTest, AdmitRejectDeleteAndChange) {
   StartKubelet();
   StartGpuPlugin();
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8); })) << kubelet_->Log();
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu, 8); }, kWaitBound)) << kubelet_->Log();
 
   WriteFileAtomically(Manifests() + "/a.yaml", PodYaml("a", 2));
   json a = WaitPhase("default_a", "Admitted");
@@ -77,7 +78,7 @@ TEST_F(KubeletE2eTest, AdmitRejectDeleteAndChange) {
 
   // Deleting a frees its GPUs and its status file.
   fs::remove(Manifests() + "/a.yaml");
-  ASSERT_TRUE(WaitFor([&] { return !fs::exists(StatusPath("default_a")); }));
+  ASSERT_TRUE(WaitUntil([&] { return !fs::exists(StatusPath("default_a")); }, kWaitBound));
   // b stays rejected until its file changes: a later pod is handled first.
   WriteFileAtomically(Manifests() + "/c.yaml", PodYaml("c", 1));
   json c = WaitPhase("default_c", "Admitted");
@@ -96,7 +97,7 @@ TEST_F(KubeletE2eTest, AdmitRejectDeleteAndChange) {
   // Renamed inside its file: the old name's status goes, the new one comes.
   WriteFileAtomically(Manifests() + "/b.yaml", PodYaml("b2", 3));
   EXPECT_EQ(Gpus(WaitPhase("default_b2", "Admitted")).size(), 3u);
-  EXPECT_TRUE(WaitFor([&] { return !fs::exists(StatusPath("default_b")); }));
+  EXPECT_TRUE(WaitUntil([&] { return !fs::exists(StatusPath("default_b")); }, kWaitBound));
   EXPECT_TRUE(kubelet_->Running());
 }
 
@@ -104,7 +105,7 @@ TEST_F(KubeletE2eTest, InitContainerDevicesPassToTheAppContainerAndSidecarsKeepT
   StartKubelet();
   StartGpuPlugin();
   StartPlugin({"--resource", kFpga, "--count", "4"});
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8) && Allocatable(kFpga, 4); }));
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu, 8) && Allocatable(kFpga, 4); }, kWaitBound));
   WriteFileAtomically(Manifests() + "/p.yaml", R"(apiVersion: v1
 kind: Pod
 metadata: {name: p, namespace: ml}
@@ -141,7 +142,7 @@ spec:
 TEST_F(KubeletE2eTest, BadManifestsAreRejectedAndTheAgentKeepsRunning) {
   StartKubelet();
   StartGpuPlugin();
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8); }));
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu, 8); }, kWaitBound));
   const std::string pod =
       "apiVersion: v1\nkind: Pod\nmetadata: {name: NAME}\nspec:\n"
       "  containers:\n  - name: c\n    resources:\n";
@@ -211,7 +212,7 @@ TEST_F(KubeletE2eTest, BadManifestsAreRejectedAndTheAgentKeepsRunning) {
   WaitPhase("default_frac", "Admitted");
   // Removing a bad manifest removes its status.
   fs::remove(Manifests() + "/yaml.yaml");
-  EXPECT_TRUE(WaitFor([&] { return !fs::exists(StatusPath("manifest_yaml.yaml")); }));
+  EXPECT_TRUE(WaitUntil([&] { return !fs::exists(StatusPath("manifest_yaml.yaml")); }, kWaitBound));
   // Editors' temporary files are not manifests.
   WriteFileAtomically(Manifests() + "/good.yaml~", PodYaml("backup", 1));
   WriteFileAtomically(Manifests() + "/last.yaml", PodYaml("last", 1));
@@ -225,10 +226,13 @@ TEST_F(KubeletE2eTest, NodeJsonHealthDropAndGraceDeletion) {
   Process& fpga = StartPlugin({"--resource", kFpga, "--count", "4"});
   // The registration counter is bumped after the devices arrive; node.json
   // catches up at its next refresh.
-  ASSERT_TRUE(WaitFor([&] {
-    json n = Node();
-    return Allocatable(kGpu, 8) && Allocatable(kFpga, 4) && n.value("registrations", 0) >= 2;
-  })) << Node().dump();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        json n = Node();
+        return Allocatable(kGpu, 8) && Allocatable(kFpga, 4) && n.value("registrations", 0) >= 2;
+      },
+      kWaitBound))
+      << Node().dump();
   json node = Node();
   EXPECT_EQ(node["capacity"][kGpu], 8);
   EXPECT_EQ(node["plugins"][1],
@@ -236,15 +240,18 @@ TEST_F(KubeletE2eTest, NodeJsonHealthDropAndGraceDeletion) {
   EXPECT_EQ(node["deleted_resources"], json::array());
 
   WriteFileAtomically(root_ + "/health.json", R"({"GPU3": "Unhealthy"})");
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 7); })) << Node().dump();
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu, 7); }, kWaitBound)) << Node().dump();
   EXPECT_EQ(Node()["capacity"][kGpu], 8);
 
   fpga.Signal(SIGTERM);
   EXPECT_EQ(fpga.Wait(), 0);
-  ASSERT_TRUE(WaitFor([&] {
-    json n = Node();
-    return n.contains("deleted_resources") && n["deleted_resources"] == json({kFpga});
-  })) << Node().dump();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        json n = Node();
+        return n.contains("deleted_resources") && n["deleted_resources"] == json({kFpga});
+      },
+      kWaitBound))
+      << Node().dump();
   EXPECT_FALSE(Node()["capacity"].contains(kFpga));
 }
 
@@ -254,7 +261,7 @@ class KubeletRestartTest : public KubeletE2eTest,
 TEST_P(KubeletRestartTest, SigkillAndRestartRecoversEveryAllocation) {
   StartKubelet({"--checkpoint", GetParam()});
   StartGpuPlugin();
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8); }));
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu, 8); }, kWaitBound));
   WriteFileAtomically(Manifests() + "/a.yaml", PodYaml("a", 2));
   WriteFileAtomically(Manifests() + "/b.yaml", PodYaml("b", 4));
   auto a = Gpus(WaitPhase("default_a", "Admitted"));
@@ -270,10 +277,13 @@ TEST_P(KubeletRestartTest, SigkillAndRestartRecoversEveryAllocation) {
 
   // The plugin registers again; a keeps its GPUs, b's are collected and
   // given to c.
-  ASSERT_TRUE(WaitFor([&] {
-    return kubelet_->Log().find("event=pod_admitted file=\"a.yaml\" pod=default/a") !=
-           std::string::npos;
-  })) << kubelet_->Log();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return kubelet_->Log().find("event=pod_admitted file=\"a.yaml\" pod=default/a") !=
+               std::string::npos;
+      },
+      kWaitBound))
+      << kubelet_->Log();
   EXPECT_THAT(kubelet_->Log(), HasSubstr("recovered=true"));
   EXPECT_EQ(Gpus(WaitPhase("default_a", "Admitted")), a);
   json c = WaitPhase("default_c", "Admitted");
@@ -281,7 +291,7 @@ TEST_P(KubeletRestartTest, SigkillAndRestartRecoversEveryAllocation) {
   EXPECT_EQ(c_gpus.size(), 6u);
   for (const auto& id : a) EXPECT_THAT(c_gpus, ::testing::Not(::testing::Contains(id)));
   // b's status file went with its manifest.
-  EXPECT_TRUE(WaitFor([&] { return !fs::exists(StatusPath("default_b")); }));
+  EXPECT_TRUE(WaitUntil([&] { return !fs::exists(StatusPath("default_b")); }, kWaitBound));
   EXPECT_TRUE(Allocatable(kGpu, 8));
 }
 
@@ -293,22 +303,27 @@ INSTANTIATE_TEST_SUITE_P(Checkpoints, KubeletRestartTest,
 TEST_F(KubeletE2eTest, RejectedPodStaysRejectedAcrossARestart) {
   StartKubelet();
   StartGpuPlugin();
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8); }));
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu, 8); }, kWaitBound));
   WriteFileAtomically(Manifests() + "/big.yaml", PodYaml("big", 9));
   std::string message = WaitPhase("default_big", "Rejected")["message"];
   kubelet_->Signal(SIGTERM);
   ASSERT_EQ(kubelet_->Wait(), 0);
   StartKubelet();
-  ASSERT_TRUE(WaitFor([&] {
-    return kubelet_->Log().find("event=pod_still_rejected file=\"big.yaml\"") != std::string::npos;
-  })) << kubelet_->Log();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return kubelet_->Log().find("event=pod_still_rejected file=\"big.yaml\"") !=
+               std::string::npos;
+      },
+      kWaitBound))
+      << kubelet_->Log();
   EXPECT_EQ(WaitPhase("default_big", "Rejected")["message"], message);
 }
 
 TEST_F(KubeletE2eTest, SigtermAndSigintExitZero) {
   for (int sig : {SIGTERM, SIGINT}) {
     StartKubelet();
-    ASSERT_TRUE(WaitFor([&] { return fs::exists(root_ + "/pod-resources/kubelet.sock"); }));
+    ASSERT_TRUE(
+        WaitUntil([&] { return fs::exists(root_ + "/pod-resources/kubelet.sock"); }, kWaitBound));
     ASSERT_TRUE(fs::exists(root_ + "/device-plugins/kubelet.sock"));
     kubelet_->Signal(sig);
     EXPECT_EQ(kubelet_->Wait(), 0) << kubelet_->Log();
@@ -364,7 +379,7 @@ std::string HttpGet(int port, const std::string& path) {
 TEST_F(KubeletE2eTest, MetricsServedWhenAsked) {
   StartKubelet({"--metrics-addr", "127.0.0.1:0"});
   StartGpuPlugin();
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8); }));
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu, 8); }, kWaitBound));
   std::smatch m;
   std::string log = kubelet_->Log();
   ASSERT_TRUE(std::regex_search(log, m, std::regex("event=metrics_serving addr=\\S+ port=(\\d+)")))

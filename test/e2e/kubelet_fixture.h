@@ -63,7 +63,7 @@ class KubeletE2eTest : public ::testing::Test {
     kubelet_ = std::make_unique<Process>(
         args, root_ + "/kubelet" + std::to_string(kubelet_starts_++) + ".log");
     ASSERT_TRUE(kubelet_->started());
-    ASSERT_TRUE(WaitFor([&] { return fs::exists(root_ + "/status/node.json"); }))
+    ASSERT_TRUE(WaitUntil([&] { return fs::exists(root_ + "/status/node.json"); }, kWaitBound))
         << kubelet_->Log();
   }
 
@@ -95,15 +95,17 @@ class KubeletE2eTest : public ::testing::Test {
   template <typename Pred>
   json WaitStatus(const std::string& ns_name, Pred pred) {
     json out;
-    bool ok = WaitFor([&] {
-      if (!fs::exists(StatusPath(ns_name))) return false;
-      try {
-        out = json::parse(ReadFile(StatusPath(ns_name)));
-      } catch (const json::exception&) {
-        return false;
-      }
-      return pred(out);
-    });
+    bool ok = WaitUntil(
+        [&] {
+          if (!fs::exists(StatusPath(ns_name))) return false;
+          try {
+            out = json::parse(ReadFile(StatusPath(ns_name)));
+          } catch (const json::exception&) {
+            return false;
+          }
+          return pred(out);
+        },
+        kWaitBound);
     EXPECT_TRUE(ok) << ns_name << " status: " << out.dump() << "\n" << kubelet_->Log();
     return out;
   }

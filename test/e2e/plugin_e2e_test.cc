@@ -41,8 +41,9 @@ using kdm::testing::FakeRegistrationServer;
 using kdm::testing::TempSocketDir;
 using namespace std::chrono_literals;
 using kdm::e2e::KdmBinary;
+using kdm::e2e::kWaitBound;
 using kdm::e2e::ReadFile;
-using kdm::e2e::WaitFor;
+using kdm::e2e::WaitUntil;
 
 constexpr char kGpu[] = "nvidia.com/gpu";
 // Upper bound of every wait; a healthy run never comes close.
@@ -111,17 +112,16 @@ class KdmProcess {
   // Waits (bounded) for the process to exit; its exit code, or nullopt when
   // it did not exit normally in time (it is then killed).
   std::optional<int> Wait() {
-    auto end = std::chrono::steady_clock::now() + kBound;
-    while (true) {
-      int status = 0;
-      pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        return exit_code_;
-      }
-      if (std::chrono::steady_clock::now() > end) return std::nullopt;
-      std::this_thread::sleep_for(5ms);
-    }
+    const bool exited = WaitUntil(
+        [&] {
+          int status = 0;
+          if (::waitpid(pid_, &status, WNOHANG) != pid_) return false;
+          exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+          return true;
+        },
+        kBound);
+    if (!exited) return std::nullopt;
+    return exit_code_;
   }
 
   std::string Stderr() const { return ReadFile(stderr_path_); }
@@ -206,8 +206,10 @@ TEST(PluginE2ETest, RegistersServesPreferredAnswerAndExitsZeroOnSigterm) {
   ASSERT_TRUE(ready.has_value()) << kdm.Stderr();
   const std::string socket = plugin_dir + "/nvidia.com_gpu.sock";
   EXPECT_EQ(*ready, "ready plugin=nvidia.com/gpu socket=" + socket + " devices=8");
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(*manager, kGpu) == 8; })) << kdm.Stderr();
-  ASSERT_TRUE(WaitFor([&] { return LoggedRegistrations(kdm.Stderr()) == 1; })) << kdm.Stderr();
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(*manager, kGpu) == 8; }, kWaitBound))
+      << kdm.Stderr();
+  ASSERT_TRUE(WaitUntil([&] { return LoggedRegistrations(kdm.Stderr()) == 1; }, kWaitBound))
+      << kdm.Stderr();
 
   // A 2-GPU pod gets what the packed allocator prefers, and the GPU answer.
   dm::Pod pod = PodWith("train", kGpu, 2);
@@ -262,7 +264,7 @@ TEST(PluginE2ETest, ReRegistersWhenTheKubeletRestartsAndSigintExitsZero) {
                   "4", "--policy", "none"},
                  root.path() + "/plugin.err");
   ASSERT_TRUE(kdm.WaitForLine("ready ").has_value()) << kdm.Stderr();
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(*manager, "example.com/fpga") == 4; }))
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(*manager, "example.com/fpga") == 4; }, kWaitBound))
       << kdm.Stderr();
 
   // The kubelet restarts: a new Manager on the same directory removes the
@@ -271,9 +273,10 @@ TEST(PluginE2ETest, ReRegistersWhenTheKubeletRestartsAndSigintExitsZero) {
   manager.reset();
   manager = StartManager(plugin_dir);
   ASSERT_TRUE(manager);
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(*manager, "example.com/fpga") == 4; }))
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(*manager, "example.com/fpga") == 4; }, kWaitBound))
       << kdm.Stderr();
-  ASSERT_TRUE(WaitFor([&] { return LoggedRegistrations(kdm.Stderr()) >= 2; })) << kdm.Stderr();
+  ASSERT_TRUE(WaitUntil([&] { return LoggedRegistrations(kdm.Stderr()) >= 2; }, kWaitBound))
+      << kdm.Stderr();
   dm::Pod pod = PodWith("fpga", "example.com/fpga", 2);
   ASSERT_TRUE(manager->Allocate(pod, "main").ok());
   EXPECT_EQ(DevicesOf(*manager, pod, "example.com/fpga"),
@@ -303,30 +306,38 @@ TEST(PluginE2ETest, HealthFileDropsAllocatableAndGarbageKeepsTheLastState) {
                   "--health-file", health},
                  root.path() + "/plugin.err");
   ASSERT_TRUE(kdm.WaitForLine("ready ").has_value()) << kdm.Stderr();
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(*manager, kGpu) == 8; })) << kdm.Stderr();
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(*manager, kGpu) == 8; }, kWaitBound))
+      << kdm.Stderr();
 
   {
     std::ofstream(health + ".tmp") << R"({"GPU3": "Unhealthy", "GPU99": "Unhealthy"})";
     fs::rename(health + ".tmp", health);
   }
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(*manager, kGpu) == 7; })) << kdm.Stderr();
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(*manager, kGpu) == 7; }, kWaitBound))
+      << kdm.Stderr();
   EXPECT_EQ(manager->GetCapacity().resources[kGpu].capacity, 8);
-  ASSERT_TRUE(WaitFor([&] {
-    return kdm.Stderr().find("event=health_unknown_devices resource=nvidia.com/gpu ids=GPU99") !=
-           std::string::npos;
-  })) << kdm.Stderr();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return kdm.Stderr().find(
+                   "event=health_unknown_devices resource=nvidia.com/gpu ids=GPU99") !=
+               std::string::npos;
+      },
+      kWaitBound))
+      << kdm.Stderr();
 
   std::ofstream(health) << "{\"GPU3\": \"Healthy\", oops";
-  ASSERT_TRUE(WaitFor([&] {
-    return kdm.Stderr().find("event=health_file_rejected") != std::string::npos;
-  })) << kdm.Stderr();
+  ASSERT_TRUE(WaitUntil(
+      [&] { return kdm.Stderr().find("event=health_file_rejected") != std::string::npos; },
+      kWaitBound))
+      << kdm.Stderr();
   EXPECT_EQ(Allocatable(*manager, kGpu), 7);
 
   {
     std::ofstream(health + ".tmp") << "{}";
     fs::rename(health + ".tmp", health);
   }
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(*manager, kGpu) == 8; })) << kdm.Stderr();
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(*manager, kGpu) == 8; }, kWaitBound))
+      << kdm.Stderr();
   kdm.Signal(SIGTERM);
   auto code = kdm.Wait();
   ASSERT_TRUE(code.has_value());
@@ -344,7 +355,7 @@ TEST(PluginE2ETest, CdiPreStartAndSocketNameAgainstTheFakeKubelet) {
   ASSERT_TRUE(kdm.WaitForLine("ready ").has_value()) << kdm.Stderr();
   ASSERT_FALSE(kubelet.WaitForSnapshots(1).empty()) << kdm.Stderr();
   // The fake kubelet records the dialed options just after the stream opens.
-  ASSERT_TRUE(WaitFor([&] { return !kubelet.DialedOptions().empty(); }));
+  ASSERT_TRUE(WaitUntil([&] { return !kubelet.DialedOptions().empty(); }, kWaitBound));
   auto requests = kubelet.Requests();
   ASSERT_FALSE(requests.empty());
   EXPECT_EQ(requests[0].endpoint(), "gpus.sock");
@@ -600,7 +611,7 @@ TEST(PluginE2ETest, FaultModeStartsLogsAndBreaksOnlyItsCheck) {
   EXPECT_NE(kdm.Stderr().find("event=fault_mode fault=pref-wrong-size"), std::string::npos)
       << kdm.Stderr();
   ASSERT_FALSE(kubelet.WaitForSnapshots(1).empty()) << kdm.Stderr();
-  ASSERT_TRUE(WaitFor([&] { return !kubelet.DialedOptions().empty(); }));
+  ASSERT_TRUE(WaitUntil([&] { return !kubelet.DialedOptions().empty(); }, kWaitBound));
   EXPECT_TRUE(kubelet.DialedOptions()[0].get_preferred_allocation_available());
   auto requests = kubelet.Requests();
   ASSERT_FALSE(requests.empty());

@@ -30,9 +30,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using kdm::e2e::InDir;
+using kdm::e2e::kWaitBound;
 using kdm::e2e::Process;
 using kdm::e2e::ReadFile;
-using kdm::e2e::WaitFor;
+using kdm::e2e::WaitUntil;
 using kdm::e2e::WriteFileAtomically;
 using nlohmann::json;
 using ::testing::HasSubstr;
@@ -118,9 +119,9 @@ TEST_F(RelativePathsE2eTest, KubeletPluginGetAndConformFromAWorkingDirectory) {
   // kdm kubelet --root node: the issue's own command.
   kubelet_ = Start("kubelet", {"kubelet", "--root", "node", "--rpc-timeout", "5s", "-v", "1"});
   const std::string node = cwd_ + "/node";
-  ASSERT_TRUE(WaitFor([&] {
-    return fs::exists(node + "/status/node.json") || !kubelet_->Running();
-  })) << kubelet_->Log();
+  ASSERT_TRUE(WaitUntil(
+      [&] { return fs::exists(node + "/status/node.json") || !kubelet_->Running(); }, kWaitBound))
+      << kubelet_->Log();
   ASSERT_TRUE(kubelet_->Running()) << kubelet_->Log();
 
   // kdm plugin with a --plugin-dir that takes a detour through "..", a
@@ -134,20 +135,25 @@ TEST_F(RelativePathsE2eTest, KubeletPluginGetAndConformFromAWorkingDirectory) {
   plugins_.push_back(Start(
       "plugin", {"plugin", "--plugin-dir", "./node/../node/device-plugins", "--resource", kResource,
                  "--topology", "topo dir/../topo dir/t.json", "--health-file", "health x.json"}));
-  ASSERT_TRUE(WaitFor([&] {
-    json n = ReadJson(node + "/status/node.json");
-    return n.contains("allocatable") && n["allocatable"].value(kResource, -1) == 8;
-  })) << kubelet_->Log();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        json n = ReadJson(node + "/status/node.json");
+        return n.contains("allocatable") && n["allocatable"].value(kResource, -1) == 8;
+      },
+      kWaitBound))
+      << kubelet_->Log();
 
   WriteFileAtomically(node + "/manifests/p.yaml",
                       "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n"
                       "  - name: main\n    resources:\n      limits:\n        example.com/x: 1\n");
   json status;
-  EXPECT_TRUE(WaitFor([&] {
-    status = ReadJson(node + "/status/default_p.json");
-    return status.value("phase", "") == "Admitted";
-  })) << status.dump()
-      << "\n"
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        status = ReadJson(node + "/status/default_p.json");
+        return status.value("phase", "") == "Admitted";
+      },
+      kWaitBound))
+      << status.dump() << "\n"
       << kubelet_->Log();
 
   // kdm get --root with "./" in front reads the same agent.

@@ -31,9 +31,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using kdm::e2e::KdmBinary;
+using kdm::e2e::kWaitBound;
 using kdm::e2e::Process;
 using kdm::e2e::ReadFile;
-using kdm::e2e::WaitFor;
+using kdm::e2e::WaitUntil;
 using kdm::e2e::WriteFileAtomically;
 using nlohmann::json;
 using ::testing::HasSubstr;
@@ -70,10 +71,12 @@ class RestrictE2eTest : public ::testing::Test {
   }
   json WaitPhase(const std::string& ns_name, const std::string& phase) {
     json out;
-    bool ok = WaitFor([&] {
-      out = Status(ns_name);
-      return out.value("phase", "") == phase;
-    });
+    bool ok = WaitUntil(
+        [&] {
+          out = Status(ns_name);
+          return out.value("phase", "") == phase;
+        },
+        kWaitBound);
     EXPECT_TRUE(ok) << ns_name << ": " << out.dump();
     return out;
   }
@@ -97,12 +100,13 @@ TEST_F(RestrictE2eTest, OnlyListedNamespacesGetTheResource) {
                                "nvidia.com/gpu=ml,research", "--restrict", "example.com/fpga=hw"},
       root_ + "/kubelet.log");
   ASSERT_TRUE(kubelet_->started());
-  ASSERT_TRUE(WaitFor([&] { return fs::exists(root_ + "/status/node.json"); })) << kubelet_->Log();
+  ASSERT_TRUE(WaitUntil([&] { return fs::exists(root_ + "/status/node.json"); }, kWaitBound))
+      << kubelet_->Log();
   plugin_ =
       std::make_unique<Process>(std::vector<std::string>{"plugin", "--root", root_, "--resource",
                                                          kGpu, "--preset", "dgx1-v100"},
                                 root_ + "/plugin.log");
-  ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu) == 8; })) << plugin_->Log();
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu) == 8; }, kWaitBound)) << plugin_->Log();
 
   // The sockets a user meets.
   struct stat st;
@@ -128,7 +132,7 @@ TEST_F(RestrictE2eTest, OnlyListedNamespacesGetTheResource) {
   ASSERT_EQ(admitted["containers"].size(), 1u);
   EXPECT_EQ(admitted["containers"][0]["devices"][kGpu].size(), 8u);
   // All 8 went to ml: nothing was held for the rejected pod.
-  EXPECT_TRUE(WaitFor([&] { return Allocatable(kGpu) == 8; }));
+  EXPECT_TRUE(WaitUntil([&] { return Allocatable(kGpu) == 8; }, kWaitBound));
 
   // A pod not asking for a restricted resource is unaffected.
   WriteFileAtomically(manifests + "/cpu.yaml", PodYaml("default", "cpu-only", "cpu", 1));

@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "kdm/base/sync.h"
+#include "kdm/test/wait_until.h"
 
 namespace kdm::fakes {
 namespace {
@@ -121,10 +122,7 @@ TEST(AdmissionQueueTest, StopDropsQueuedJobsWaitsForRunningOnesAndRefusesNewOnes
   std::thread stopper([&] { queue.Stop(); });
   // Stop drops the queued job first (under the queue's lock), then waits for
   // the running one: once the queue is empty, let the running job finish.
-  const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (queue.queued() != 0 && std::chrono::steady_clock::now() < bound) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  test::WaitUntil([&] { return queue.queued() == 0; }, std::chrono::seconds(30));
   EXPECT_EQ(queue.queued(), 0);
   release.Notify();
   stopper.join();

@@ -20,10 +20,12 @@
 #include <vector>
 
 #include "kdm/test/pluginapi/fake_registration_server.h"
+#include "kdm/test/wait_until.h"
 
 namespace kdm::fakes {
 namespace {
 
+using kdm::test::WaitUntil;
 using kdm::testing::FakeRegistrationServer;
 using kdm::testing::TempSocketDir;
 using namespace std::chrono_literals;
@@ -72,17 +74,6 @@ std::vector<std::string> Ids(const v1beta1::ListAndWatchResponse& r) {
   std::vector<std::string> ids;
   for (const auto& d : r.devices()) ids.push_back(d.id());
   return ids;
-}
-
-// Waits (bounded) until `pred` holds, for state with no notification.
-template <typename Pred>
-bool WaitFor(Pred pred) {
-  auto end = std::chrono::steady_clock::now() + kBound;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
 }
 
 const std::vector<std::string> kAllIds = {"gpu-0", "gpu-1", "gpu-2", "gpu-3"};
@@ -178,12 +169,14 @@ class Registered {
 
   // Waits (bounded) until the kubelet has recorded `n` Register requests.
   std::vector<v1beta1::RegisterRequest> WaitForRequests(size_t n) {
-    auto end = std::chrono::steady_clock::now() + kBound;
-    std::vector<v1beta1::RegisterRequest> r = kubelet_.Requests();
-    while (r.size() < n && std::chrono::steady_clock::now() < end) {
-      std::this_thread::sleep_for(5ms);  // polls a recorder with no notification
-      r = kubelet_.Requests();
-    }
+    std::vector<v1beta1::RegisterRequest> r;
+    // Polls a recorder with no notification.
+    WaitUntil(
+        [&] {
+          r = kubelet_.Requests();
+          return r.size() >= n;
+        },
+        kBound);
     return r;
   }
 
@@ -407,7 +400,8 @@ TEST(FaultyPluginTest, RegressionSocketDeletedBetweenBindAndStatIsServedAgain) {
   ASSERT_EQ(p->SocketPath(), socket);
   // The hook may run after the first socket file appeared: wait for the
   // second bind, not only for a file.
-  ASSERT_TRUE(WaitFor([&] { return binds->load() >= 2 && std::filesystem::exists(socket); }))
+  ASSERT_TRUE(
+      WaitUntil([&] { return binds->load() >= 2 && std::filesystem::exists(socket); }, kBound))
       << "binds: " << binds->load();
   auto stub = Dial(socket);
   grpc::ClientContext ctx;
@@ -431,7 +425,7 @@ TEST(FaultyPluginTest, LwNoSnapshotSendsNothingUntilTheClientGivesUp) {
   EXPECT_FALSE(stream->Read(&msg));
   EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   // The server lets go of the stream once the client gave up, not only on Stop.
-  EXPECT_TRUE(WaitFor([&] { return s.plugin().HeldCalls() == 0; }));
+  EXPECT_TRUE(WaitUntil([&] { return s.plugin().HeldCalls() == 0; }, kBound));
 }
 
 TEST(FaultyPluginTest, StopDuringBlockedLwNoSnapshotReturnsWithinBound) {
@@ -446,7 +440,7 @@ TEST(FaultyPluginTest, StopDuringBlockedLwNoSnapshotReturnsWithinBound) {
     stream->Finish();
     return got;
   });
-  ASSERT_TRUE(WaitFor([&] { return s.plugin().HeldCalls() == 1; })) << "stream not held";
+  ASSERT_TRUE(WaitUntil([&] { return s.plugin().HeldCalls() == 1; }, kBound)) << "stream not held";
   auto stop = std::async(std::launch::async, [&] { s.plugin().Stop(); });
   ASSERT_EQ(stop.wait_for(kBound), std::future_status::ready) << "Stop hangs";
   ASSERT_EQ(reader.wait_for(kBound), std::future_status::ready) << "stream not ended";
@@ -726,7 +720,7 @@ TEST(FaultyPluginTest, PrefSlowHoldsOnlyTheLargestRequestsUntilTheClientGivesUp)
   grpc::Status held = s.Preferred(kAllIds, {}, 3, &resp, 300ms);
   EXPECT_EQ(held.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << held.error_message();
   // The server lets go of the call once the client gave up, not only on Stop.
-  EXPECT_TRUE(WaitFor([&] { return s.plugin().HeldCalls() == 0; }));
+  EXPECT_TRUE(WaitUntil([&] { return s.plugin().HeldCalls() == 0; }, kBound));
   v1beta1::PreferredAllocationResponse small;
   ASSERT_TRUE(s.Preferred(kAllIds, {}, 2, &small).ok());
   ASSERT_EQ(small.container_responses_size(), 1);
@@ -740,7 +734,7 @@ TEST(FaultyPluginTest, StopDuringBlockedPrefSlowReturnsWithinBound) {
     v1beta1::PreferredAllocationResponse resp;
     return s.Preferred(kAllIds, {}, 4, &resp, 60s);
   });
-  ASSERT_TRUE(WaitFor([&] { return s.plugin().HeldCalls() == 1; })) << "call not held";
+  ASSERT_TRUE(WaitUntil([&] { return s.plugin().HeldCalls() == 1; }, kBound)) << "call not held";
   auto stop = std::async(std::launch::async, [&] { s.plugin().Stop(); });
   ASSERT_EQ(stop.wait_for(kBound), std::future_status::ready) << "Stop hangs";
   ASSERT_EQ(call.wait_for(kBound), std::future_status::ready) << "call not ended";

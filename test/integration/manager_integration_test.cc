@@ -37,6 +37,7 @@
 #include "kdm/pluginapi/grpc_status.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
 #include "kdm/test/devicemanager/test_pods.h"
+#include "kdm/test/wait_until.h"
 
 namespace kdm::devicemanager {
 namespace {
@@ -48,20 +49,8 @@ using ::testing::UnorderedElementsAre;
 constexpr char kGpu[] = "vendor.com/gpu";
 constexpr char kNic[] = "vendor.com/nic";
 
-// Waits, bounded (`bound`), for an effect of another thread to become visible.
-template <typename Pred>
-bool WaitUntil(std::chrono::milliseconds bound, Pred pred) {
-  for (int64_t i = 0; i < bound.count(); ++i) {
-    if (pred()) return true;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return pred();
-}
-// The same with a bound of 10 s.
-template <typename Pred>
-bool WaitUntil(Pred pred) {
-  return WaitUntil(std::chrono::milliseconds(10'000), std::move(pred));
-}
+// Effects of other threads are waited for with the default bound (10 s).
+using kdm::test::WaitUntil;
 
 int CountThreads() {
   int n = 0;
@@ -514,7 +503,7 @@ TEST_F(ManagerIntegrationTest, DuplicateRegistrationOnOneSocketLeaksNoThreadOrCo
   // made late in the rounds outlived the wait (seen once in ~700 runs with
   // two CPU hogs: before=16 after=19). A leak (a thread per round) still
   // fails.
-  EXPECT_TRUE(WaitUntil(std::chrono::seconds(30), [&] { return CountThreads() <= before + 2; }))
+  EXPECT_TRUE(WaitUntil([&] { return CountThreads() <= before + 2; }, std::chrono::seconds(30)))
       << "threads before=" << before << " after=" << CountThreads() << " after " << kRounds
       << " re-registrations\nbefore: " << names_before << "\nafter:  " << ThreadNames();
   EXPECT_EQ(Cap(kGpu), (CapacityReport::Amounts{2, 2}));

@@ -18,11 +18,13 @@
 #include <thread>
 
 #include "kdm/test/pluginapi/fake_registration_server.h"
+#include "kdm/test/wait_until.h"
 
 namespace kdm::plugin {
 namespace {
 
 using ::google::protobuf::util::MessageDifferencer;
+using kdm::test::WaitUntil;
 using kdm::testing::FakeRegistrationServer;
 using kdm::testing::TempSocketDir;
 using namespace std::chrono_literals;
@@ -112,8 +114,7 @@ TEST_F(PluginServerTest, RefusalSurfacesKubeletErrorThenRetries) {
   auto server = MustCreate(BaseOptions(dir_.path()));
   ASSERT_TRUE(server->Start().ok());
   // Wait for at least two refused attempts (back-off retries).
-  for (int i = 0; i < 500 && kubelet_->Requests().size() < 2; ++i)
-    std::this_thread::sleep_for(10ms);
+  WaitUntil([&] { return kubelet_->Requests().size() >= 2; }, 5s);
   ASSERT_GE(kubelet_->Requests().size(), 2u);
   Status err = server->LastRegistrationError();
   EXPECT_EQ(err.code(), StatusCode::kInvalidArgument);
@@ -399,13 +400,9 @@ TEST_F(PluginServerTest, RegressionSocketDeletedBetweenBindAndStatIsServedAgain)
   auto server = MustCreate(std::move(o));
   ASSERT_EQ(server->SocketPath(), socket);
   ASSERT_TRUE(server->Start().ok());
-  auto end = std::chrono::steady_clock::now() + 10s;
   // The hook may run after the first socket file appeared (slow machines,
   // TSAN): wait for the second bind, not only for a file.
-  auto served_again = [&] { return deleted->load() >= 2 && std::filesystem::exists(socket); };
-  while (!served_again() && std::chrono::steady_clock::now() < end) {
-    std::this_thread::sleep_for(10ms);
-  }
+  WaitUntil([&] { return deleted->load() >= 2 && std::filesystem::exists(socket); }, 10s);
   ASSERT_GE(deleted->load(), 2) << "never bound a second time";
   ASSERT_TRUE(std::filesystem::exists(socket)) << "the plugin never served again";
   auto stub = Dial(socket);
@@ -420,7 +417,7 @@ TEST_F(PluginServerTest, StopEndsStreamsRemovesSocketAndIsIdempotent) {
   auto server = MustCreate(BaseOptions(dir_.path()));
   ASSERT_TRUE(server->Start().ok());
   ASSERT_GE(kubelet_->WaitForSnapshots(1).size(), 1u);
-  for (int i = 0; i < 500 && server->OpenStreams() != 1; ++i) std::this_thread::sleep_for(10ms);
+  WaitUntil([&] { return server->OpenStreams() == 1; }, 5s);
   EXPECT_EQ(server->OpenStreams(), 1);
   std::string socket = server->SocketPath();
   server->Stop();
