@@ -422,6 +422,9 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
         deferred.to_cancel.push_back(state.grace_timer);
         state.grace_timer = 0;
       }
+      // Counted before the devices become visible, under the same lock: a
+      // caller who sees the capacity also sees the registration counted.
+      UpdateStats([](ManagerStats& st) { st.registrations_accepted++; });
       ApplySnapshotLocked(resource, state);
       // The stream may have ended before the endpoint was installed, when its
       // own callback found nothing to act on.
@@ -432,7 +435,6 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
   RunDeferred(std::move(deferred));
   if (taken_by) return socket_taken(*taken_by);
   if (refused_for_stop) return refuse(UnavailableError("device manager is stopping"));
-  UpdateStats([](ManagerStats& st) { st.registrations_accepted++; });
   if (options_.metrics) options_.metrics->ObserveRegistration(resource);
   spdlog::info("event=plugin_registered resource={} socket={} pre_start_required={} "
                "get_preferred_allocation_available={}",
