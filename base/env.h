@@ -80,14 +80,14 @@ struct FileInfo {
 class DirectoryWatcher {
  public:
   enum class EventKind {
-    kCreated,         // a new entry (file, socket, directory)
-    kWritten,         // a file opened for writing was closed
-    kChanged,         // content or attributes changed (not closed yet)
-    kRemoved,         // deleted
-    kMovedIn,         // renamed into the directory (or within it, new name)
-    kMovedOut,        // renamed away (or within it, old name)
-    kOverflow,        // events were lost: rescan the directory (name empty)
-    kDirectoryGone,   // the watched directory was removed or moved (name empty)
+    kCreated,        // a new entry (file, socket, directory)
+    kWritten,        // a file opened for writing was closed
+    kChanged,        // content or attributes changed (not closed yet)
+    kRemoved,        // deleted
+    kMovedIn,        // renamed into the directory (or within it, new name)
+    kMovedOut,       // renamed away (or within it, old name)
+    kOverflow,       // events were lost: rescan the directory (name empty)
+    kDirectoryGone,  // the watched directory was removed or moved (name empty)
   };
   struct Event {
     EventKind kind;

@@ -22,9 +22,9 @@
 namespace kdm {
 namespace {
 
+using env_internal::BaseName;
 using env_internal::CheckPath;
 using env_internal::DirName;
-using env_internal::BaseName;
 
 Status Errno(int err, const std::string& what) { return ErrnoToStatus(err, what); }
 

@@ -53,8 +53,7 @@ class [[nodiscard]] Status {
   // OK.
   Status() = default;
   // REQUIRES: code != kOk, or message is empty.
-  Status(StatusCode code, std::string message)
-      : code_(code), message_(std::move(message)) {}
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
@@ -76,17 +75,31 @@ class [[nodiscard]] Status {
 };
 
 inline Status OkStatus() { return Status(); }
-inline Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgumentError(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-inline Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
-inline Status FailedPreconditionError(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
-inline Status ResourceExhaustedError(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status AlreadyExistsError(std::string m) {
+  return {StatusCode::kAlreadyExists, std::move(m)};
+}
+inline Status FailedPreconditionError(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
+inline Status ResourceExhaustedError(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
 inline Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
-inline Status DeadlineExceededError(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+inline Status DeadlineExceededError(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
-inline Status UnimplementedError(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
+inline Status UnimplementedError(std::string m) {
+  return {StatusCode::kUnimplemented, std::move(m)};
+}
 inline Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
-inline Status PermissionDeniedError(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+inline Status PermissionDeniedError(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
 inline Status OutOfRangeError(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 inline Status AbortedError(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
@@ -109,9 +122,18 @@ class [[nodiscard]] StatusOr {
   const Status& status() const { return status_; }
 
   // REQUIRES: ok().
-  const T& value() const& { assert(ok()); return *value_; }
-  T& value() & { assert(ok()); return *value_; }
-  T&& value() && { assert(ok()); return std::move(*value_); }
+  const T& value() const& {
+    assert(ok());
+    return *value_;
+  }
+  T& value() & {
+    assert(ok());
+    return *value_;
+  }
+  T&& value() && {
+    assert(ok());
+    return std::move(*value_);
+  }
   const T& operator*() const& { return value(); }
   T& operator*() & { return value(); }
   T&& operator*() && { return std::move(*this).value(); }
@@ -137,10 +159,10 @@ class [[nodiscard]] StatusOr {
 
 // `KDM_ASSIGN_OR_RETURN(auto x, MakeX());` declares x from a StatusOr, or
 // returns its status from the enclosing function.
-#define KDM_ASSIGN_OR_RETURN(lhs, expr)                                 \
-  auto KDM_STATUS_CONCAT_(kdm_statusor_, __LINE__) = (expr);            \
-  if (!KDM_STATUS_CONCAT_(kdm_statusor_, __LINE__).ok())                \
-    return KDM_STATUS_CONCAT_(kdm_statusor_, __LINE__).status();        \
+#define KDM_ASSIGN_OR_RETURN(lhs, expr)                          \
+  auto KDM_STATUS_CONCAT_(kdm_statusor_, __LINE__) = (expr);     \
+  if (!KDM_STATUS_CONCAT_(kdm_statusor_, __LINE__).ok())         \
+    return KDM_STATUS_CONCAT_(kdm_statusor_, __LINE__).status(); \
   lhs = std::move(KDM_STATUS_CONCAT_(kdm_statusor_, __LINE__)).value()
 
 #endif  // KDM_BASE_STATUS_H_

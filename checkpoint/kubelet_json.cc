@@ -48,8 +48,7 @@ std::pair<int32_t, size_t> DecodeRune(std::string_view s, size_t i) {
     if ((d & 0xC0) != 0x80) return {-1, 1};
     cp = (cp << 6) | (d & 0x3F);
   }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-    return {-1, 1};
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {-1, 1};
   return {cp, n};
 }
 
@@ -124,10 +123,8 @@ const Json* FindField(const Json& object, std::string_view name) {
   return nullptr;
 }
 
-Status WrongType(const std::string& field, std::string_view want,
-                 const Json& got) {
-  return InvalidArgumentError(field + ": expected " + std::string(want) +
-                              ", got " +
+Status WrongType(const std::string& field, std::string_view want, const Json& got) {
+  return InvalidArgumentError(field + ": expected " + std::string(want) + ", got " +
                               (got.is_number() ? "number" : got.type_name()));
 }
 
@@ -139,34 +136,28 @@ StatusOr<std::string> ReadString(const Json* j, const std::string& field) {
 }
 
 // A Go []string: nullopt for null.
-StatusOr<std::optional<std::vector<std::string>>> ReadStringList(
-    const Json* j, const std::string& field) {
-  if (j == nullptr || j->is_null())
-    return std::optional<std::vector<std::string>>();
+StatusOr<std::optional<std::vector<std::string>>> ReadStringList(const Json* j,
+                                                                 const std::string& field) {
+  if (j == nullptr || j->is_null()) return std::optional<std::vector<std::string>>();
   if (!j->is_array()) return WrongType(field, "a list of strings", *j);
   std::vector<std::string> out;
   out.reserve(j->size());
   for (size_t i = 0; i < j->size(); ++i) {
-    KDM_ASSIGN_OR_RETURN(
-        std::string s,
-        ReadString(&(*j)[i], field + "[" + std::to_string(i) + "]"));
+    KDM_ASSIGN_OR_RETURN(std::string s,
+                         ReadString(&(*j)[i], field + "[" + std::to_string(i) + "]"));
     out.push_back(std::move(s));
   }
   return std::optional<std::vector<std::string>>(std::move(out));
 }
 
-StatusOr<int64_t> ParseNumaKey(const std::string& key,
-                               const std::string& field) {
+StatusOr<int64_t> ParseNumaKey(const std::string& key, const std::string& field) {
   std::string_view digits = key;
   if (!digits.empty() && digits[0] == '+') digits.remove_prefix(1);
   int64_t value = 0;
-  auto [end, ec] =
-      std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  if (digits.empty() || ec != std::errc() ||
-      end != digits.data() + digits.size() ||
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() ||
       (key[0] == '+' && digits[0] == '-')) {
-    return InvalidArgumentError(field + ": key \"" + key +
-                                "\" is not a NUMA node number");
+    return InvalidArgumentError(field + ": key \"" + key + "\" is not a NUMA node number");
   }
   return value;
 }
@@ -175,13 +166,11 @@ StatusOr<KubeletEntry> ReadEntry(const Json& j, const std::string& field) {
   KubeletEntry e;
   if (j.is_null()) return e;
   if (!j.is_object()) return WrongType(field, "an object", j);
-  KDM_ASSIGN_OR_RETURN(e.pod_uid,
-                       ReadString(FindField(j, "PodUID"), field + ".PodUID"));
-  KDM_ASSIGN_OR_RETURN(
-      e.container_name,
-      ReadString(FindField(j, "ContainerName"), field + ".ContainerName"));
-  KDM_ASSIGN_OR_RETURN(e.resource_name, ReadString(FindField(j, "ResourceName"),
-                                                   field + ".ResourceName"));
+  KDM_ASSIGN_OR_RETURN(e.pod_uid, ReadString(FindField(j, "PodUID"), field + ".PodUID"));
+  KDM_ASSIGN_OR_RETURN(e.container_name,
+                       ReadString(FindField(j, "ContainerName"), field + ".ContainerName"));
+  KDM_ASSIGN_OR_RETURN(e.resource_name,
+                       ReadString(FindField(j, "ResourceName"), field + ".ResourceName"));
   const Json* ids = FindField(j, "DeviceIDs");
   if (ids != nullptr && !ids->is_null()) {
     std::string ids_field = field + ".DeviceIDs";
@@ -190,26 +179,22 @@ StatusOr<KubeletEntry> ReadEntry(const Json& j, const std::string& field) {
     e.device_ids.emplace();
     for (auto it = ids->begin(); it != ids->end(); ++it) {
       KDM_ASSIGN_OR_RETURN(int64_t numa, ParseNumaKey(it.key(), ids_field));
-      KDM_ASSIGN_OR_RETURN(
-          (*e.device_ids)[numa],
-          ReadStringList(&it.value(), ids_field + "[\"" + it.key() + "\"]"));
+      KDM_ASSIGN_OR_RETURN((*e.device_ids)[numa],
+                           ReadStringList(&it.value(), ids_field + "[\"" + it.key() + "\"]"));
     }
   }
   const Json* resp = FindField(j, "AllocResp");
   if (resp != nullptr && !resp->is_null()) {
     std::string resp_field = field + ".AllocResp";
-    if (!resp->is_string())
-      return WrongType(resp_field, "a base64 string", *resp);
-    StatusOr<std::string> bytes =
-        Base64Decode(resp->get_ref<const std::string&>());
+    if (!resp->is_string()) return WrongType(resp_field, "a base64 string", *resp);
+    StatusOr<std::string> bytes = Base64Decode(resp->get_ref<const std::string&>());
     if (!bytes.ok()) return bytes.status().WithPrefix(resp_field);
     e.alloc_response = std::move(*bytes);
   }
   return e;
 }
 
-void RenderStringList(std::string& out,
-                      const std::optional<std::vector<std::string>>& ids) {
+void RenderStringList(std::string& out, const std::optional<std::vector<std::string>>& ids) {
   if (!ids) {
     out += "<nil>";
     return;
@@ -258,8 +243,7 @@ void RenderEntry(std::string& out, const KubeletEntry& e) {
   out += '}';
 }
 
-void EncodeStringList(std::string& out,
-                      const std::optional<std::vector<std::string>>& ids) {
+void EncodeStringList(std::string& out, const std::optional<std::vector<std::string>>& ids) {
   if (!ids) {
     out += "null";
     return;
@@ -285,11 +269,8 @@ void EncodeEntry(std::string& out, const KubeletEntry& e) {
   } else {
     // Go's encoder sorts map keys by their string form ("-1" < "0" < "10" <
     // "2").
-    std::vector<
-        std::pair<std::string, const std::optional<std::vector<std::string>>*>>
-        keyed;
-    for (const auto& [numa, ids] : *e.device_ids)
-      keyed.emplace_back(std::to_string(numa), &ids);
+    std::vector<std::pair<std::string, const std::optional<std::vector<std::string>>*>> keyed;
+    for (const auto& [numa, ids] : *e.device_ids) keyed.emplace_back(std::to_string(numa), &ids);
     std::sort(keyed.begin(), keyed.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
     out += '{';
@@ -346,9 +327,7 @@ std::string Base64Encode(std::string_view bytes) {
   std::string out;
   out.reserve((bytes.size() + 2) / 3 * 4);
   size_t i = 0;
-  auto at = [&](size_t k) {
-    return static_cast<uint32_t>(static_cast<unsigned char>(bytes[k]));
-  };
+  auto at = [&](size_t k) { return static_cast<uint32_t>(static_cast<unsigned char>(bytes[k])); };
   for (; i + 3 <= bytes.size(); i += 3) {
     uint32_t v = (at(i) << 16) | (at(i + 1) << 8) | at(i + 2);
     out += kBase64Alphabet[(v >> 18) & 63];
@@ -383,9 +362,8 @@ StatusOr<std::string> Base64Decode(std::string_view text) {
   out.reserve(chars.size() / 4 * 3);
   for (size_t q = 0; q < chars.size(); q += 4) {
     if (q + 4 > chars.size()) {
-      return InvalidArgumentError(
-          "invalid base64 at byte " + std::to_string(text.size()) +
-          ": input ends inside a 4-character group (missing padding?)");
+      return InvalidArgumentError("invalid base64 at byte " + std::to_string(text.size()) +
+                                  ": input ends inside a 4-character group (missing padding?)");
     }
     uint32_t v = 0;
     int pad = 0;
@@ -394,10 +372,8 @@ StatusOr<std::string> Base64Decode(std::string_view text) {
       if (c == '=') {
         // Padding: only in the last two places of the last group, and "=x"
         // is never valid.
-        if (k < 2 || q + 4 != chars.size() ||
-            (k == 2 && chars[q + 3].first != '=')) {
-          return InvalidArgumentError("invalid base64 at byte " +
-                                      std::to_string(offset) +
+        if (k < 2 || q + 4 != chars.size() || (k == 2 && chars[q + 3].first != '=')) {
+          return InvalidArgumentError("invalid base64 at byte " + std::to_string(offset) +
                                       ": unexpected '='");
         }
         ++pad;
@@ -406,13 +382,11 @@ StatusOr<std::string> Base64Decode(std::string_view text) {
       }
       int8_t d = kBase64Table[static_cast<unsigned char>(c)];
       if (d < 0) {
-        std::string shown =
-            (c >= 0x20 && c < 0x7f)
-                ? std::string("'") + c + "'"
-                : "byte " + std::to_string(static_cast<unsigned char>(c));
-        return InvalidArgumentError("invalid base64 at byte " +
-                                    std::to_string(offset) + ": " + shown +
-                                    " is not in the base64 alphabet");
+        std::string shown = (c >= 0x20 && c < 0x7f)
+                                ? std::string("'") + c + "'"
+                                : "byte " + std::to_string(static_cast<unsigned char>(c));
+        return InvalidArgumentError("invalid base64 at byte " + std::to_string(offset) + ": " +
+                                    shown + " is not in the base64 alphabet");
       }
       v = (v << 6) | static_cast<uint32_t>(d);
     }
@@ -465,9 +439,7 @@ std::string RenderKubeletData(const KubeletData& data) {
   return out;
 }
 
-uint32_t KubeletChecksum(const KubeletData& data) {
-  return Fnv32a(RenderKubeletData(data));
-}
+uint32_t KubeletChecksum(const KubeletData& data) { return Fnv32a(RenderKubeletData(data)); }
 
 StatusOr<KubeletFile> ParseKubeletCheckpoint(std::string_view json) {
   // nlohmann's parser takes a NUL byte for the end of the input; Go's
@@ -484,42 +456,35 @@ StatusOr<KubeletFile> ParseKubeletCheckpoint(std::string_view json) {
   KubeletFile file;
   if (root.is_null()) return file;
   if (!root.is_object()) return WrongType("top level", "an object", root);
-  if (const Json* data = FindField(root, "Data");
-      data != nullptr && !data->is_null()) {
+  if (const Json* data = FindField(root, "Data"); data != nullptr && !data->is_null()) {
     if (!data->is_object()) return WrongType("Data", "an object", *data);
     const Json* entries = FindField(*data, "PodDeviceEntries");
     if (entries != nullptr && !entries->is_null()) {
-      if (!entries->is_array())
-        return WrongType("Data.PodDeviceEntries", "a list", *entries);
+      if (!entries->is_array()) return WrongType("Data.PodDeviceEntries", "a list", *entries);
       file.data.entries.emplace();
       file.data.entries->reserve(entries->size());
       for (size_t i = 0; i < entries->size(); ++i) {
-        KDM_ASSIGN_OR_RETURN(
-            KubeletEntry e,
-            ReadEntry((*entries)[i],
-                      "Data.PodDeviceEntries[" + std::to_string(i) + "]"));
+        KDM_ASSIGN_OR_RETURN(KubeletEntry e, ReadEntry((*entries)[i], "Data.PodDeviceEntries[" +
+                                                                          std::to_string(i) + "]"));
         file.data.entries->push_back(std::move(e));
       }
     }
     const Json* registered = FindField(*data, "RegisteredDevices");
     if (registered != nullptr && !registered->is_null()) {
       if (!registered->is_object()) {
-        return WrongType("Data.RegisteredDevices",
-                         "an object of resource to device ids", *registered);
+        return WrongType("Data.RegisteredDevices", "an object of resource to device ids",
+                         *registered);
       }
       file.data.registered_devices.emplace();
       for (auto it = registered->begin(); it != registered->end(); ++it) {
         KDM_ASSIGN_OR_RETURN(
             (*file.data.registered_devices)[it.key()],
-            ReadStringList(&it.value(),
-                           "Data.RegisteredDevices[\"" + it.key() + "\"]"));
+            ReadStringList(&it.value(), "Data.RegisteredDevices[\"" + it.key() + "\"]"));
       }
     }
   }
-  if (const Json* sum = FindField(root, "Checksum");
-      sum != nullptr && !sum->is_null()) {
-    if (!sum->is_number_unsigned())
-      return WrongType("Checksum", "an unsigned integer", *sum);
+  if (const Json* sum = FindField(root, "Checksum"); sum != nullptr && !sum->is_null()) {
+    if (!sum->is_number_unsigned()) return WrongType("Checksum", "an unsigned integer", *sum);
     file.checksum = sum->get<uint64_t>();
   }
   return file;
@@ -566,21 +531,18 @@ CheckpointData FromKubeletData(const KubeletData& data) {
   }
   if (data.registered_devices) {
     for (const auto& [resource, ids] : *data.registered_devices) {
-      out.registered_devices[resource] =
-          ids.value_or(std::vector<std::string>{});
+      out.registered_devices[resource] = ids.value_or(std::vector<std::string>{});
     }
   }
   return out;
 }
 
-StatusOr<CheckpointData> DecodeKubeletCheckpoint(std::string_view json,
-                                                 bool verify_checksum) {
+StatusOr<CheckpointData> DecodeKubeletCheckpoint(std::string_view json, bool verify_checksum) {
   KDM_ASSIGN_OR_RETURN(KubeletFile file, ParseKubeletCheckpoint(json));
   if (verify_checksum) {
     uint32_t computed = KubeletChecksum(file.data);
     if (computed != file.checksum) {
-      return DataLossError("checksum mismatch: the file says " +
-                           std::to_string(file.checksum) +
+      return DataLossError("checksum mismatch: the file says " + std::to_string(file.checksum) +
                            ", its data hashes to " + std::to_string(computed));
     }
   }

@@ -42,8 +42,7 @@ struct KubeletEntry {
   std::string pod_uid;
   std::string container_name;
   std::string resource_name;
-  std::optional<std::map<int64_t, std::optional<std::vector<std::string>>>>
-      device_ids;
+  std::optional<std::map<int64_t, std::optional<std::vector<std::string>>>> device_ids;
   std::optional<std::string> alloc_response;  // decoded bytes
 
   friend bool operator==(const KubeletEntry&, const KubeletEntry&) = default;
@@ -52,8 +51,7 @@ struct KubeletEntry {
 // The Data value of the file, nulls kept, entries in file order.
 struct KubeletData {
   std::optional<std::vector<KubeletEntry>> entries;
-  std::optional<std::map<std::string, std::optional<std::vector<std::string>>>>
-      registered_devices;
+  std::optional<std::map<std::string, std::optional<std::vector<std::string>>>> registered_devices;
 
   friend bool operator==(const KubeletData&, const KubeletData&) = default;
 };

@@ -16,8 +16,7 @@ constexpr size_t kMaxBootIdSize = 256;
 constexpr uint64_t kMaxBootIdFileBytes = 1 << 20;
 // Private to the node agent's user (0600); the temporary file is named after
 // the writer's pid, so that opening the store can remove a dead writer's.
-constexpr AtomicWriteOptions kCheckpointWrite{.mode = 0600,
-                                              .naming = TempFileNaming::kWriterPid};
+constexpr AtomicWriteOptions kCheckpointWrite{.mode = 0600, .naming = TempFileNaming::kWriterPid};
 
 class KubeletJsonStore final : public Store {
  public:
@@ -40,8 +39,7 @@ class KubeletJsonStore final : public Store {
     CheckpointData next = data;
     internal::NormalizeEntries(next);
     KDM_RETURN_IF_ERROR(Write(next));
-    if (next.boot_id != data_.boot_id)
-      KDM_RETURN_IF_ERROR(WriteBootId(next.boot_id));
+    if (next.boot_id != data_.boot_id) KDM_RETURN_IF_ERROR(WriteBootId(next.boot_id));
     data_ = std::move(next);
     return OkStatus();
   }
@@ -79,16 +77,14 @@ StatusOr<std::string> ReadBootId(const std::string& path) {
     if (text.status().code() == StatusCode::kNotFound) return std::string();
     // Too big to be a boot id: corrupt, like any other non-boot-id content.
     if (text.status().code() == StatusCode::kOutOfRange) {
-      return DataLossError("boot id file " + text.status().message() +
-                           ", more than a boot id");
+      return DataLossError("boot id file " + text.status().message() + ", more than a boot id");
     }
     return text.status();
   }
   std::string id = std::move(*text);
   while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
   if (id.size() > kMaxBootIdSize) {
-    return DataLossError("boot id file " + path + " holds " +
-                         std::to_string(id.size()) +
+    return DataLossError("boot id file " + path + " holds " + std::to_string(id.size()) +
                          " bytes, more than a boot id");
   }
   for (char c : id) {
@@ -100,14 +96,12 @@ StatusOr<std::string> ReadBootId(const std::string& path) {
 
 // Reads and decodes the file: DATA_LOSS-worthy content errors are returned
 // with `*content_error` set.
-StatusOr<CheckpointData> ReadCheckpoint(const KubeletJsonOptions& options,
-                                        bool* content_error) {
+StatusOr<CheckpointData> ReadCheckpoint(const KubeletJsonOptions& options, bool* content_error) {
   *content_error = false;
-  StatusOr<std::string> text = Env::Default()->ReadFile(
-      options.path, internal::kMaxCheckpointFileBytes);
+  StatusOr<std::string> text =
+      Env::Default()->ReadFile(options.path, internal::kMaxCheckpointFileBytes);
   if (!text.ok()) {
-    if (text.status().code() == StatusCode::kNotFound &&
-        options.create_if_missing) {
+    if (text.status().code() == StatusCode::kNotFound && options.create_if_missing) {
       return CheckpointData{};
     }
     if (text.status().code() == StatusCode::kNotFound) {
@@ -127,11 +121,9 @@ StatusOr<CheckpointData> ReadCheckpoint(const KubeletJsonOptions& options,
 }  // namespace
 
 StatusOr<OpenResult> OpenKubeletJsonStore(const KubeletJsonOptions& options) {
-  if (options.path.empty())
-    return InvalidArgumentError("empty kubelet checkpoint path");
+  if (options.path.empty()) return InvalidArgumentError("empty kubelet checkpoint path");
   if (internal::IsDirectory(*Env::Default(), options.path)) {
-    return FailedPreconditionError("kubelet checkpoint " + options.path +
-                                   " is a directory");
+    return FailedPreconditionError("kubelet checkpoint " + options.path + " is a directory");
   }
   OpenResult result;
   // A kill -9 during Apply() or SetBootId() leaves "<file>.tmp-<pid>".
@@ -139,8 +131,8 @@ StatusOr<OpenResult> OpenKubeletJsonStore(const KubeletJsonOptions& options) {
     StatusOr<std::vector<std::string>> removed =
         Env::Default()->RemoveStaleTempFiles(written, TempFileNaming::kWriterPid);
     if (!removed.ok()) continue;  // the read below reports an unusable directory
-    result.removed_temp_files.insert(result.removed_temp_files.end(),
-                                     removed->begin(), removed->end());
+    result.removed_temp_files.insert(result.removed_temp_files.end(), removed->begin(),
+                                     removed->end());
   }
   bool content_error = false;
   StatusOr<CheckpointData> data = ReadCheckpoint(options, &content_error);
@@ -148,30 +140,27 @@ StatusOr<OpenResult> OpenKubeletJsonStore(const KubeletJsonOptions& options) {
     if (!content_error || !options.quarantine_corrupt) return data.status();
     KDM_ASSIGN_OR_RETURN(result.quarantined_path,
                          internal::QuarantineFile(*Env::Default(), options.path, {}));
-    result.recovered = DataLossError(
-        data.status().message() + "; moved aside to " +
-        result.quarantined_path + ", starting with an empty checkpoint");
+    result.recovered =
+        DataLossError(data.status().message() + "; moved aside to " + result.quarantined_path +
+                      ", starting with an empty checkpoint");
     data = CheckpointData{};
   }
   const std::string boot_path = options.path + kBootIdSuffix;
   StatusOr<std::string> boot_id = ReadBootId(boot_path);
   if (!boot_id.ok()) {
-    if (boot_id.status().code() != StatusCode::kDataLoss ||
-        !options.quarantine_corrupt) {
+    if (boot_id.status().code() != StatusCode::kDataLoss || !options.quarantine_corrupt) {
       return boot_id.status();
     }
     KDM_ASSIGN_OR_RETURN(std::string moved,
                          internal::QuarantineFile(*Env::Default(), boot_path, {}));
     std::string note = boot_id.status().message() + "; moved aside to " + moved;
-    result.recovered =
-        result.recovered.ok()
-            ? DataLossError(note)
-            : DataLossError(result.recovered.message() + "; " + note);
+    result.recovered = result.recovered.ok()
+                           ? DataLossError(note)
+                           : DataLossError(result.recovered.message() + "; " + note);
     boot_id = std::string();
   }
   data->boot_id = *boot_id;
-  result.store =
-      std::make_unique<KubeletJsonStore>(options.path, std::move(*data));
+  result.store = std::make_unique<KubeletJsonStore>(options.path, std::move(*data));
   return result;
 }
 
@@ -179,21 +168,16 @@ StatusOr<OpenResult> OpenKubeletJsonStore(const std::string& path) {
   return OpenKubeletJsonStore(KubeletJsonOptions{.path = path});
 }
 
-StatusOr<CheckpointData> ReadKubeletCheckpointFile(const std::string& path,
-                                                   bool verify_checksum) {
-  KDM_ASSIGN_OR_RETURN(
-      std::string text,
-      Env::Default()->ReadFile(path, internal::kMaxCheckpointFileBytes));
-  StatusOr<CheckpointData> data =
-      DecodeKubeletCheckpoint(text, verify_checksum);
+StatusOr<CheckpointData> ReadKubeletCheckpointFile(const std::string& path, bool verify_checksum) {
+  KDM_ASSIGN_OR_RETURN(std::string text,
+                       Env::Default()->ReadFile(path, internal::kMaxCheckpointFileBytes));
+  StatusOr<CheckpointData> data = DecodeKubeletCheckpoint(text, verify_checksum);
   if (!data.ok()) return data.status().WithPrefix(path);
   return data;
 }
 
-Status WriteKubeletCheckpointFile(const std::string& path,
-                                  const CheckpointData& data) {
-  return Env::Default()->WriteFileAtomically(path, EncodeKubeletCheckpoint(data),
-                                             kCheckpointWrite);
+Status WriteKubeletCheckpointFile(const std::string& path, const CheckpointData& data) {
+  return Env::Default()->WriteFileAtomically(path, EncodeKubeletCheckpoint(data), kCheckpointWrite);
 }
 
 }  // namespace kdm::checkpoint

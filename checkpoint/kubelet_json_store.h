@@ -60,8 +60,7 @@ StatusOr<CheckpointData> ReadKubeletCheckpointFile(const std::string& path,
 
 // Writes `data` as a kubelet checkpoint file atomically (temporary file,
 // fsync, rename, fsync of the directory). On error `path` is unchanged.
-Status WriteKubeletCheckpointFile(const std::string& path,
-                                  const CheckpointData& data);
+Status WriteKubeletCheckpointFile(const std::string& path, const CheckpointData& data);
 
 }  // namespace kdm::checkpoint
 

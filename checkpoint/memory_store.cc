@@ -38,8 +38,6 @@ class MemoryStore final : public Store {
 
 }  // namespace
 
-std::unique_ptr<Store> NewMemoryStore() {
-  return std::make_unique<MemoryStore>();
-}
+std::unique_ptr<Store> NewMemoryStore() { return std::make_unique<MemoryStore>(); }
 
 }  // namespace kdm::checkpoint

@@ -1,8 +1,8 @@
 #include "kdm/checkpoint/paths.h"
 
 #include "kdm/base/env.h"
-#include "kdm/checkpoint/quarantine.h"
 #include "kdm/checkpoint/kubelet_json_store.h"
+#include "kdm/checkpoint/quarantine.h"
 #include "kdm/checkpoint/sqlite_store.h"
 
 namespace kdm::checkpoint {
@@ -25,8 +25,7 @@ std::string StateDir(const std::string& root) {
 
 std::string CheckpointPath(const std::string& root, StoreKind kind) {
   return StateDir(root) + "/" +
-         (kind == StoreKind::kSqlite ? kSqliteFileName
-                                     : kKubeletCheckpointFileName);
+         (kind == StoreKind::kSqlite ? kSqliteFileName : kKubeletCheckpointFileName);
 }
 
 StatusOr<OpenResult> OpenStoreForRoot(const std::string& root, StoreKind kind,
@@ -36,8 +35,7 @@ StatusOr<OpenResult> OpenStoreForRoot(const std::string& root, StoreKind kind,
   if (options.create_if_missing) {
     KDM_RETURN_IF_ERROR(Env::Default()->CreateDirectories(StateDir(root), 0755));
   } else if (!internal::PathExists(*Env::Default(), path)) {
-    return NotFoundError("no " + std::string(StoreKindName(kind)) +
-                         " checkpoint at " + path);
+    return NotFoundError("no " + std::string(StoreKindName(kind)) + " checkpoint at " + path);
   }
   if (kind == StoreKind::kSqlite) {
     return OpenSqliteStore({.path = path,
@@ -45,10 +43,9 @@ StatusOr<OpenResult> OpenStoreForRoot(const std::string& root, StoreKind kind,
                             .create_if_missing = options.create_if_missing,
                             .quarantine_corrupt = options.quarantine_corrupt});
   }
-  return OpenKubeletJsonStore(
-      KubeletJsonOptions{.path = path,
-                         .create_if_missing = options.create_if_missing,
-                         .quarantine_corrupt = options.quarantine_corrupt});
+  return OpenKubeletJsonStore(KubeletJsonOptions{.path = path,
+                                                 .create_if_missing = options.create_if_missing,
+                                                 .quarantine_corrupt = options.quarantine_corrupt});
 }
 
 }  // namespace kdm::checkpoint

@@ -24,8 +24,7 @@ enum class StoreKind { kSqlite, kKubeletJson };
 
 inline constexpr char kStateDirName[] = "state";
 inline constexpr char kSqliteFileName[] = "checkpoint.db";
-inline constexpr char kKubeletCheckpointFileName[] =
-    "kubelet_internal_checkpoint";
+inline constexpr char kKubeletCheckpointFileName[] = "kubelet_internal_checkpoint";
 
 // "sqlite" or "kubelet-json"; INVALID_ARGUMENT naming the choices otherwise.
 StatusOr<StoreKind> ParseStoreKind(std::string_view name);

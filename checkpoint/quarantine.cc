@@ -42,13 +42,13 @@ StatusOr<std::string> QuarantineFile(Env& env, const std::string& path,
     return false;
   };
   for (int n = 1; taken(target); ++n) target = base + "." + std::to_string(n);
-  KDM_RETURN_IF_ERROR(env.RenameFile(path, target)
-                          .WithPrefix("move corrupt file aside to " + target));
+  KDM_RETURN_IF_ERROR(
+      env.RenameFile(path, target).WithPrefix("move corrupt file aside to " + target));
   for (const std::string& s : suffixes) {
     std::string from = path + s;
     if (!PathExists(env, from)) continue;
-    KDM_RETURN_IF_ERROR(env.RenameFile(from, target + s)
-                            .WithPrefix("move corrupt file aside to " + target + s));
+    KDM_RETURN_IF_ERROR(
+        env.RenameFile(from, target + s).WithPrefix("move corrupt file aside to " + target + s));
   }
   KDM_RETURN_IF_ERROR(env.SyncDirectory(DirName(path)));
   return target;

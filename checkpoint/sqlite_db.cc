@@ -35,8 +35,8 @@ Status SqliteError(sqlite3* db, int rc, std::string_view what) {
 }
 
 Status SqliteStatement::BindText(int index, std::string_view value) {
-  int rc = sqlite3_bind_text64(stmt_.get(), index, value.data(), value.size(),
-                               SQLITE_TRANSIENT, SQLITE_UTF8);
+  int rc = sqlite3_bind_text64(stmt_.get(), index, value.data(), value.size(), SQLITE_TRANSIENT,
+                               SQLITE_UTF8);
   if (rc != SQLITE_OK) return SqliteError(db_, rc, "bind");
   return OkStatus();
 }
@@ -46,8 +46,7 @@ Status SqliteStatement::BindBlob(int index, std::string_view value) {
   // pointer.
   static const char kEmpty = 0;
   const char* data = value.empty() ? &kEmpty : value.data();
-  int rc = sqlite3_bind_blob64(stmt_.get(), index, data, value.size(),
-                               SQLITE_TRANSIENT);
+  int rc = sqlite3_bind_blob64(stmt_.get(), index, data, value.size(), SQLITE_TRANSIENT);
   if (rc != SQLITE_OK) return SqliteError(db_, rc, "bind");
   return OkStatus();
 }
@@ -62,8 +61,7 @@ StatusOr<bool> SqliteStatement::Step() {
   int rc = sqlite3_step(stmt_.get());
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
-  Status s = SqliteError(
-      db_, rc, std::string("step \"") + sqlite3_sql(stmt_.get()) + "\"");
+  Status s = SqliteError(db_, rc, std::string("step \"") + sqlite3_sql(stmt_.get()) + "\"");
   sqlite3_reset(stmt_.get());
   return s;
 }
@@ -86,9 +84,7 @@ void SqliteStatement::Reset() {
   sqlite3_clear_bindings(stmt_.get());
 }
 
-int SqliteStatement::ColumnCount() const {
-  return sqlite3_column_count(stmt_.get());
-}
+int SqliteStatement::ColumnCount() const { return sqlite3_column_count(stmt_.get()); }
 
 bool SqliteStatement::ColumnIsNull(int index) const {
   return sqlite3_column_type(stmt_.get(), index) == SQLITE_NULL;
@@ -112,8 +108,7 @@ std::string SqliteStatement::ColumnBlob(int index) const {
   return std::string(static_cast<const char*>(p), static_cast<size_t>(n));
 }
 
-StatusOr<SqliteDb> SqliteDb::Open(const std::string& path, bool create,
-                                  bool read_only) {
+StatusOr<SqliteDb> SqliteDb::Open(const std::string& path, bool create, bool read_only) {
   sqlite3* raw = nullptr;
   int flags = SQLITE_OPEN_NOMUTEX;
   if (read_only) {
@@ -138,17 +133,15 @@ Status SqliteDb::Exec(std::string_view sql) {
     std::string detail = err != nullptr ? err : "";
     sqlite3_free(err);
     Status s = SqliteError(nullptr, rc, "\"" + owned + "\"");
-    return Status(s.code(),
-                  s.message() + (detail.empty() ? "" : " (" + detail + ")"));
+    return Status(s.code(), s.message() + (detail.empty() ? "" : " (" + detail + ")"));
   }
   return OkStatus();
 }
 
 StatusOr<SqliteStatement> SqliteDb::Prepare(std::string_view sql) {
   sqlite3_stmt* stmt = nullptr;
-  int rc =
-      sqlite3_prepare_v3(db_.get(), sql.data(), static_cast<int>(sql.size()),
-                         SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+  int rc = sqlite3_prepare_v3(db_.get(), sql.data(), static_cast<int>(sql.size()),
+                              SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
   if (rc != SQLITE_OK) {
     sqlite3_finalize(stmt);
     return SqliteError(db_.get(), rc, "prepare \"" + std::string(sql) + "\"");

@@ -68,8 +68,7 @@ class SqliteDb {
 
   // Opens (or, with `create`, creates) the database file at `path`;
   // `read_only` opens it for reading only (never with `create`).
-  static StatusOr<SqliteDb> Open(const std::string& path, bool create,
-                                 bool read_only = false);
+  static StatusOr<SqliteDb> Open(const std::string& path, bool create, bool read_only = false);
 
   // Runs one or more statements without results.
   Status Exec(std::string_view sql);

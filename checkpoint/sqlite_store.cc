@@ -59,13 +59,11 @@ std::string EncodeDevicesPerNuma(const DevicesPerNuma& devices) {
 }
 
 std::string EncodeIds(const std::vector<std::string>& ids) {
-  return nlohmann::json(ids).dump(-1, ' ', false,
-                                  nlohmann::json::error_handler_t::replace);
+  return nlohmann::json(ids).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 StatusOr<std::vector<std::string>> DecodeIds(const nlohmann::json& j) {
-  if (!j.is_array())
-    return DataLossError("expected a JSON array of device ids");
+  if (!j.is_array()) return DataLossError("expected a JSON array of device ids");
   std::vector<std::string> out;
   for (const auto& id : j) {
     if (!id.is_string()) return DataLossError("expected a device id string");
@@ -75,16 +73,14 @@ StatusOr<std::vector<std::string>> DecodeIds(const nlohmann::json& j) {
 }
 
 StatusOr<DevicesPerNuma> DecodeDevicesPerNuma(const std::string& text) {
-  nlohmann::json j =
-      nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return DataLossError("device_ids is not a JSON object");
   DevicesPerNuma out;
   for (const auto& [key, value] : j.items()) {
     int64_t numa = 0;
     auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), numa);
     if (ec != std::errc() || end != key.data() + key.size()) {
-      return DataLossError("device_ids key \"" + key +
-                           "\" is not a NUMA node number");
+      return DataLossError("device_ids key \"" + key + "\" is not a NUMA node number");
     }
     KDM_ASSIGN_OR_RETURN(out[numa], DecodeIds(value));
   }
@@ -126,15 +122,13 @@ Status CheckHeader(const std::string& path, bool* empty) {
                          " bytes, shorter than a SQLite header (truncated?)");
   }
   if (std::memcmp(header, kSqliteMagic, sizeof(kSqliteMagic)) != 0) {
-    return DataLossError(
-        path + " is not a database: it does not start with the SQLite header");
+    return DataLossError(path + " is not a database: it does not start with the SQLite header");
   }
   return OkStatus();
 }
 
 Status CheckIntegrity(SqliteDb& db, const std::string& path) {
-  KDM_ASSIGN_OR_RETURN(SqliteStatement check,
-                       db.Prepare("PRAGMA integrity_check(10)"));
+  KDM_ASSIGN_OR_RETURN(SqliteStatement check, db.Prepare("PRAGMA integrity_check(10)"));
   std::vector<std::string> problems;
   while (true) {
     KDM_ASSIGN_OR_RETURN(bool row, check.Step());
@@ -152,10 +146,9 @@ Status CheckIntegrity(SqliteDb& db, const std::string& path) {
 // The schema version of an open database: 0 for one without tables;
 // DATA_LOSS for a foreign database or a version this build cannot read.
 StatusOr<int64_t> ReadSchemaVersion(SqliteDb& db, const std::string& path) {
-  KDM_ASSIGN_OR_RETURN(
-      SqliteStatement tables,
-      db.Prepare("SELECT name FROM sqlite_schema WHERE type = 'table' "
-                 "ORDER BY name"));
+  KDM_ASSIGN_OR_RETURN(SqliteStatement tables,
+                       db.Prepare("SELECT name FROM sqlite_schema WHERE type = 'table' "
+                                  "ORDER BY name"));
   std::vector<std::string> names;
   while (true) {
     KDM_ASSIGN_OR_RETURN(bool row, tables.Step());
@@ -166,29 +159,25 @@ StatusOr<int64_t> ReadSchemaVersion(SqliteDb& db, const std::string& path) {
   if (std::find(names.begin(), names.end(), "schema_version") == names.end()) {
     std::string list;
     for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-    return DataLossError(
-        path +
-        " is not a kdm checkpoint database (no schema_version table; "
-        "tables: " +
-        list + ")");
+    return DataLossError(path +
+                         " is not a kdm checkpoint database (no schema_version table; "
+                         "tables: " +
+                         list + ")");
   }
-  KDM_ASSIGN_OR_RETURN(
-      SqliteStatement read,
-      db.Prepare("SELECT version FROM schema_version WHERE id = 1"));
+  KDM_ASSIGN_OR_RETURN(SqliteStatement read,
+                       db.Prepare("SELECT version FROM schema_version WHERE id = 1"));
   KDM_ASSIGN_OR_RETURN(bool row, read.Step());
   if (!row || read.ColumnIsNull(0)) {
     return DataLossError(path + " has an empty schema_version table");
   }
   int64_t version = read.ColumnInt64(0);
   if (version > kSqliteSchemaVersion) {
-    return DataLossError(path + " has schema version " +
-                         std::to_string(version) +
-                         ", newer than this kdm supports (" +
-                         std::to_string(kSqliteSchemaVersion) + ")");
+    return DataLossError(path + " has schema version " + std::to_string(version) +
+                         ", newer than this kdm supports (" + std::to_string(kSqliteSchemaVersion) +
+                         ")");
   }
   if (version < 1) {
-    return DataLossError(path + " has an invalid schema version " +
-                         std::to_string(version));
+    return DataLossError(path + " has an invalid schema version " + std::to_string(version));
   }
   return version;
 }
@@ -200,16 +189,14 @@ Status ValidateExisting(const std::string& path) {
   bool empty = true;
   KDM_RETURN_IF_ERROR(CheckHeader(path, &empty));
   if (empty) return OkStatus();
-  KDM_ASSIGN_OR_RETURN(
-      SqliteDb db, SqliteDb::Open(path, /*create=*/false, /*read_only=*/true));
+  KDM_ASSIGN_OR_RETURN(SqliteDb db, SqliteDb::Open(path, /*create=*/false, /*read_only=*/true));
   KDM_RETURN_IF_ERROR(CheckIntegrity(db, path));
   return ReadSchemaVersion(db, path).status();
 }
 
 class SqliteStore final : public Store {
  public:
-  static StatusOr<std::unique_ptr<SqliteStore>> Open(
-      const SqliteOptions& options);
+  static StatusOr<std::unique_ptr<SqliteStore>> Open(const SqliteOptions& options);
 
   StatusOr<CheckpointData> Load() override;
   Status Apply(const Change& change) override;
@@ -219,8 +206,7 @@ class SqliteStore final : public Store {
 
  private:
   explicit SqliteStore(std::string path) : path_(std::move(path)) {}
-  static StatusOr<std::unique_ptr<SqliteStore>> OpenUnlabelled(
-      const SqliteOptions& options);
+  static StatusOr<std::unique_ptr<SqliteStore>> OpenUnlabelled(const SqliteOptions& options);
 
   Status Configure(const SqliteOptions& options);
   Status Migrate();
@@ -229,8 +215,7 @@ class SqliteStore final : public Store {
   template <typename Body>
   Status InTransaction(Body&& body);
   Status Upsert(const PodDevicesEntry& entry);
-  Status SetRegistered(const std::string& resource,
-                       const std::vector<std::string>& ids);
+  Status SetRegistered(const std::string& resource, const std::vector<std::string>& ids);
   Status WriteBootId(const std::string& boot_id);
 
   std::string path_;
@@ -244,32 +229,25 @@ class SqliteStore final : public Store {
   SqliteStatement delete_all_entries_, delete_all_resources_;
 };
 
-StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
-    const SqliteOptions& options) {
+StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const SqliteOptions& options) {
   StatusOr<std::unique_ptr<SqliteStore>> r = OpenUnlabelled(options);
-  if (r.ok() || r.status().message().find(options.path) != std::string::npos)
-    return r;
+  if (r.ok() || r.status().message().find(options.path) != std::string::npos) return r;
   return r.status().WithPrefix("checkpoint database " + options.path);
 }
 
-StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::OpenUnlabelled(
-    const SqliteOptions& options) {
-  if (options.path.empty())
-    return InvalidArgumentError("empty checkpoint database path");
+StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::OpenUnlabelled(const SqliteOptions& options) {
+  if (options.path.empty()) return InvalidArgumentError("empty checkpoint database path");
   if (internal::IsDirectory(*Env::Default(), options.path)) {
-    return FailedPreconditionError("checkpoint database " + options.path +
-                                   " is a directory");
+    return FailedPreconditionError("checkpoint database " + options.path + " is a directory");
   }
   if (!options.create_if_missing && !internal::PathExists(*Env::Default(), options.path)) {
     return NotFoundError("no checkpoint database at " + options.path);
   }
   KDM_RETURN_IF_ERROR(ValidateExisting(options.path));
   std::unique_ptr<SqliteStore> store(new SqliteStore(options.path));
-  KDM_ASSIGN_OR_RETURN(store->db_,
-                       SqliteDb::Open(options.path, options.create_if_missing));
+  KDM_ASSIGN_OR_RETURN(store->db_, SqliteDb::Open(options.path, options.create_if_missing));
   if (sqlite3_db_readonly(store->db_.get(), "main") == 1) {
-    return PermissionDeniedError("checkpoint database " + options.path +
-                                 " is not writable");
+    return PermissionDeniedError("checkpoint database " + options.path + " is not writable");
   }
   KDM_RETURN_IF_ERROR(store->Configure(options));
   KDM_RETURN_IF_ERROR(store->Migrate());
@@ -282,18 +260,15 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::OpenUnlabelled(
 }
 
 Status SqliteStore::Configure(const SqliteOptions& options) {
-  KDM_ASSIGN_OR_RETURN(SqliteStatement wal,
-                       db_.Prepare("PRAGMA journal_mode=WAL"));
+  KDM_ASSIGN_OR_RETURN(SqliteStatement wal, db_.Prepare("PRAGMA journal_mode=WAL"));
   KDM_ASSIGN_OR_RETURN(bool row, wal.Step());
   std::string mode = row ? wal.ColumnText(0) : "";
   if (mode != "wal") {
-    return UnavailableError("cannot switch " + path_ +
-                            " to WAL journal (journal_mode is \"" + mode +
-                            "\")");
+    return UnavailableError("cannot switch " + path_ + " to WAL journal (journal_mode is \"" +
+                            mode + "\")");
   }
-  KDM_RETURN_IF_ERROR(db_.Exec(options.synchronous_full
-                                   ? "PRAGMA synchronous=FULL"
-                                   : "PRAGMA synchronous=NORMAL"));
+  KDM_RETURN_IF_ERROR(
+      db_.Exec(options.synchronous_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
   return OkStatus();
 }
 
@@ -303,15 +278,13 @@ Status SqliteStore::Migrate() {
     KDM_RETURN_IF_ERROR(db_.Exec("BEGIN IMMEDIATE"));
     Status s = db_.Exec(kMigrations[v]);
     if (s.ok()) {
-      s = db_.Exec(
-          "INSERT OR REPLACE INTO schema_version (id, version) VALUES (1, " +
-          std::to_string(v + 1) + ")");
+      s = db_.Exec("INSERT OR REPLACE INTO schema_version (id, version) VALUES (1, " +
+                   std::to_string(v + 1) + ")");
     }
     if (s.ok()) s = db_.Exec("COMMIT");
     if (!s.ok()) {
       (void)db_.Exec("ROLLBACK");
-      return s.WithPrefix("migrate " + path_ + " to schema version " +
-                          std::to_string(v + 1));
+      return s.WithPrefix("migrate " + path_ + " to schema version " + std::to_string(v + 1));
     }
   }
   return OkStatus();
@@ -333,8 +306,7 @@ Status SqliteStore::PrepareStatements() {
        "INSERT OR REPLACE INTO pod_devices (pod_uid, container_name, "
        "resource_name, "
        "device_ids, alloc_response) VALUES (?1, ?2, ?3, ?4, ?5)"},
-      {&delete_resource_,
-       "DELETE FROM registered_devices WHERE resource_name = ?1"},
+      {&delete_resource_, "DELETE FROM registered_devices WHERE resource_name = ?1"},
       {&upsert_resource_,
        "INSERT OR REPLACE INTO registered_devices (resource_name, device_ids) "
        "VALUES (?1, ?2)"},
@@ -379,13 +351,11 @@ StatusOr<CheckpointData> SqliteStore::Load() {
     e.pod_uid = select_entries_.ColumnText(0);
     e.container_name = select_entries_.ColumnText(1);
     e.resource_name = select_entries_.ColumnText(2);
-    StatusOr<DevicesPerNuma> ids =
-        DecodeDevicesPerNuma(select_entries_.ColumnText(3));
+    StatusOr<DevicesPerNuma> ids = DecodeDevicesPerNuma(select_entries_.ColumnText(3));
     if (!ids.ok()) {
       select_entries_.Reset();
-      return ids.status().WithPrefix(path_ + ": pod_devices row (" + e.pod_uid +
-                                     ", " + e.container_name + ", " +
-                                     e.resource_name + ")");
+      return ids.status().WithPrefix(path_ + ": pod_devices row (" + e.pod_uid + ", " +
+                                     e.container_name + ", " + e.resource_name + ")");
     }
     e.device_ids = std::move(*ids);
     e.alloc_response = select_entries_.ColumnBlob(4);
@@ -400,13 +370,12 @@ StatusOr<CheckpointData> SqliteStore::Load() {
     }
     if (!*row) break;
     std::string resource = select_resources_.ColumnText(0);
-    nlohmann::json j = nlohmann::json::parse(
-        select_resources_.ColumnText(1), nullptr, /*allow_exceptions=*/false);
+    nlohmann::json j =
+        nlohmann::json::parse(select_resources_.ColumnText(1), nullptr, /*allow_exceptions=*/false);
     StatusOr<std::vector<std::string>> ids = DecodeIds(j);
     if (!ids.ok()) {
       select_resources_.Reset();
-      return ids.status().WithPrefix(path_ + ": registered_devices row " +
-                                     resource);
+      return ids.status().WithPrefix(path_ + ": registered_devices row " + resource);
     }
     out.registered_devices[resource] = std::move(*ids);
   }
@@ -423,8 +392,7 @@ Status SqliteStore::Upsert(const PodDevicesEntry& entry) {
   KDM_RETURN_IF_ERROR(upsert_entry_.BindText(1, entry.pod_uid));
   KDM_RETURN_IF_ERROR(upsert_entry_.BindText(2, entry.container_name));
   KDM_RETURN_IF_ERROR(upsert_entry_.BindText(3, entry.resource_name));
-  KDM_RETURN_IF_ERROR(
-      upsert_entry_.BindText(4, EncodeDevicesPerNuma(entry.device_ids)));
+  KDM_RETURN_IF_ERROR(upsert_entry_.BindText(4, EncodeDevicesPerNuma(entry.device_ids)));
   KDM_RETURN_IF_ERROR(upsert_entry_.BindBlob(5, entry.alloc_response));
   return upsert_entry_.Run();
 }
@@ -459,8 +427,7 @@ Status SqliteStore::Apply(const Change& change) {
       KDM_RETURN_IF_ERROR(delete_entry_.BindText(3, key.resource_name));
       KDM_RETURN_IF_ERROR(delete_entry_.Run());
     }
-    for (const PodDevicesEntry& entry : change.upserts)
-      KDM_RETURN_IF_ERROR(Upsert(entry));
+    for (const PodDevicesEntry& entry : change.upserts) KDM_RETURN_IF_ERROR(Upsert(entry));
     for (const std::string& resource : change.removed_resources) {
       KDM_RETURN_IF_ERROR(delete_resource_.BindText(1, resource));
       KDM_RETURN_IF_ERROR(delete_resource_.Run());
@@ -477,8 +444,7 @@ Status SqliteStore::Replace(const CheckpointData& data) {
     KDM_RETURN_IF_ERROR(delete_all_entries_.Run());
     KDM_RETURN_IF_ERROR(delete_all_resources_.Run());
     // INSERT OR REPLACE: of repeated keys the last one wins.
-    for (const PodDevicesEntry& entry : data.entries)
-      KDM_RETURN_IF_ERROR(Upsert(entry));
+    for (const PodDevicesEntry& entry : data.entries) KDM_RETURN_IF_ERROR(Upsert(entry));
     for (const auto& [resource, ids] : data.registered_devices) {
       KDM_RETURN_IF_ERROR(SetRegistered(resource, ids));
     }
@@ -495,28 +461,25 @@ Status SqliteStore::SetBootId(const std::string& boot_id) {
 StatusOr<OpenResult> OpenSqliteStore(const SqliteOptions& options) {
   StatusOr<std::unique_ptr<SqliteStore>> opened = SqliteStore::Open(options);
   if (opened.ok()) return OpenResult{std::move(*opened), OkStatus(), "", {}};
-  if (opened.status().code() != StatusCode::kDataLoss ||
-      !options.quarantine_corrupt) {
+  if (opened.status().code() != StatusCode::kDataLoss || !options.quarantine_corrupt) {
     return opened.status();
   }
   // The failed attempt's connection is closed by now (the store was
   // destroyed), so the files can be moved.
   Status why = opened.status();
-  KDM_ASSIGN_OR_RETURN(
-      std::string moved,
-      internal::QuarantineFile(*Env::Default(), options.path,
-                               {"-wal", "-shm", "-journal"}));
+  KDM_ASSIGN_OR_RETURN(std::string moved, internal::QuarantineFile(*Env::Default(), options.path,
+                                                                   {"-wal", "-shm", "-journal"}));
   SqliteOptions fresh = options;
   fresh.create_if_missing = true;
   StatusOr<std::unique_ptr<SqliteStore>> reopened = SqliteStore::Open(fresh);
   if (!reopened.ok()) {
-    return reopened.status().WithPrefix("after moving corrupt " + options.path +
-                                        " to " + moved);
+    return reopened.status().WithPrefix("after moving corrupt " + options.path + " to " + moved);
   }
   return OpenResult{std::move(*reopened),
                     DataLossError(why.message() + "; moved aside to " + moved +
                                   ", starting with an empty checkpoint"),
-                    moved, {}};
+                    moved,
+                    {}};
 }
 
 }  // namespace kdm::checkpoint

@@ -72,10 +72,10 @@ struct CheckpointData {
 // One atomic change. Applied in this order: removed_pods, removals, upserts,
 // removed_resources, registered_devices.
 struct Change {
-  std::vector<std::string> removed_pods;        // every entry of these pods
-  std::vector<ContainerKey> removals;           // single entries
-  std::vector<PodDevicesEntry> upserts;         // insert or replace by key
-  std::vector<std::string> removed_resources;   // from registered_devices
+  std::vector<std::string> removed_pods;                               // every entry of these pods
+  std::vector<ContainerKey> removals;                                  // single entries
+  std::vector<PodDevicesEntry> upserts;                                // insert or replace by key
+  std::vector<std::string> removed_resources;                          // from registered_devices
   std::map<std::string, std::vector<std::string>> registered_devices;  // set per resource
 
   bool empty() const {

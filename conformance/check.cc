@@ -24,8 +24,7 @@ const std::vector<CheckInfo>& Catalogue() {
       {"lw.health", "every health string is exactly \"Healthy\" or \"Unhealthy\"",
        "docs/wire-contract.md#field-rules"},
       {"lw.numa", "every NUMA node id is >= 0", "docs/wire-contract.md#field-rules"},
-      {"lw.full-snapshots",
-       "every ListAndWatch message is a full snapshot, never a delta",
+      {"lw.full-snapshots", "every ListAndWatch message is a full snapshot, never a delta",
        "docs/kubelet-rules.md#listandwatch"},
       {"alloc.one-response",
        "Allocate for valid ids (one container) answers OK with exactly one container response",
@@ -64,8 +63,7 @@ const std::vector<CheckInfo>& Catalogue() {
       {"lw.stream-drop",
        "20 cancelled ListAndWatch streams later, a new stream and Allocate still work",
        "docs/kubelet-rules.md#listandwatch"},
-      {"reg.restart",
-       "after kubelet.sock is removed and created again the plugin registers again",
+      {"reg.restart", "after kubelet.sock is removed and created again the plugin registers again",
        "docs/kubelet-rules.md#kubelet-restart"},
   };
   return kChecks;
@@ -82,9 +80,12 @@ std::string_view CheckGroup(std::string_view id) { return id.substr(0, id.find('
 
 std::string_view VerdictName(Verdict verdict) {
   switch (verdict) {
-    case Verdict::kPass: return "PASS";
-    case Verdict::kFail: return "FAIL";
-    case Verdict::kSkip: return "SKIP";
+    case Verdict::kPass:
+      return "PASS";
+    case Verdict::kFail:
+      return "FAIL";
+    case Verdict::kSkip:
+      return "SKIP";
   }
   return "SKIP";
 }

@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include "absl/base/thread_annotations.h"
-#include "kdm/base/sync.h"
 #include "absl/time/time.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kdm/base/file_system.h"
+#include "kdm/base/sync.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "spdlog/spdlog.h"
@@ -32,9 +32,8 @@ class Registrar::Service final : public v1beta1::Registration::Service {
 
   bool WaitForCount(size_t count, std::chrono::milliseconds timeout) const {
     kdm::MutexLock lock(&mu_);
-    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return registrations_.size() >= count;
-    };
+    auto enough = [&]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return registrations_.size() >= count; };
     return mu_.AwaitWithTimeout(kdm::Condition(&enough), absl::FromChrono(timeout));
   }
 
@@ -53,8 +52,8 @@ Registrar::Registrar(std::string socket_path)
 Registrar::~Registrar() { Stop(); }
 
 StatusOr<std::unique_ptr<Registrar>> Registrar::Start(const std::string& plugin_dir) {
-  StatusOr<std::string> socket = pluginapi::AbsoluteSocketPath(
-      JoinPath(plugin_dir, pluginapi::kKubeletSocketName));
+  StatusOr<std::string> socket =
+      pluginapi::AbsoluteSocketPath(JoinPath(plugin_dir, pluginapi::kKubeletSocketName));
   if (!socket.ok()) return socket.status().WithPrefix("registration socket");
   KDM_RETURN_IF_ERROR(EnsureDirectory(plugin_dir, 0750));
   std::unique_ptr<Registrar> r(new Registrar(*socket));

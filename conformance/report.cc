@@ -18,8 +18,8 @@ std::string Seconds(std::chrono::milliseconds d) {
 }  // namespace
 
 int Report::Count(Verdict verdict) const {
-  return static_cast<int>(std::count_if(results.begin(), results.end(),
-                                        [&](const CheckResult& r) { return r.verdict == verdict; }));
+  return static_cast<int>(std::count_if(
+      results.begin(), results.end(), [&](const CheckResult& r) { return r.verdict == verdict; }));
 }
 
 const CheckResult* Report::Find(std::string_view id) const {
@@ -58,11 +58,21 @@ std::string XmlEscape(std::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
           out += '?';

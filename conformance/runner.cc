@@ -14,9 +14,9 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "kdm/base/sync.h"
 #include "absl/time/time.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kdm/base/sync.h"
 #include "kdm/conformance/registrar.h"
 #include "kdm/conformance/validators.h"
 // The wire layer's rules, the ones the device manager applies at
@@ -430,9 +430,9 @@ void Session::EnsureSnapshot() {
     if (d.health() == pluginapi::kHealthy) healthy_ids_.push_back(d.id());
   }
   first_snapshot_ = first;
-  snapshot_outcome_ = Pass(std::to_string(first.devices_size()) + " devices (" +
-                           std::to_string(healthy_ids_.size()) + " healthy) after " +
-                           DurationText(Since(start)));
+  snapshot_outcome_ =
+      Pass(std::to_string(first.devices_size()) + " devices (" +
+           std::to_string(healthy_ids_.size()) + " healthy) after " + DurationText(Since(start)));
 }
 
 std::vector<v1beta1::ListAndWatchResponse> Session::Stream1Messages() const {
@@ -477,13 +477,12 @@ grpc::Status Session::Preferred(const std::vector<std::string>& available,
 }
 
 std::optional<Outcome> Session::AskPreferred(const std::vector<std::string>& available,
-                                             const std::vector<std::string>& must_include,
-                                             int size, std::vector<std::string>* answer) {
+                                             const std::vector<std::string>& must_include, int size,
+                                             std::vector<std::string>* answer) {
   v1beta1::ContainerPreferredAllocationResponse r;
   grpc::Status s = Preferred(available, must_include, size, &r);
   if (!s.ok()) {
-    return Fail("GetPreferredAllocation(size " + std::to_string(size) +
-                ") failed: " + GrpcText(s));
+    return Fail("GetPreferredAllocation(size " + std::to_string(size) + ") failed: " + GrpcText(s));
   }
   *answer = ToVector(r.deviceids());
   return std::nullopt;
@@ -538,8 +537,7 @@ Outcome Session::RegOptionsMatch() {
   }
   if (!diff.empty()) return Fail(diff);
   return Pass("pre_start_required=" + b(got.pre_start_required()) +
-              " get_preferred_allocation_available=" +
-              b(got.get_preferred_allocation_available()));
+              " get_preferred_allocation_available=" + b(got.get_preferred_allocation_available()));
 }
 
 Outcome Session::RegRestart() {
@@ -579,8 +577,7 @@ Outcome Session::LwIds() {
       return Fail("message " + std::to_string(i + 1) + ": " + s.message());
     }
   }
-  return Pass(std::to_string(devices) + " ids in " + std::to_string(messages.size()) +
-              " messages");
+  return Pass(std::to_string(devices) + " ids in " + std::to_string(messages.size()) + " messages");
 }
 
 Outcome Session::LwHealth() {
@@ -596,8 +593,8 @@ Outcome Session::LwHealth() {
       }
     }
   }
-  return Pass("every health is \"Healthy\" or \"Unhealthy\" in " +
-              std::to_string(messages.size()) + " messages");
+  return Pass("every health is \"Healthy\" or \"Unhealthy\" in " + std::to_string(messages.size()) +
+              " messages");
 }
 
 Outcome Session::LwNuma() {
@@ -643,8 +640,8 @@ Outcome Session::LwFullSnapshots() {
   const std::set<std::string> full = IdSet(*second);
   // A later message on stream 1 that lists a strict subset of the first
   // while the new stream still lists the missing devices is a delta.
-  auto delta = [&](const std::vector<v1beta1::ListAndWatchResponse>& messages)
-      -> std::optional<Outcome> {
+  auto delta =
+      [&](const std::vector<v1beta1::ListAndWatchResponse>& messages) -> std::optional<Outcome> {
     const std::set<std::string> first = IdSet(messages.front());
     for (size_t i = 1; i < messages.size(); ++i) {
       std::set<std::string> ids = IdSet(messages[i]);
@@ -713,8 +710,8 @@ Outcome Session::LwStreamDrop() {
   v1beta1::AllocateResponse answer;
   grpc::Status s = Allocate({healthy_ids_.front()}, &answer);
   if (!s.ok()) {
-    return Fail("after " + std::to_string(n) + " cancelled streams Allocate failed: " +
-                GrpcText(s));
+    return Fail("after " + std::to_string(n) +
+                " cancelled streams Allocate failed: " + GrpcText(s));
   }
   return Pass(std::to_string(n) + " streams cancelled; a new stream and Allocate still work");
 }
@@ -750,8 +747,7 @@ Outcome Session::AllocPaths() {
   for (const v1beta1::ContainerAllocateResponse& c : allocate_answer_.container_responses()) {
     for (const v1beta1::DeviceSpec& d : c.devices()) {
       ++specs;
-      if (Status s = CheckAbsolutePath(d.container_path(), "device spec container_path");
-          !s.ok()) {
+      if (Status s = CheckAbsolutePath(d.container_path(), "device spec container_path"); !s.ok()) {
         return Fail(s.message());
       }
       if (Status s = CheckAbsolutePath(d.host_path(), "device spec host_path"); !s.ok()) {
@@ -971,8 +967,7 @@ Outcome Session::PrefDeadline() {
                 ") was not answered within " + DurationText(options_.timeout));
   }
   if (!s.ok()) {
-    return Fail("GetPreferredAllocation(size " + std::to_string(size) + ") failed: " +
-                GrpcText(s));
+    return Fail("GetPreferredAllocation(size " + std::to_string(size) + ") failed: " + GrpcText(s));
   }
   return Pass("size " + std::to_string(size) + " answered in " + DurationText(Since(start)));
 }

@@ -60,8 +60,8 @@ Status CheckDeviceIds(const std::vector<std::string>& ids) {
     if (id.empty()) return Invalid("a device has an empty id");
     if (id.size() > pluginapi::kMaxDeviceIdLength) {
       return Invalid("device id " + Quote(id) + " is " + std::to_string(id.size()) +
-                     " characters long (at most " +
-                     std::to_string(pluginapi::kMaxDeviceIdLength) + ")");
+                     " characters long (at most " + std::to_string(pluginapi::kMaxDeviceIdLength) +
+                     ")");
     }
     if (!seen.insert(id).second) return Invalid("device id " + Quote(id) + " is listed twice");
   }
@@ -128,8 +128,8 @@ Status CheckEnvName(std::string_view name) {
 
 Status CheckCdiName(std::string_view name) {
   auto bad = [&](std::string_view why) {
-    return Invalid("CDI device name " + Quote(name) + " is not vendor/class=name: " +
-                   std::string(why));
+    return Invalid("CDI device name " + Quote(name) +
+                   " is not vendor/class=name: " + std::string(why));
   };
   size_t slash = name.find('/');
   if (slash == std::string_view::npos) return bad("no '/'");

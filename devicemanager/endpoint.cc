@@ -53,8 +53,7 @@ StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> DialPlugin(
       v1beta1::DevicePlugin::NewStub(channel));
 }
 
-Status ValidateSnapshot(const std::string& resource,
-                        const v1beta1::ListAndWatchResponse& snapshot,
+Status ValidateSnapshot(const std::string& resource, const v1beta1::ListAndWatchResponse& snapshot,
                         const SnapshotLimits& limits) {
   const std::size_t count = static_cast<std::size_t>(snapshot.devices_size());
   if (count > limits.max_devices) {
@@ -77,8 +76,8 @@ Status ValidateSnapshot(const std::string& resource,
 }
 
 Endpoint::Endpoint(std::string resource, std::string socket_path,
-                   std::shared_ptr<v1beta1::DevicePlugin::StubInterface> stub,
-                   Deadlines deadlines, Callbacks callbacks, SnapshotLimits limits)
+                   std::shared_ptr<v1beta1::DevicePlugin::StubInterface> stub, Deadlines deadlines,
+                   Callbacks callbacks, SnapshotLimits limits)
     : resource_(std::move(resource)),
       socket_path_(std::move(socket_path)),
       stub_(std::move(stub)),

@@ -69,8 +69,7 @@ struct SnapshotLimits {
 // OK when `snapshot` has at most limits.max_devices devices and no id longer
 // than limits.max_id_bytes; else INVALID_ARGUMENT naming the resource and
 // the count, or the first offending id (truncated to 64 bytes) and its size.
-Status ValidateSnapshot(const std::string& resource,
-                        const v1beta1::ListAndWatchResponse& snapshot,
+Status ValidateSnapshot(const std::string& resource, const v1beta1::ListAndWatchResponse& snapshot,
                         const SnapshotLimits& limits);
 
 class Endpoint {

@@ -20,8 +20,8 @@ constexpr size_t kMaxHintNumaNodes = 16;
 std::string Quote(const std::string& s) { return "\"" + s + "\""; }
 
 std::string KeyText(const ContainerKey& key) {
-  return "pod " + Quote(key.pod_uid) + " container " +
-         Quote(key.container_name) + " resource " + Quote(key.resource_name);
+  return "pod " + Quote(key.pod_uid) + " container " + Quote(key.container_name) + " resource " +
+         Quote(key.resource_name);
 }
 
 void SortNatural(std::vector<std::string>* ids) {
@@ -30,8 +30,7 @@ void SortNatural(std::vector<std::string>* ids) {
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
-bool AnyNodeIn(const std::vector<int64_t>& device_nodes,
-               const std::vector<int64_t>& nodes) {
+bool AnyNodeIn(const std::vector<int64_t>& device_nodes, const std::vector<int64_t>& nodes) {
   for (int64_t n : device_nodes) {
     if (std::binary_search(nodes.begin(), nodes.end(), n)) return true;
   }
@@ -40,8 +39,7 @@ bool AnyNodeIn(const std::vector<int64_t>& device_nodes,
 
 }  // namespace
 
-std::vector<std::string> FlattenDeviceIds(
-    const checkpoint::DevicesPerNuma& ids) {
+std::vector<std::string> FlattenDeviceIds(const checkpoint::DevicesPerNuma& ids) {
   std::set<std::string> all;
   for (const auto& [node, list] : ids) all.insert(list.begin(), list.end());
   std::vector<std::string> out(all.begin(), all.end());
@@ -71,9 +69,7 @@ bool NaturalLess(const std::string& a, const std::string& b) {
       j = je;
       continue;
     }
-    if (a[i] != b[j])
-      return static_cast<unsigned char>(a[i]) <
-             static_cast<unsigned char>(b[j]);
+    if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
     ++i;
     ++j;
   }
@@ -83,10 +79,9 @@ bool NaturalLess(const std::string& a, const std::string& b) {
 
 // ---------------------------------------------------------------- devices
 
-StatusOr<SnapshotReport> Ledger::SetDevices(
-    const std::string& resource, const std::vector<LedgerDevice>& snapshot) {
-  if (resource.empty())
-    return InvalidArgumentError("device snapshot for an empty resource name");
+StatusOr<SnapshotReport> Ledger::SetDevices(const std::string& resource,
+                                            const std::vector<LedgerDevice>& snapshot) {
+  if (resource.empty()) return InvalidArgumentError("device snapshot for an empty resource name");
   SnapshotReport report;
   std::map<std::string, DeviceInfo> devices;
   std::set<std::string> duplicates;
@@ -115,10 +110,9 @@ StatusOr<SnapshotReport> Ledger::SetDevices(
   // in the same plain order) the natural order and the ranks are kept, which
   // spares a natural sort of every id (the bulk of a 10,000-device
   // snapshot's cost).
-  const bool same_ids =
-      state.devices.size() == devices.size() &&
-      std::equal(state.devices.begin(), state.devices.end(), devices.begin(),
-                 [](const auto& a, const auto& b) { return a.first == b.first; });
+  const bool same_ids = state.devices.size() == devices.size() &&
+                        std::equal(state.devices.begin(), state.devices.end(), devices.begin(),
+                                   [](const auto& a, const auto& b) { return a.first == b.first; });
   // Health changes, by one walk over both maps (plain order). Each changed
   // or new device is noted with the DeviceInfo that will carry its rank:
   // the kept entry when the ids are the same, else the new entry (map nodes
@@ -156,12 +150,10 @@ StatusOr<SnapshotReport> Ledger::SetDevices(
     state.order.clear();
     for (const auto& [id, info] : state.devices) state.order.push_back(id);
     SortNatural(&state.order);
-    for (size_t i = 0; i < state.order.size(); ++i)
-      state.devices.at(state.order[i]).rank = i;
+    for (size_t i = 0; i < state.order.size(); ++i) state.devices.at(state.order[i]).rank = i;
   }
-  std::sort(changed.begin(), changed.end(), [](const Changed& a, const Changed& b) {
-    return a.ranked->rank < b.ranked->rank;
-  });
+  std::sort(changed.begin(), changed.end(),
+            [](const Changed& a, const Changed& b) { return a.ranked->rank < b.ranked->rank; });
   report.health_changes.reserve(changed.size() + gone.size());
   for (const Changed& c : changed) report.health_changes.push_back({*c.id, c.healthy, {}});
   for (LedgerDevice& d : gone) report.health_changes.push_back(std::move(d));
@@ -214,15 +206,13 @@ Capacity Ledger::GetCapacity() const {
   for (const auto& [name, state] : resources_) {
     ResourceCapacity& rc = cap.resources[name];
     rc.capacity = static_cast<int64_t>(state.devices.size());
-    for (const auto& [id, info] : state.devices)
-      rc.allocatable += info.healthy ? 1 : 0;
+    for (const auto& [id, info] : state.devices) rc.allocatable += info.healthy ? 1 : 0;
   }
   cap.deleted.assign(deleted_.begin(), deleted_.end());
   return cap;
 }
 
-std::vector<std::string> Ledger::HealthyDevices(
-    const std::string& resource) const {
+std::vector<std::string> Ledger::HealthyDevices(const std::string& resource) const {
   std::vector<std::string> out;
   auto it = resources_.find(resource);
   if (it == resources_.end()) return out;
@@ -267,39 +257,34 @@ Ledger::RecordMap::iterator Ledger::EraseRecord(RecordMap::iterator it) {
     if (--h->second == 0) held->second.erase(h);
   }
   if (held->second.empty()) holders_.erase(held);
-  if (--records_per_resource_[resource] == 0)
-    records_per_resource_.erase(resource);
+  if (--records_per_resource_[resource] == 0) records_per_resource_.erase(resource);
   return records_.erase(it);
 }
 
-void Ledger::InsertReservation(const ContainerKey& key,
-                               ReservationState state) {
-  if (auto old = reservations_.find(key); old != reservations_.end())
-    EraseReservation(old);
+void Ledger::InsertReservation(const ContainerKey& key, ReservationState state) {
+  if (auto old = reservations_.find(key); old != reservations_.end()) EraseReservation(old);
   auto [it, inserted] = reservations_.emplace(key, std::move(state));
   (void)inserted;
   std::map<std::string, ContainerKey>& by_id = reserved_[key.resource_name];
   for (const std::string& id : it->second.ids) by_id.insert_or_assign(id, key);
 }
 
-Ledger::ReservationMap::iterator Ledger::EraseReservation(
-    ReservationMap::iterator it) {
+Ledger::ReservationMap::iterator Ledger::EraseReservation(ReservationMap::iterator it) {
   auto by_id = reserved_.find(it->first.resource_name);
   for (const std::string& id : it->second.ids) by_id->second.erase(id);
   if (by_id->second.empty()) reserved_.erase(by_id);
   return reservations_.erase(it);
 }
 
-std::pair<Ledger::RecordMap::const_iterator, Ledger::RecordMap::const_iterator>
-Ledger::PodRecords(const std::string& pod_uid) const {
+std::pair<Ledger::RecordMap::const_iterator, Ledger::RecordMap::const_iterator> Ledger::PodRecords(
+    const std::string& pod_uid) const {
   auto first = records_.lower_bound(ContainerKey{pod_uid, "", ""});
   auto last = first;
   while (last != records_.end() && last->first.pod_uid == pod_uid) ++last;
   return {first, last};
 }
 
-std::pair<Ledger::ReservationMap::const_iterator,
-          Ledger::ReservationMap::const_iterator>
+std::pair<Ledger::ReservationMap::const_iterator, Ledger::ReservationMap::const_iterator>
 Ledger::PodReservations(const std::string& pod_uid) const {
   auto first = reservations_.lower_bound(ContainerKey{pod_uid, "", ""});
   auto last = first;
@@ -307,30 +292,26 @@ Ledger::PodReservations(const std::string& pod_uid) const {
   return {first, last};
 }
 
-int Ledger::HolderCount(const std::string& resource,
-                        const std::string& id) const {
+int Ledger::HolderCount(const std::string& resource, const std::string& id) const {
   auto held = holders_.find(resource);
   if (held == holders_.end()) return 0;
   auto h = held->second.find(id);
   return h == held->second.end() ? 0 : h->second;
 }
 
-const ContainerKey* Ledger::ReservedBy(const std::string& resource,
-                                       const std::string& id) const {
+const ContainerKey* Ledger::ReservedBy(const std::string& resource, const std::string& id) const {
   auto by_id = reserved_.find(resource);
   if (by_id == reserved_.end()) return nullptr;
   auto r = by_id->second.find(id);
   return r == by_id->second.end() ? nullptr : &r->second;
 }
 
-const ContainerKey* Ledger::SomeHolder(const std::string& resource,
-                                       const std::string& id,
+const ContainerKey* Ledger::SomeHolder(const std::string& resource, const std::string& id,
                                        const std::string& pod_uid) const {
   const ContainerKey* found = nullptr;
   for (const auto& [key, record] : records_) {
     if (key.resource_name != resource ||
-        std::find(record.ids.begin(), record.ids.end(), id) ==
-            record.ids.end()) {
+        std::find(record.ids.begin(), record.ids.end(), id) == record.ids.end()) {
       continue;
     }
     if (key.pod_uid != pod_uid) return &key;
@@ -356,8 +337,8 @@ std::vector<std::string> Ledger::FreeIds(const std::string& resource) const {
   for (const auto& [id, info] : it->second.devices) {
     while (hi != held.end() && hi->first < id) ++hi;
     while (ri != reserved.end() && ri->first < id) ++ri;
-    const bool taken = (hi != held.end() && hi->first == id) ||
-                       (ri != reserved.end() && ri->first == id);
+    const bool taken =
+        (hi != held.end() && hi->first == id) || (ri != reserved.end() && ri->first == id);
     if (info.healthy && !taken) free.emplace_back(info.rank, &id);
   }
   std::sort(free.begin(), free.end());
@@ -366,9 +347,8 @@ std::vector<std::string> Ledger::FreeIds(const std::string& resource) const {
   return out;
 }
 
-std::vector<std::string> Ledger::HandOverPool(
-    const Pod& pod, const std::string& container,
-    const std::string& resource) const {
+std::vector<std::string> Ledger::HandOverPool(const Pod& pod, const std::string& container,
+                                              const std::string& resource) const {
   std::vector<std::string> out;
   auto res = resources_.find(resource);
   if (res == resources_.end()) return out;
@@ -400,8 +380,8 @@ std::vector<std::string> Ledger::HandOverPool(
   for (const std::string& id : pool) {
     if (taken.count(id)) continue;
     const ContainerKey* reserver = ReservedBy(resource, id);
-    if (reserver != nullptr && !(reserver->pod_uid == pod.uid &&
-                                 reserver->container_name == container)) {
+    if (reserver != nullptr &&
+        !(reserver->pod_uid == pod.uid && reserver->container_name == container)) {
       continue;
     }
     auto dev = res->second.devices.find(id);
@@ -419,34 +399,31 @@ StatusOr<std::map<std::string, int64_t>> Ledger::ContainerRequests(
   std::map<std::string, int64_t> out;
   for (const auto& [resource, request] : container.requests) {
     if (IsDeviceResource(resource) && !container.limits.count(resource)) {
-      return InvalidArgumentError(
-          "container " + Quote(container.name) + " requests " +
-          request.ToString() + " of resource " + Quote(resource) +
-          " without a limit; devices need request == limit");
+      return InvalidArgumentError("container " + Quote(container.name) + " requests " +
+                                  request.ToString() + " of resource " + Quote(resource) +
+                                  " without a limit; devices need request == limit");
     }
   }
   for (const auto& [resource, limit] : container.limits) {
     if (!IsDeviceResource(resource)) continue;
     auto req = container.requests.find(resource);
     if (req != container.requests.end() && !(req->second == limit)) {
-      return InvalidArgumentError("container " + Quote(container.name) +
-                                  " requests " + req->second.ToString() +
-                                  " of resource " + Quote(resource) +
+      return InvalidArgumentError("container " + Quote(container.name) + " requests " +
+                                  req->second.ToString() + " of resource " + Quote(resource) +
                                   " but its limit is " + limit.ToString() +
                                   "; devices need request == limit");
     }
     StatusOr<int64_t> count = limit.DeviceCount();
     if (!count.ok()) {
-      return count.status().WithPrefix("container " + Quote(container.name) +
-                                       " resource " + Quote(resource));
+      return count.status().WithPrefix("container " + Quote(container.name) + " resource " +
+                                       Quote(resource));
     }
     if (*count > 0) out[resource] = *count;
   }
   return out;
 }
 
-StatusOr<std::map<std::string, int64_t>> Ledger::PodRequests(
-    const Pod& pod) const {
+StatusOr<std::map<std::string, int64_t>> Ledger::PodRequests(const Pod& pod) const {
   std::map<std::string, int64_t> apps;      // app containers + sidecars
   std::map<std::string, int64_t> sidecars;  // sidecars started so far
   std::map<std::string, int64_t> init_max;
@@ -457,8 +434,7 @@ StatusOr<std::map<std::string, int64_t>> Ledger::PodRequests(
         apps[r] += n;
         sidecars[r] += n;
       }
-      for (const auto& [r, n] : sidecars)
-        init_max[r] = std::max(init_max[r], n);
+      for (const auto& [r, n] : sidecars) init_max[r] = std::max(init_max[r], n);
     } else {
       std::map<std::string, int64_t> during = sidecars;
       for (const auto& [r, n] : reqs) during[r] += n;
@@ -477,21 +453,19 @@ StatusOr<std::map<std::string, int64_t>> Ledger::PodRequests(
   return out;
 }
 
-StatusOr<AllocationPlan> Ledger::Plan(
-    const Pod& pod, const std::string& container, const std::string& resource,
-    int64_t count, const std::optional<NumaHint>& hint) const {
+StatusOr<AllocationPlan> Ledger::Plan(const Pod& pod, const std::string& container,
+                                      const std::string& resource, int64_t count,
+                                      const std::optional<NumaHint>& hint) const {
   if (pod.uid.empty()) return InvalidArgumentError("pod has an empty uid");
   if (resource.empty()) return InvalidArgumentError("empty resource name");
   if (count < 1 || count > Quantity::kMaxDeviceCount) {
-    return InvalidArgumentError(
-        "invalid device count " + std::to_string(count) + " for resource " +
-        Quote(resource) + " (must be 1.." +
-        std::to_string(Quantity::kMaxDeviceCount) + ")");
+    return InvalidArgumentError("invalid device count " + std::to_string(count) + " for resource " +
+                                Quote(resource) + " (must be 1.." +
+                                std::to_string(Quantity::kMaxDeviceCount) + ")");
   }
   std::optional<ContainerKind> kind = pod.KindOf(container);
   if (!kind) {
-    return NotFoundError("pod " + Quote(pod.uid) + " has no container " +
-                         Quote(container));
+    return NotFoundError("pod " + Quote(pod.uid) + " has no container " + Quote(container));
   }
   AllocationPlan plan;
   plan.key = {pod.uid, container, resource};
@@ -500,25 +474,21 @@ StatusOr<AllocationPlan> Ledger::Plan(
 
   // 1. Already recorded (a restart): same count or fail loudly.
   auto rec = records_.find(plan.key);
-  if (rec != records_.end() &&
-      static_cast<int64_t>(rec->second.ids.size()) != count) {
-    return FailedPreconditionError(
-        "pod " + Quote(pod.uid) + " container " + Quote(container) +
-        " changed request for resource " + Quote(resource) + " from " +
-        std::to_string(rec->second.ids.size()) + " to " +
-        std::to_string(count));
+  if (rec != records_.end() && static_cast<int64_t>(rec->second.ids.size()) != count) {
+    return FailedPreconditionError("pod " + Quote(pod.uid) + " container " + Quote(container) +
+                                   " changed request for resource " + Quote(resource) + " from " +
+                                   std::to_string(rec->second.ids.size()) + " to " +
+                                   std::to_string(count));
   }
   // 2. Registration and health, checked before counting (kubelet #109595).
   KDM_RETURN_IF_ERROR(CheckRegistered(resource));
   auto res = resources_.find(resource);
   const auto& devices = res->second.devices;
   bool any_healthy =
-      std::any_of(devices.begin(), devices.end(),
-                  [](const auto& d) { return d.second.healthy; });
+      std::any_of(devices.begin(), devices.end(), [](const auto& d) { return d.second.healthy; });
   if (!any_healthy) {
-    return UnavailableError(
-        "no healthy devices present; cannot allocate unhealthy devices " +
-        resource);
+    return UnavailableError("no healthy devices present; cannot allocate unhealthy devices " +
+                            resource);
   }
   if (rec != records_.end()) {
     for (const std::string& id : rec->second.ids) {
@@ -536,8 +506,7 @@ StatusOr<AllocationPlan> Ledger::Plan(
     return plan;
   }
   if (reservations_.count(plan.key)) {
-    return AbortedError("an allocation for " + KeyText(plan.key) +
-                        " is already in progress");
+    return AbortedError("an allocation for " + KeyText(plan.key) + " is already in progress");
   }
 
   const bool use_hint = hint.has_value() && !hint->nodes.empty();
@@ -564,10 +533,9 @@ StatusOr<AllocationPlan> Ledger::Plan(
   // 4. Free devices.
   std::vector<std::string> free = FreeIds(resource);
   if (static_cast<int64_t>(free.size()) < needed) {
-    return ResourceExhaustedError(
-        "requested number of devices unavailable for " + resource +
-        ". Requested: " + std::to_string(needed) +
-        ", Available: " + std::to_string(free.size()));
+    return ResourceExhaustedError("requested number of devices unavailable for " + resource +
+                                  ". Requested: " + std::to_string(needed) +
+                                  ", Available: " + std::to_string(free.size()));
   }
 
   // 5. NUMA alignment.
@@ -592,15 +560,12 @@ StatusOr<AllocationPlan> Ledger::Plan(
     } else {
       // The hinted nodes cannot hold it all: take every aligned device, then
       // choose the rest from the others (devices with topology first).
-      plan.must_include.insert(plan.must_include.end(), in_hint.begin(),
-                               in_hint.end());
+      plan.must_include.insert(plan.must_include.end(), in_hint.begin(), in_hint.end());
       plan.candidates = std::move(outside);
-      plan.candidates.insert(plan.candidates.end(), no_topology.begin(),
-                             no_topology.end());
+      plan.candidates.insert(plan.candidates.end(), no_topology.begin(), no_topology.end());
     }
   }
-  const int64_t to_choose =
-      count - static_cast<int64_t>(plan.must_include.size());
+  const int64_t to_choose = count - static_cast<int64_t>(plan.must_include.size());
   plan.real_choice = static_cast<int64_t>(plan.candidates.size()) > to_choose;
   return plan;
 }
@@ -608,43 +573,37 @@ StatusOr<AllocationPlan> Ledger::Plan(
 Status Ledger::ValidatePreferred(const AllocationPlan& plan,
                                  const std::vector<std::string>& answer) const {
   if (plan.reuse) {
-    return InvalidArgumentError(
-        "no preferred allocation applies: " + KeyText(plan.key) +
-        " reuses its recorded devices");
+    return InvalidArgumentError("no preferred allocation applies: " + KeyText(plan.key) +
+                                " reuses its recorded devices");
   }
   if (static_cast<int64_t>(answer.size()) != plan.size) {
-    return InvalidArgumentError("preferred allocation for " +
-                                KeyText(plan.key) + " has " +
-                                std::to_string(answer.size()) +
-                                " devices, want " + std::to_string(plan.size));
+    return InvalidArgumentError("preferred allocation for " + KeyText(plan.key) + " has " +
+                                std::to_string(answer.size()) + " devices, want " +
+                                std::to_string(plan.size));
   }
   std::set<std::string> offered(plan.candidates.begin(), plan.candidates.end());
   offered.insert(plan.must_include.begin(), plan.must_include.end());
   std::set<std::string> seen;
   for (const std::string& id : answer) {
     if (!seen.insert(id).second) {
-      return InvalidArgumentError("preferred allocation for " +
-                                  KeyText(plan.key) + " lists device " +
-                                  Quote(id) + " more than once");
+      return InvalidArgumentError("preferred allocation for " + KeyText(plan.key) +
+                                  " lists device " + Quote(id) + " more than once");
     }
     if (!offered.count(id)) {
-      return InvalidArgumentError("preferred allocation for " +
-                                  KeyText(plan.key) + " names device " +
-                                  Quote(id) + ", which was not offered");
+      return InvalidArgumentError("preferred allocation for " + KeyText(plan.key) +
+                                  " names device " + Quote(id) + ", which was not offered");
     }
   }
   for (const std::string& id : plan.must_include) {
     if (!seen.count(id)) {
-      return InvalidArgumentError(
-          "preferred allocation for " + KeyText(plan.key) +
-          " leaves out must-include device " + Quote(id));
+      return InvalidArgumentError("preferred allocation for " + KeyText(plan.key) +
+                                  " leaves out must-include device " + Quote(id));
     }
   }
   return OkStatus();
 }
 
-std::vector<std::string> Ledger::DefaultChoice(
-    const AllocationPlan& plan) const {
+std::vector<std::string> Ledger::DefaultChoice(const AllocationPlan& plan) const {
   if (plan.reuse) return plan.reuse_ids;
   std::vector<std::string> out;
   for (const std::string& id : plan.must_include) {
@@ -658,8 +617,7 @@ std::vector<std::string> Ledger::DefaultChoice(
   return out;
 }
 
-Status Ledger::Reserve(const AllocationPlan& plan,
-                       const std::vector<std::string>& ids) {
+Status Ledger::Reserve(const AllocationPlan& plan, const std::vector<std::string>& ids) {
   const ContainerKey& key = plan.key;
   const std::string& resource = key.resource_name;
   if (plan.reuse) {
@@ -673,33 +631,28 @@ Status Ledger::Reserve(const AllocationPlan& plan,
   }
   std::set<std::string> unique(ids.begin(), ids.end());
   if (unique.size() != ids.size()) {
-    return InvalidArgumentError("reservation for " + KeyText(key) +
-                                " lists a device twice");
+    return InvalidArgumentError("reservation for " + KeyText(key) + " lists a device twice");
   }
   if (records_.count(key)) {
-    return FailedPreconditionError(KeyText(key) +
-                                   " already has devices recorded");
+    return FailedPreconditionError(KeyText(key) + " already has devices recorded");
   }
   KDM_RETURN_IF_ERROR(CheckRegistered(resource));
   auto res = resources_.find(resource);
-  std::set<std::string> must(plan.must_include.begin(),
-                             plan.must_include.end());
+  std::set<std::string> must(plan.must_include.begin(), plan.must_include.end());
   std::set<std::string> handed_over;
   auto [pod_first, pod_last] = PodRecords(key.pod_uid);
   for (const std::string& id : ids) {
     auto d = res->second.devices.find(id);
     if (d == res->second.devices.end()) {
-      return FailedPreconditionError("device " + Quote(id) + " of resource " +
-                                     Quote(resource) + " is not registered");
+      return FailedPreconditionError("device " + Quote(id) + " of resource " + Quote(resource) +
+                                     " is not registered");
     }
     if (!d->second.healthy) {
-      return FailedPreconditionError("device " + Quote(id) + " of resource " +
-                                     Quote(resource) + " is unhealthy");
+      return FailedPreconditionError("device " + Quote(id) + " of resource " + Quote(resource) +
+                                     " is unhealthy");
     }
-    if (const ContainerKey* other = ReservedBy(resource, id);
-        other != nullptr && *other != key) {
-      return FailedPreconditionError("device " + Quote(id) + " of resource " +
-                                     Quote(resource) +
+    if (const ContainerKey* other = ReservedBy(resource, id); other != nullptr && *other != key) {
+      return FailedPreconditionError("device " + Quote(id) + " of resource " + Quote(resource) +
                                      " is reserved by another allocation");
     }
     const int holders = HolderCount(resource, id);
@@ -710,8 +663,7 @@ Status Ledger::Reserve(const AllocationPlan& plan,
     for (auto it = pod_first; it != pod_last && must.count(id); ++it) {
       const auto& [holder, record] = *it;
       if (holder.resource_name != resource ||
-          std::find(record.ids.begin(), record.ids.end(), id) ==
-              record.ids.end()) {
+          std::find(record.ids.begin(), record.ids.end(), id) == record.ids.end()) {
         continue;
       }
       if (record.kind && *record.kind != ContainerKind::kInit) {
@@ -724,10 +676,9 @@ Status Ledger::Reserve(const AllocationPlan& plan,
       refused = SomeHolder(resource, id, key.pod_uid);
     }
     if (refused != nullptr) {
-      return FailedPreconditionError("device " + Quote(id) + " of resource " +
-                                     Quote(resource) + " is allocated to pod " +
-                                     Quote(refused->pod_uid) + " container " +
-                                     Quote(refused->container_name));
+      return FailedPreconditionError("device " + Quote(id) + " of resource " + Quote(resource) +
+                                     " is allocated to pod " + Quote(refused->pod_uid) +
+                                     " container " + Quote(refused->container_name));
     }
     handed_over.insert(id);
   }
@@ -740,27 +691,22 @@ Status Ledger::Reserve(const AllocationPlan& plan,
 }
 
 void Ledger::ReleaseReservation(const ContainerKey& key) {
-  if (auto it = reservations_.find(key); it != reservations_.end())
-    EraseReservation(it);
+  if (auto it = reservations_.find(key); it != reservations_.end()) EraseReservation(it);
 }
 
-std::optional<std::vector<std::string>> Ledger::Reservation(
-    const ContainerKey& key) const {
+std::optional<std::vector<std::string>> Ledger::Reservation(const ContainerKey& key) const {
   auto it = reservations_.find(key);
   if (it == reservations_.end()) return std::nullopt;
   return it->second.ids;
 }
 
-StatusOr<Change> Ledger::Commit(const ContainerKey& key,
-                                const std::string& alloc_response) {
+StatusOr<Change> Ledger::Commit(const ContainerKey& key, const std::string& alloc_response) {
   auto it = reservations_.find(key);
   if (it == reservations_.end()) {
-    return FailedPreconditionError("no reservation to commit for " +
-                                   KeyText(key));
+    return FailedPreconditionError("no reservation to commit for " + KeyText(key));
   }
   if (records_.count(key)) {
-    return FailedPreconditionError(KeyText(key) +
-                                   " already has devices recorded");
+    return FailedPreconditionError(KeyText(key) + " already has devices recorded");
   }
   Record record;
   record.ids = it->second.ids;
@@ -769,13 +715,11 @@ StatusOr<Change> Ledger::Commit(const ContainerKey& key,
   record.kind = it->second.kind;
   record.handed_over = it->second.handed_over;
   const ResourceState* res = nullptr;
-  if (auto r = resources_.find(key.resource_name); r != resources_.end())
-    res = &r->second;
+  if (auto r = resources_.find(key.resource_name); r != resources_.end()) res = &r->second;
   for (const std::string& id : record.ids) {
     const DeviceInfo* info = nullptr;
     if (res != nullptr) {
-      if (auto d = res->devices.find(id); d != res->devices.end())
-        info = &d->second;
+      if (auto d = res->devices.find(id); d != res->devices.end()) info = &d->second;
     }
     if (info == nullptr || info->numa_nodes.empty()) {
       record.by_numa[checkpoint::kNoNumaNode].push_back(id);
@@ -785,8 +729,8 @@ StatusOr<Change> Ledger::Commit(const ContainerKey& key,
   }
   EraseReservation(it);
   Change change;
-  change.upserts.push_back({key.pod_uid, key.container_name, key.resource_name,
-                            record.by_numa, record.alloc_response});
+  change.upserts.push_back(
+      {key.pod_uid, key.container_name, key.resource_name, record.by_numa, record.alloc_response});
   InsertRecord(key, std::move(record));
   last_commit_ = key;
   return change;
@@ -794,8 +738,7 @@ StatusOr<Change> Ledger::Commit(const ContainerKey& key,
 
 Status Ledger::UndoCommit(const ContainerKey& key) {
   auto it = records_.find(key);
-  if (!last_commit_ || *last_commit_ != key || it == records_.end() ||
-      reservations_.count(key)) {
+  if (!last_commit_ || *last_commit_ != key || it == records_.end() || reservations_.count(key)) {
     return FailedPreconditionError("no commit to revert for " + KeyText(key));
   }
   ReservationState state;
@@ -846,32 +789,31 @@ Change Ledger::RetainOnlyPods(const std::set<std::string>& active_pod_uids) {
 std::optional<PodDevicesEntry> Ledger::Entry(const ContainerKey& key) const {
   auto it = records_.find(key);
   if (it == records_.end()) return std::nullopt;
-  return PodDevicesEntry{key.pod_uid, key.container_name, key.resource_name,
-                         it->second.by_numa, it->second.alloc_response};
+  return PodDevicesEntry{key.pod_uid, key.container_name, key.resource_name, it->second.by_numa,
+                         it->second.alloc_response};
 }
 
-std::vector<PodDevicesEntry> Ledger::ContainerEntries(
-    const std::string& pod_uid, const std::string& container) const {
+std::vector<PodDevicesEntry> Ledger::ContainerEntries(const std::string& pod_uid,
+                                                      const std::string& container) const {
   std::vector<PodDevicesEntry> out;
   auto [first, last] = PodRecords(pod_uid);
   for (auto it = first; it != last; ++it) {
     const auto& [key, record] = *it;
     if (key.container_name == container) {
-      out.push_back({key.pod_uid, key.container_name, key.resource_name,
-                     record.by_numa, record.alloc_response});
+      out.push_back({key.pod_uid, key.container_name, key.resource_name, record.by_numa,
+                     record.alloc_response});
     }
   }
   return out;
 }
 
-std::vector<PodDevicesEntry> Ledger::PodEntries(
-    const std::string& pod_uid) const {
+std::vector<PodDevicesEntry> Ledger::PodEntries(const std::string& pod_uid) const {
   std::vector<PodDevicesEntry> out;
   auto [first, last] = PodRecords(pod_uid);
   for (auto it = first; it != last; ++it) {
     const auto& [key, record] = *it;
-    out.push_back({key.pod_uid, key.container_name, key.resource_name,
-                   record.by_numa, record.alloc_response});
+    out.push_back({key.pod_uid, key.container_name, key.resource_name, record.by_numa,
+                   record.alloc_response});
   }
   return out;
 }
@@ -880,8 +822,8 @@ std::vector<PodDevicesEntry> Ledger::AllEntries() const {
   std::vector<PodDevicesEntry> out;
   out.reserve(records_.size());
   for (const auto& [key, record] : records_) {
-    out.push_back({key.pod_uid, key.container_name, key.resource_name,
-                   record.by_numa, record.alloc_response});
+    out.push_back({key.pod_uid, key.container_name, key.resource_name, record.by_numa,
+                   record.alloc_response});
   }
   return out;
 }
@@ -891,8 +833,7 @@ std::vector<PodDevicesEntry> Ledger::AllEntries() const {
 
 ResourceHints Ledger::GenerateHints(const std::string& resource,
                                     const std::vector<std::string>& available,
-                                    const std::vector<std::string>& reusable,
-                                    int64_t count) const {
+                                    const std::vector<std::string>& reusable, int64_t count) const {
   auto res = resources_.find(resource);
   if (res == resources_.end()) return std::nullopt;
   const auto& devices = res->second.devices;
@@ -908,8 +849,7 @@ ResourceHints Ledger::GenerateHints(const std::string& resource,
   auto mask_of = [&](const DeviceInfo& info) {
     uint32_t m = 0;
     for (int64_t n : info.numa_nodes) {
-      m |= 1u << (std::lower_bound(nodes.begin(), nodes.end(), n) -
-                  nodes.begin());
+      m |= 1u << (std::lower_bound(nodes.begin(), nodes.end(), n) - nodes.begin());
     }
     return m;
   };
@@ -937,11 +877,9 @@ ResourceHints Ledger::GenerateHints(const std::string& resource,
   // Subsets ordered by size, then lexicographically by node list.
   std::vector<std::pair<std::vector<int64_t>, uint32_t>> subsets;
   subsets.reserve((size_t{1} << n) - 1);
-  for (uint32_t m = 1; m < (1u << n); ++m)
-    subsets.emplace_back(node_list(m), m);
+  for (uint32_t m = 1; m < (1u << n); ++m) subsets.emplace_back(node_list(m), m);
   std::sort(subsets.begin(), subsets.end(), [](const auto& a, const auto& b) {
-    if (a.first.size() != b.first.size())
-      return a.first.size() < b.first.size();
+    if (a.first.size() != b.first.size()) return a.first.size() < b.first.size();
     return a.first < b.first;
   });
 
@@ -968,26 +906,21 @@ ResourceHints Ledger::GenerateHints(const std::string& resource,
     if (matching < count) continue;
     hints.push_back({subset_nodes, false});
   }
-  for (NumaHint& h : hints)
-    h.preferred = static_cast<int>(h.nodes.size()) == min_size;
+  for (NumaHint& h : hints) h.preferred = static_cast<int>(h.nodes.size()) == min_size;
   return hints;
 }
 
-ResourceHints Ledger::TopologyHints(const Pod& pod,
-                                    const std::string& container,
-                                    const std::string& resource,
-                                    int64_t count) const {
+ResourceHints Ledger::TopologyHints(const Pod& pod, const std::string& container,
+                                    const std::string& resource, int64_t count) const {
   if (count < 1) return std::nullopt;
   auto res = resources_.find(resource);
   if (res == resources_.end()) return std::nullopt;
-  bool has_topology =
-      std::any_of(res->second.devices.begin(), res->second.devices.end(),
-                  [](const auto& d) { return !d.second.numa_nodes.empty(); });
+  bool has_topology = std::any_of(res->second.devices.begin(), res->second.devices.end(),
+                                  [](const auto& d) { return !d.second.numa_nodes.empty(); });
   if (!has_topology) return std::nullopt;
   auto rec = records_.find({pod.uid, container, resource});
   if (rec != records_.end()) {
-    if (static_cast<int64_t>(rec->second.ids.size()) != count)
-      return std::vector<NumaHint>{};
+    if (static_cast<int64_t>(rec->second.ids.size()) != count) return std::vector<NumaHint>{};
     return GenerateHints(resource, rec->second.ids, {}, count);
   }
   std::vector<std::string> available = FreeIds(resource);
@@ -1002,8 +935,7 @@ StatusOr<std::map<std::string, ResourceHints>> Ledger::ContainerTopologyHints(
     const Pod& pod, const std::string& container) const {
   const Container* c = pod.FindContainer(container);
   if (c == nullptr) {
-    return NotFoundError("pod " + Quote(pod.uid) + " has no container " +
-                         Quote(container));
+    return NotFoundError("pod " + Quote(pod.uid) + " has no container " + Quote(container));
   }
   KDM_ASSIGN_OR_RETURN(auto requests, ContainerRequests(*c));
   std::map<std::string, ResourceHints> out;
@@ -1013,16 +945,14 @@ StatusOr<std::map<std::string, ResourceHints>> Ledger::ContainerTopologyHints(
   return out;
 }
 
-StatusOr<std::map<std::string, ResourceHints>> Ledger::PodTopologyHints(
-    const Pod& pod) const {
+StatusOr<std::map<std::string, ResourceHints>> Ledger::PodTopologyHints(const Pod& pod) const {
   KDM_ASSIGN_OR_RETURN(auto requests, PodRequests(pod));
   std::map<std::string, ResourceHints> out;
   for (const auto& [resource, count] : requests) {
     auto res = resources_.find(resource);
-    bool has_topology =
-        res != resources_.end() &&
-        std::any_of(res->second.devices.begin(), res->second.devices.end(),
-                    [](const auto& d) { return !d.second.numa_nodes.empty(); });
+    bool has_topology = res != resources_.end() &&
+                        std::any_of(res->second.devices.begin(), res->second.devices.end(),
+                                    [](const auto& d) { return !d.second.numa_nodes.empty(); });
     if (!has_topology) {
       out[resource] = std::nullopt;
       continue;
@@ -1038,8 +968,7 @@ StatusOr<std::map<std::string, ResourceHints>> Ledger::PodTopologyHints(
       if (static_cast<int64_t>(held.size()) != count) {
         out[resource] = std::vector<NumaHint>{};
       } else {
-        out[resource] =
-            GenerateHints(resource, {held.begin(), held.end()}, {}, count);
+        out[resource] = GenerateHints(resource, {held.begin(), held.end()}, {}, count);
       }
       continue;
     }
@@ -1068,24 +997,20 @@ RestoreReport Ledger::Restore(const checkpoint::CheckpointData& data) {
   // resource -> device id -> pod holding it, to refuse cross-pod sharing.
   std::map<std::string, std::map<std::string, std::string>> owner;
   for (const PodDevicesEntry& e : data.entries) {
-    if (e.pod_uid.empty() || e.container_name.empty() ||
-        e.resource_name.empty()) {
-      report.skipped.push_back({e.pod_uid, e.container_name, e.resource_name,
-                                "", "",
+    if (e.pod_uid.empty() || e.container_name.empty() || e.resource_name.empty()) {
+      report.skipped.push_back({e.pod_uid, e.container_name, e.resource_name, "", "",
                                 "empty pod uid, container or resource name"});
       continue;
     }
     std::vector<std::string> ids = FlattenDeviceIds(e.device_ids);
     auto& owners = owner[e.resource_name];
-    auto conflict =
-        std::find_if(ids.begin(), ids.end(), [&](const std::string& id) {
-          auto it = owners.find(id);
-          return it != owners.end() && it->second != e.pod_uid;
-        });
+    auto conflict = std::find_if(ids.begin(), ids.end(), [&](const std::string& id) {
+      auto it = owners.find(id);
+      return it != owners.end() && it->second != e.pod_uid;
+    });
     if (conflict != ids.end()) {
-      report.skipped.push_back({e.pod_uid, e.container_name, e.resource_name,
-                                *conflict, owners.at(*conflict),
-                                "device held by another pod"});
+      report.skipped.push_back({e.pod_uid, e.container_name, e.resource_name, *conflict,
+                                owners.at(*conflict), "device held by another pod"});
       continue;
     }
     for (const std::string& id : ids) owners[id] = e.pod_uid;
@@ -1115,9 +1040,7 @@ checkpoint::CheckpointData Ledger::ToCheckpointData() const {
 // ---------------------------------------------------------------- invariants
 
 Status Ledger::CheckInvariants() const {
-  auto fail = [](const std::string& what) {
-    return InternalError("ledger invariant: " + what);
-  };
+  auto fail = [](const std::string& what) { return InternalError("ledger invariant: " + what); };
   for (const std::string& r : deleted_) {
     if (resources_.count(r))
       return fail("resource " + Quote(r) + " is both registered and deleted");
@@ -1126,8 +1049,7 @@ Status Ledger::CheckInvariants() const {
     std::vector<std::string> ids;
     for (const auto& [id, info] : state.devices) ids.push_back(id);
     SortNatural(&ids);
-    if (ids != state.order)
-      return fail("device order of " + Quote(r) + " is out of date");
+    if (ids != state.order) return fail("device order of " + Quote(r) + " is out of date");
     for (size_t i = 0; i < ids.size(); ++i) {
       if (state.devices.at(ids[i]).rank != i)
         return fail("device rank of " + Quote(ids[i]) + " is out of date");
@@ -1152,21 +1074,16 @@ Status Ledger::CheckInvariants() const {
       return fail("per-resource record count is out of date");
   }
   // resource -> device id -> records holding it
-  std::map<std::string, std::map<std::string, std::vector<const ContainerKey*>>>
-      holders;
+  std::map<std::string, std::map<std::string, std::vector<const ContainerKey*>>> holders;
   for (const auto& [key, record] : records_) {
     std::set<std::string> unique(record.ids.begin(), record.ids.end());
-    if (unique.size() != record.ids.size())
-      return fail(KeyText(key) + " lists a device twice");
+    if (unique.size() != record.ids.size()) return fail(KeyText(key) + " lists a device twice");
     std::vector<std::string> flat = FlattenDeviceIds(record.by_numa);
     if (std::set<std::string>(flat.begin(), flat.end()) != unique) {
-      return fail(KeyText(key) +
-                  " has NUMA groups that differ from its device list");
+      return fail(KeyText(key) + " has NUMA groups that differ from its device list");
     }
-    if (reservations_.count(key))
-      return fail(KeyText(key) + " is both recorded and reserved");
-    for (const std::string& id : record.ids)
-      holders[key.resource_name][id].push_back(&key);
+    if (reservations_.count(key)) return fail(KeyText(key) + " is both recorded and reserved");
+    for (const std::string& id : record.ids) holders[key.resource_name][id].push_back(&key);
   }
   auto kind_of = [&](const ContainerKey& key) { return records_.at(key).kind; };
   for (const auto& [resource, by_id] : holders) {
@@ -1174,45 +1091,39 @@ Status Ledger::CheckInvariants() const {
       int running = 0;
       for (const ContainerKey* k : keys) {
         if (k->pod_uid != keys.front()->pod_uid) {
-          return fail("device " + Quote(id) + " of " + Quote(resource) +
-                      " is held by pods " + Quote(keys.front()->pod_uid) +
-                      " and " + Quote(k->pod_uid));
+          return fail("device " + Quote(id) + " of " + Quote(resource) + " is held by pods " +
+                      Quote(keys.front()->pod_uid) + " and " + Quote(k->pod_uid));
         }
         std::optional<ContainerKind> kind = kind_of(*k);
         if (kind && *kind != ContainerKind::kInit) ++running;
       }
       if (running > 1) {
         return fail("device " + Quote(id) + " of " + Quote(resource) +
-                    " is held by two running containers of pod " +
-                    Quote(keys.front()->pod_uid));
+                    " is held by two running containers of pod " + Quote(keys.front()->pod_uid));
       }
     }
   }
   std::map<std::string, std::map<std::string, const ContainerKey*>> reserved;
   for (const auto& [key, reservation] : reservations_) {
     for (const std::string& id : reservation.handed_over) {
-      if (std::find(reservation.ids.begin(), reservation.ids.end(), id) ==
-          reservation.ids.end()) {
-        return fail(KeyText(key) + " hands over device " + Quote(id) +
-                    " it does not reserve");
+      if (std::find(reservation.ids.begin(), reservation.ids.end(), id) == reservation.ids.end()) {
+        return fail(KeyText(key) + " hands over device " + Quote(id) + " it does not reserve");
       }
     }
     for (const std::string& id : reservation.ids) {
       auto [it, inserted] = reserved[key.resource_name].try_emplace(id, &key);
       if (!inserted) {
-        return fail("device " + Quote(id) + " is reserved by " +
-                    KeyText(*it->second) + " and " + KeyText(key));
+        return fail("device " + Quote(id) + " is reserved by " + KeyText(*it->second) + " and " +
+                    KeyText(key));
       }
       auto h = holders[key.resource_name].find(id);
       if (h == holders[key.resource_name].end()) continue;
       if (!reservation.handed_over.count(id)) {
-        return fail("device " + Quote(id) + " reserved by " + KeyText(key) +
-                    " is also allocated");
+        return fail("device " + Quote(id) + " reserved by " + KeyText(key) + " is also allocated");
       }
       for (const ContainerKey* k : h->second) {
         std::optional<ContainerKind> kind = kind_of(*k);
-        if (k->pod_uid != key.pod_uid ||
-            (kind && *kind != ContainerKind::kInit)) {
+        if (k->pod_uid != key.pod_uid || (kind && *kind != ContainerKind::kInit)) {
           return fail("device " + Quote(id) + " handed to " + KeyText(key) +
                       " is held by running container " + KeyText(*k));
         }
@@ -1227,16 +1138,14 @@ Status Ledger::CheckInvariants() const {
     int64_t reserved_only = 0;
     for (const auto& [id, info] : state.devices) {
       if (!info.healthy) {
-        if (free_set.count(id))
-          return fail("unhealthy device " + Quote(id) + " counted as free");
+        if (free_set.count(id)) return fail("unhealthy device " + Quote(id) + " counted as free");
         continue;
       }
       ++healthy;
       const bool is_allocated = holders[resource].count(id) > 0;
       const bool is_reserved = reserved[resource].count(id) > 0;
       if ((is_allocated || is_reserved) && free_set.count(id)) {
-        return fail("device " + Quote(id) + " of " + Quote(resource) +
-                    " is free and taken");
+        return fail("device " + Quote(id) + " of " + Quote(resource) + " is free and taken");
       }
       if (is_allocated) {
         ++allocated;
@@ -1244,27 +1153,22 @@ Status Ledger::CheckInvariants() const {
         ++reserved_only;
       }
     }
-    if (allocated + reserved_only + static_cast<int64_t>(free.size()) !=
-        healthy) {
-      return fail("resource " + Quote(resource) + ": allocated " +
-                  std::to_string(allocated) + " + reserved " +
-                  std::to_string(reserved_only) + " + free " +
-                  std::to_string(free.size()) + " != healthy " +
-                  std::to_string(healthy));
+    if (allocated + reserved_only + static_cast<int64_t>(free.size()) != healthy) {
+      return fail("resource " + Quote(resource) + ": allocated " + std::to_string(allocated) +
+                  " + reserved " + std::to_string(reserved_only) + " + free " +
+                  std::to_string(free.size()) + " != healthy " + std::to_string(healthy));
     }
   }
   return OkStatus();
 }
 
-void Ledger::ForceRecordForTest(const PodDevicesEntry& entry,
-                                ContainerKind kind) {
+void Ledger::ForceRecordForTest(const PodDevicesEntry& entry, ContainerKind kind) {
   Record record;
   record.ids = FlattenDeviceIds(entry.device_ids);
   record.by_numa = entry.device_ids;
   record.alloc_response = entry.alloc_response;
   record.kind = kind;
-  if (auto old = records_.find(entry.key()); old != records_.end())
-    EraseRecord(old);
+  if (auto old = records_.find(entry.key()); old != records_.end()) EraseRecord(old);
   InsertRecord(entry.key(), std::move(record));
 }
 

@@ -83,8 +83,7 @@ struct ResourceCapacity {
   int64_t capacity = 0;     // healthy + unhealthy
   int64_t allocatable = 0;  // healthy
 
-  friend bool operator==(const ResourceCapacity&,
-                         const ResourceCapacity&) = default;
+  friend bool operator==(const ResourceCapacity&, const ResourceCapacity&) = default;
 };
 
 struct Capacity {
@@ -161,8 +160,7 @@ struct SkippedCheckpointEntry {
   // pod".
   std::string reason;
 
-  friend bool operator==(const SkippedCheckpointEntry&,
-                         const SkippedCheckpointEntry&) = default;
+  friend bool operator==(const SkippedCheckpointEntry&, const SkippedCheckpointEntry&) = default;
 };
 
 // What Restore() left out of a checkpoint, in the checkpoint's entry order.
@@ -172,8 +170,7 @@ struct RestoreReport {
 
 // All device ids of an entry, unique, in natural order (a device on two NUMA
 // nodes is listed under both).
-std::vector<std::string> FlattenDeviceIds(
-    const checkpoint::DevicesPerNuma& ids);
+std::vector<std::string> FlattenDeviceIds(const checkpoint::DevicesPerNuma& ids);
 
 // Natural order of device ids: digit runs compare as numbers ("gpu2" <
 // "gpu10"), everything else byte-wise. Ties broken by plain comparison.
@@ -190,8 +187,8 @@ class Ledger {
   // are skipped; duplicate ids are merged (first topology, healthy only if
   // every copy is healthy); both are counted in the report.
   // Errors: INVALID_ARGUMENT for an empty resource name (nothing changes).
-  StatusOr<SnapshotReport> SetDevices(
-      const std::string& resource, const std::vector<LedgerDevice>& snapshot);
+  StatusOr<SnapshotReport> SetDevices(const std::string& resource,
+                                      const std::vector<LedgerDevice>& snapshot);
 
   // The endpoint of `resource` stopped: every device becomes unhealthy
   // (capacity kept, allocatable 0). Unknown resource: no-op, empty change.
@@ -228,8 +225,7 @@ class Ledger {
   // their counts; zero counts are left out. Errors (INVALID_ARGUMENT, naming
   // the container, resource and value): request present and != limit,
   // negative, fractional, too large.
-  StatusOr<std::map<std::string, int64_t>> ContainerRequests(
-      const Container& container) const;
+  StatusOr<std::map<std::string, int64_t>> ContainerRequests(const Container& container) const;
 
   // The pod's effective device requests (for pod-scope topology hints):
   // per resource the larger of (sum over app containers and sidecars) and,
@@ -277,15 +273,13 @@ class Ledger {
   // plan, a wrong number of ids or duplicates; FAILED_PRECONDITION when the
   // container already has devices recorded or an id is unknown, unhealthy or
   // taken (the message names the id).
-  Status Reserve(const AllocationPlan& plan,
-                 const std::vector<std::string>& ids);
+  Status Reserve(const AllocationPlan& plan, const std::vector<std::string>& ids);
 
   // Drops plan.key's reservation, if any (every failure path calls this).
   void ReleaseReservation(const checkpoint::ContainerKey& key);
 
   // The ids reserved for `key`, or nullopt when it holds no reservation.
-  std::optional<std::vector<std::string>> Reservation(
-      const checkpoint::ContainerKey& key) const;
+  std::optional<std::vector<std::string>> Reservation(const checkpoint::ContainerKey& key) const;
 
   // Turns key's reservation into its record (device ids grouped by NUMA
   // node, kNoNumaNode for devices without topology) with `alloc_response`,
@@ -307,19 +301,16 @@ class Ledger {
   // Garbage collection: forgets the records of every pod not in
   // `active_pod_uids`. Reservations are left alone (an admission in flight
   // ends in Commit or ReleaseReservation). Returns the change to persist.
-  checkpoint::Change RetainOnlyPods(
-      const std::set<std::string>& active_pod_uids);
+  checkpoint::Change RetainOnlyPods(const std::set<std::string>& active_pod_uids);
 
   // ---- queries ----
 
-  std::optional<checkpoint::PodDevicesEntry> Entry(
-      const checkpoint::ContainerKey& key) const;
+  std::optional<checkpoint::PodDevicesEntry> Entry(const checkpoint::ContainerKey& key) const;
   // Records of one container, by resource name.
-  std::vector<checkpoint::PodDevicesEntry> ContainerEntries(
-      const std::string& pod_uid, const std::string& container) const;
+  std::vector<checkpoint::PodDevicesEntry> ContainerEntries(const std::string& pod_uid,
+                                                            const std::string& container) const;
   // Records of one pod, by (container, resource).
-  std::vector<checkpoint::PodDevicesEntry> PodEntries(
-      const std::string& pod_uid) const;
+  std::vector<checkpoint::PodDevicesEntry> PodEntries(const std::string& pod_uid) const;
   // Every record, by (pod, container, resource).
   std::vector<checkpoint::PodDevicesEntry> AllEntries() const;
 
@@ -342,8 +333,7 @@ class Ledger {
       const Pod& pod, const std::string& container) const;
   // Pod scope: PodRequests() per resource, hints from the devices recorded
   // for the pod, or from the free devices when none are.
-  StatusOr<std::map<std::string, ResourceHints>> PodTopologyHints(
-      const Pod& pod) const;
+  StatusOr<std::map<std::string, ResourceHints>> PodTopologyHints(const Pod& pod) const;
 
   // ---- restart ----
 
@@ -372,8 +362,7 @@ class Ledger {
 
   // Test only: records `entry` for a container of `kind` without any check,
   // so tests can show that CheckInvariants() catches a broken state.
-  void ForceRecordForTest(const checkpoint::PodDevicesEntry& entry,
-                          ContainerKind kind);
+  void ForceRecordForTest(const checkpoint::PodDevicesEntry& entry, ContainerKind kind);
 
  private:
   struct DeviceInfo {
@@ -395,9 +384,8 @@ class Ledger {
   };
   struct ReservationState {
     ContainerKind kind = ContainerKind::kApp;
-    std::vector<std::string> ids;  // everything reserved, in chosen order
-    std::set<std::string>
-        handed_over;  // subset of ids taken from init containers
+    std::vector<std::string> ids;       // everything reserved, in chosen order
+    std::set<std::string> handed_over;  // subset of ids taken from init containers
   };
 
   using RecordMap = std::map<checkpoint::ContainerKey, Record>;
@@ -407,14 +395,13 @@ class Ledger {
   // keep the indexes below in step.
   void InsertRecord(const checkpoint::ContainerKey& key, Record record);
   RecordMap::iterator EraseRecord(RecordMap::iterator it);
-  void InsertReservation(const checkpoint::ContainerKey& key,
-                         ReservationState state);
+  void InsertReservation(const checkpoint::ContainerKey& key, ReservationState state);
   ReservationMap::iterator EraseReservation(ReservationMap::iterator it);
   // The range of records_ / reservations_ of one pod.
   std::pair<RecordMap::const_iterator, RecordMap::const_iterator> PodRecords(
       const std::string& pod_uid) const;
-  std::pair<ReservationMap::const_iterator, ReservationMap::const_iterator>
-  PodReservations(const std::string& pod_uid) const;
+  std::pair<ReservationMap::const_iterator, ReservationMap::const_iterator> PodReservations(
+      const std::string& pod_uid) const;
 
   // How many records hold device `id` of `resource`.
   int HolderCount(const std::string& resource, const std::string& id) const;
@@ -423,21 +410,18 @@ class Ledger {
                                              const std::string& id) const;
   // Some record holding `id` of `resource`, preferring other pods than
   // `pod_uid` (for error messages), or nullptr.
-  const checkpoint::ContainerKey* SomeHolder(const std::string& resource,
-                                             const std::string& id,
+  const checkpoint::ContainerKey* SomeHolder(const std::string& resource, const std::string& id,
                                              const std::string& pod_uid) const;
   // Free devices of `resource` (healthy − allocated − reserved), natural order.
   std::vector<std::string> FreeIds(const std::string& resource) const;
   // Hand-over pool for `container` of `pod`
   // (docs/kubelet-rules.md#init-containers-and-sidecars), healthy only,
   // natural order.
-  std::vector<std::string> HandOverPool(const Pod& pod,
-                                        const std::string& container,
+  std::vector<std::string> HandOverPool(const Pod& pod, const std::string& container,
                                         const std::string& resource) const;
   ResourceHints GenerateHints(const std::string& resource,
                               const std::vector<std::string>& available,
-                              const std::vector<std::string>& reusable,
-                              int64_t count) const;
+                              const std::vector<std::string>& reusable, int64_t count) const;
   checkpoint::Change RegisteredChange(const std::string& resource) const;
 
   std::map<std::string, ResourceState> resources_;
@@ -448,8 +432,7 @@ class Ledger {
   // resource -> device id -> number of records holding it;
   std::map<std::string, std::map<std::string, int>> holders_;
   // resource -> device id -> the reservation holding it;
-  std::map<std::string, std::map<std::string, checkpoint::ContainerKey>>
-      reserved_;
+  std::map<std::string, std::map<std::string, checkpoint::ContainerKey>> reserved_;
   // resource -> number of records of it.
   std::map<std::string, int> records_per_resource_;
   // The key of the latest Commit(), the only one UndoCommit() may revert.

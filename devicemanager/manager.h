@@ -81,8 +81,8 @@ struct DeviceSpec {
 // resource's value is kept and the conflict is listed in `conflicts`.
 struct RunContainerOptions {
   std::map<std::string, std::string> envs;
-  std::vector<Mount> mounts;          // sorted by container path
-  std::vector<DeviceSpec> devices;    // sorted by container path
+  std::vector<Mount> mounts;        // sorted by container path
+  std::vector<DeviceSpec> devices;  // sorted by container path
   std::map<std::string, std::string> annotations;
   std::vector<std::string> cdi_devices;  // in merge order
   // One line per conflict, e.g. `env "X": vendor.com/b's value ignored,
@@ -144,16 +144,16 @@ struct ManagerStats {
   int64_t registrations_accepted = 0;
   int64_t registrations_rejected = 0;
   // GetPreferredAllocation outcomes.
-  int64_t preferred_ok = 0;            // answer validated and used
-  int64_t preferred_invalid = 0;       // answer rejected, kdm's choice used
-  int64_t preferred_rpc_error = 0;     // RPC failed, kdm's choice used
-  int64_t preferred_not_asked = 0;     // plugin does not offer it, or no real choice
-  int64_t preferred_taken = 0;         // valid answer lost a race, kdm's choice used
+  int64_t preferred_ok = 0;         // answer validated and used
+  int64_t preferred_invalid = 0;    // answer rejected, kdm's choice used
+  int64_t preferred_rpc_error = 0;  // RPC failed, kdm's choice used
+  int64_t preferred_not_asked = 0;  // plugin does not offer it, or no real choice
+  int64_t preferred_taken = 0;      // valid answer lost a race, kdm's choice used
   // Plugin RPC errors by method name ("Allocate", "ListAndWatch", ...).
   std::map<std::string, int64_t> rpc_errors;
-  int64_t allocations = 0;             // (container, resource) allocations committed
-  int64_t allocation_failures = 0;     // Allocate() calls that returned an error
-  int64_t checkpoint_errors = 0;       // store writes that failed
+  int64_t allocations = 0;          // (container, resource) allocations committed
+  int64_t allocation_failures = 0;  // Allocate() calls that returned an error
+  int64_t checkpoint_errors = 0;    // store writes that failed
   // Retries of checkpoint writes that failed after a snapshot, a stream end
   // or a grace expiry (those are kept pending and retried until they land;
   // docs/architecture.md "Error policy").

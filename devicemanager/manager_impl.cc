@@ -235,22 +235,24 @@ Status ManagerImpl::Start() {
     }
     RestoreReport restored = ledger_.Restore(*data);
     for (const SkippedCheckpointEntry& e : restored.skipped) {
-      spdlog::warn("event=checkpoint_entry_skipped pod={} container={} resource={} device={} "
-                   "held_by={} reason={}",
-                   QuoteLogValue(e.pod_uid, kMaxLogValueBytes),
-                   QuoteLogValue(e.container_name, kMaxLogValueBytes),
-                   QuoteLogValue(e.resource_name, kMaxLogValueBytes),
-                   QuoteLogValue(e.device_id, kMaxLogValueBytes),
-                   QuoteLogValue(e.held_by_pod_uid, kMaxLogValueBytes), QuoteLogValue(e.reason));
+      spdlog::warn(
+          "event=checkpoint_entry_skipped pod={} container={} resource={} device={} "
+          "held_by={} reason={}",
+          QuoteLogValue(e.pod_uid, kMaxLogValueBytes),
+          QuoteLogValue(e.container_name, kMaxLogValueBytes),
+          QuoteLogValue(e.resource_name, kMaxLogValueBytes),
+          QuoteLogValue(e.device_id, kMaxLogValueBytes),
+          QuoteLogValue(e.held_by_pod_uid, kMaxLogValueBytes), QuoteLogValue(e.reason));
     }
     for (const auto& [resource, ids] : data->registered_devices) {
       ResourceState& state = resources_[resource];
       StartGraceTimerLocked(resource, state);
     }
-    spdlog::info("event=checkpoint_restored store=\"{}\" entries={} skipped={} resources={} "
-                 "boot_id={} previous_boot_id={}",
-                 store_->Describe(), data->entries.size(), restored.skipped.size(),
-                 data->registered_devices.size(), boot_id, data->boot_id);
+    spdlog::info(
+        "event=checkpoint_restored store=\"{}\" entries={} skipped={} resources={} "
+        "boot_id={} previous_boot_id={}",
+        store_->Describe(), data->entries.size(), restored.skipped.size(),
+        data->registered_devices.size(), boot_id, data->boot_id);
     if (rebooted) {
       checkpoint::Change change = ledger_.RetainOnlyPods(active);
       spdlog::info("event=reboot_detected kept_active_pods={} dropped_pods={} callback={}",
@@ -268,15 +270,16 @@ Status ManagerImpl::Start() {
   for (const auto& name : removed) {
     spdlog::info("event=stale_socket_removed dir={} socket={}", dir, LogValue(name));
   }
-  KDM_ASSIGN_OR_RETURN(
-      registration_,
-      RegistrationServer::Start(
-          dir,
-          [this](const std::string& resource, const std::string& socket) {
-            return RegisterPlugin(resource, socket);
-          },
-          [this](const Status&) { UpdateStats([](ManagerStats& s) { s.registrations_rejected++; }); },
-          {.max_in_flight = options_.max_registrations_in_flight}));
+  KDM_ASSIGN_OR_RETURN(registration_,
+                       RegistrationServer::Start(
+                           dir,
+                           [this](const std::string& resource, const std::string& socket) {
+                             return RegisterPlugin(resource, socket);
+                           },
+                           [this](const Status&) {
+                             UpdateStats([](ManagerStats& s) { s.registrations_rejected++; });
+                           },
+                           {.max_in_flight = options_.max_registrations_in_flight}));
   return OkStatus();
 }
 
@@ -364,9 +367,13 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
   // A socket serves one resource: a second resource naming a socket that is
   // connected for another would make one plugin feed two resources.
   auto socket_taken = [&](const std::string& other) {
-    return refuse(AlreadyExistsError("endpoint " + socket_path + " is already registered for "
-                                     "resource \"" + other + "\"; a plugin socket serves one "
-                                     "resource, so it cannot also serve \"" + resource + "\""));
+    return refuse(AlreadyExistsError("endpoint " + socket_path +
+                                     " is already registered for "
+                                     "resource \"" +
+                                     other +
+                                     "\"; a plugin socket serves one "
+                                     "resource, so it cannot also serve \"" +
+                                     resource + "\""));
   };
   {
     kdm::MutexLock lock(&mu_);
@@ -436,10 +443,11 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
   if (taken_by) return socket_taken(*taken_by);
   if (refused_for_stop) return refuse(UnavailableError("device manager is stopping"));
   if (options_.metrics) options_.metrics->ObserveRegistration(resource);
-  spdlog::info("event=plugin_registered resource={} socket={} pre_start_required={} "
-               "get_preferred_allocation_available={}",
-               LogValue(resource), LogValue(socket_path), (*ep)->options().pre_start_required(),
-               (*ep)->options().get_preferred_allocation_available());
+  spdlog::info(
+      "event=plugin_registered resource={} socket={} pre_start_required={} "
+      "get_preferred_allocation_available={}",
+      LogValue(resource), LogValue(socket_path), (*ep)->options().pre_start_required(),
+      (*ep)->options().get_preferred_allocation_available());
   return OkStatus();
 }
 
@@ -468,10 +476,10 @@ void ManagerImpl::ApplySnapshotLocked(const std::string& resource, ResourceState
   bool held_back = false;
   if (!report->duplicate_ids.empty() || report->empty_ids > 0) {
     if (std::optional<int64_t> suppressed = repaired_log_.Admit(resource, now)) {
-      spdlog::warn("event=snapshot_repaired resource={} duplicate_ids={} empty_ids={} "
-                   "suppressed={}",
-                   LogValue(resource), LogList(report->duplicate_ids), report->empty_ids,
-                   *suppressed);
+      spdlog::warn(
+          "event=snapshot_repaired resource={} duplicate_ids={} empty_ids={} "
+          "suppressed={}",
+          LogValue(resource), LogList(report->duplicate_ids), report->empty_ids, *suppressed);
     } else {
       held_back = true;
     }
@@ -482,10 +490,11 @@ void ManagerImpl::ApplySnapshotLocked(const std::string& resource, ResourceState
   // rest of a 10,000-device snapshot).
   const size_t healthy = report->change.registered_devices[resource].size();
   if (std::optional<int64_t> suppressed = devices_log_.Admit(resource, now)) {
-    spdlog::info("event=devices_updated resource={} seq={} devices={} healthy={} changes={} "
-                 "suppressed={}",
-                 LogValue(resource), snap.seq, devices.size(), healthy,
-                 report->health_changes.size(), *suppressed);
+    spdlog::info(
+        "event=devices_updated resource={} seq={} devices={} healthy={} changes={} "
+        "suppressed={}",
+        LogValue(resource), snap.seq, devices.size(), healthy, report->health_changes.size(),
+        *suppressed);
   } else {
     held_back = true;
   }
@@ -509,8 +518,8 @@ void ManagerImpl::FlushLogLimitersLocked(bool all) {
                  n);
   }
   for (const auto& [resource, n] : repaired_log_.Flush(now)) {
-    spdlog::warn("event=snapshot_repaired_suppressed resource={} suppressed={}",
-                 LogValue(resource), n);
+    spdlog::warn("event=snapshot_repaired_suppressed resource={} suppressed={}", LogValue(resource),
+                 n);
   }
 }
 
@@ -554,11 +563,10 @@ void ManagerImpl::HandleStreamEndLocked(Endpoint* ep) {
   }
   if (!state.endpoints.empty()) {
     // Fall back to the newest remaining endpoint.
-    auto newest = std::max_element(state.endpoints.begin(), state.endpoints.end(),
-                                   [&](const auto& a, const auto& b) {
-                                     return state.order[a.second.get()] <
-                                            state.order[b.second.get()];
-                                   });
+    auto newest = std::max_element(
+        state.endpoints.begin(), state.endpoints.end(), [&](const auto& a, const auto& b) {
+          return state.order[a.second.get()] < state.order[b.second.get()];
+        });
     state.current = newest->second;
     state.applied_seq = 0;
     spdlog::info("event=endpoint_closed resource={} socket={} fallback={}", LogValue(resource),
@@ -580,9 +588,9 @@ void ManagerImpl::StartGraceTimerLocked(const std::string& resource, ResourceSta
   // A previous timer is not cancelled here (Cancel may wait for a running
   // callback that waits for mu_); the new generation makes it a no-op.
   uint64_t generation = ++state.generation;
-  state.grace_timer = clock_->ScheduleAfter(
-      options_.grace_period,
-      [this, resource, generation] { OnGraceExpired(resource, generation); });
+  state.grace_timer = clock_->ScheduleAfter(options_.grace_period, [this, resource, generation] {
+    OnGraceExpired(resource, generation);
+  });
 }
 
 void ManagerImpl::OnGraceExpired(const std::string& resource, uint64_t generation) {
@@ -672,7 +680,8 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
   {
     kdm::MutexLock lock(&mu_);
     std::optional<NumaHint> hint;
-    if (options_.align_numa) hint = BestHint(ledger_.TopologyHints(pod, container, resource, count));
+    if (options_.align_numa)
+      hint = BestHint(ledger_.TopologyHints(pod, container, resource, count));
     KDM_ASSIGN_OR_RETURN(plan, ledger_.Plan(pod, container, resource, count, hint));
     if (plan.reuse) return OkStatus();
     auto it = resources_.find(resource);
@@ -691,31 +700,33 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
   if (ep->options().get_preferred_allocation_available() && plan.real_choice) {
     std::vector<std::string> available = plan.must_include;
     available.insert(available.end(), plan.candidates.begin(), plan.candidates.end());
-    StatusOr<std::vector<std::string>> answer = ep->GetPreferredAllocation(
-        available, plan.must_include, static_cast<int>(plan.size));
+    StatusOr<std::vector<std::string>> answer =
+        ep->GetPreferredAllocation(available, plan.must_include, static_cast<int>(plan.size));
     if (!answer.ok()) {
       UpdateStats([](ManagerStats& s) { s.preferred_rpc_error++; });
-      spdlog::warn("event=preferred_allocation_fallback resource={} pod={} container={} "
-                   "reason=rpc_error error={}",
-                   LogValue(resource), LogValue(pod.uid), LogValue(container),
-                   LogValue(answer.status().message()));
+      spdlog::warn(
+          "event=preferred_allocation_fallback resource={} pod={} container={} "
+          "reason=rpc_error error={}",
+          LogValue(resource), LogValue(pod.uid), LogValue(container),
+          LogValue(answer.status().message()));
     } else {
       kdm::MutexLock lock(&mu_);
       Status valid = ledger_.ValidatePreferred(plan, *answer);
       if (!valid.ok()) {
         UpdateStats([](ManagerStats& s) { s.preferred_invalid++; });
-        spdlog::warn("event=preferred_allocation_fallback resource={} pod={} container={} "
-                     "reason=invalid_answer answer={} error={}",
-                     LogValue(resource), LogValue(pod.uid), LogValue(container),
-                     LogList(*answer), LogValue(valid.message()));
+        spdlog::warn(
+            "event=preferred_allocation_fallback resource={} pod={} container={} "
+            "reason=invalid_answer answer={} error={}",
+            LogValue(resource), LogValue(pod.uid), LogValue(container), LogList(*answer),
+            LogValue(valid.message()));
       } else if (Status r = ledger_.Reserve(plan, *answer); !r.ok()) {
         // Another admission took one of the preferred devices meanwhile; the
         // default choice is still reserved (Reserve changes nothing on error).
         UpdateStats([](ManagerStats& s) { s.preferred_taken++; });
-        spdlog::warn("event=preferred_allocation_fallback resource={} pod={} container={} "
-                     "reason=taken error={}",
-                     LogValue(resource), LogValue(pod.uid), LogValue(container),
-                     LogValue(r.message()));
+        spdlog::warn(
+            "event=preferred_allocation_fallback resource={} pod={} container={} "
+            "reason=taken error={}",
+            LogValue(resource), LogValue(pod.uid), LogValue(container), LogValue(r.message()));
       } else {
         choice = *answer;
         UpdateStats([](ManagerStats& s) { s.preferred_ok++; });
@@ -1107,8 +1118,7 @@ void ManagerImpl::CoalesceEventsLocked() {
   pending_seqs_ = std::move(kept_seqs);
   // Amortised: the next coalescing needs at least as many new events.
   coalesce_at_ = std::max(kHealthEventsCoalesceAt, 2 * pending_events_.size());
-  spdlog::debug("event=health_events_coalesced before={} after={}", before,
-                pending_events_.size());
+  spdlog::debug("event=health_events_coalesced before={} after={}", before, pending_events_.size());
 }
 
 bool ManagerImpl::HasEventsOrStopLocked() const {
@@ -1122,8 +1132,7 @@ void ManagerImpl::DeliveryLoop() {
     std::function<void(const std::vector<DeviceHealthEvent>&)> hook;
     {
       // Idle until there is work; Stop() sets delivery_stop_ and ends this.
-      kdm::MutexLock lock(&events_mu_,
-                          kdm::Condition(this, &ManagerImpl::HasEventsOrStopLocked));
+      kdm::MutexLock lock(&events_mu_, kdm::Condition(this, &ManagerImpl::HasEventsOrStopLocked));
       if (pending_events_.empty()) return;  // stopping, and everything delivered
       batch.swap(pending_events_);
       seqs.swap(pending_seqs_);

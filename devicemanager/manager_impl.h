@@ -71,9 +71,8 @@ Status CheckRestrictions(const std::map<std::string, std::set<std::string>>& res
 class ManagerImpl : public Manager {
  public:
   // Opens a client to the plugin socket at `socket_path` within `timeout`.
-  using StubFactory =
-      std::function<StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>>(
-          const std::string& socket_path, std::chrono::milliseconds timeout)>;
+  using StubFactory = std::function<StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>>(
+      const std::string& socket_path, std::chrono::milliseconds timeout)>;
 
   // Pending health events are coalesced (manager.h, Subscribe) once the
   // queue holds more than this many.
@@ -169,8 +168,8 @@ class ManagerImpl : public Manager {
                                                          const std::string& socket_path) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  Status AllocateResource(const Pod& pod, const std::string& container,
-                          const std::string& resource, int64_t count) ABSL_LOCKS_EXCLUDED(mu_);
+  Status AllocateResource(const Pod& pod, const std::string& container, const std::string& resource,
+                          int64_t count) ABSL_LOCKS_EXCLUDED(mu_);
 
   void OnEndpointUpdate(Endpoint* ep) ABSL_LOCKS_EXCLUDED(mu_);
   void OnEndpointStreamEnd(Endpoint* ep) ABSL_LOCKS_EXCLUDED(mu_);

@@ -2,18 +2,18 @@
 // Manager are refreshed from GetStats()/GetCapacity() at scrape time.
 #include "kdm/devicemanager/metrics.h"
 
-#include <map>
-#include <mutex>
-#include <set>
-#include <string>
-#include <vector>
-
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "kdm/devicemanager/manager.h"
 
@@ -35,9 +35,8 @@ const Histogram::BucketBoundaries& AllocationBuckets() {
 // A checkpoint transaction is an fsync'ed SQLite commit or a file rename:
 // sub-millisecond to seconds on a sick disk.
 const Histogram::BucketBoundaries& CheckpointBuckets() {
-  static const Histogram::BucketBoundaries b = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-                                                0.005,  0.01,    0.025,  0.05,  0.1,
-                                                0.25,   0.5,     1,      2.5};
+  static const Histogram::BucketBoundaries b = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5};
   return b;
 }
 
@@ -197,8 +196,7 @@ class MetricsImpl final : public Metrics {
     for (const auto& [resource, amounts] : capacity.resources) {
       present.insert(resource);
       capacity_.Add({{"resource_name", resource}}).Set(static_cast<double>(amounts.capacity));
-      allocatable_.Add({{"resource_name", resource}})
-          .Set(static_cast<double>(amounts.allocatable));
+      allocatable_.Add({{"resource_name", resource}}).Set(static_cast<double>(amounts.allocatable));
       if (amounts.allocatable > 0) {
         states["serving"]++;
       } else if (amounts.capacity > 0) {
@@ -239,7 +237,7 @@ class MetricsImpl final : public Metrics {
   Family<Gauge>& capacity_;
   Family<Gauge>& allocatable_;
 
-  std::mutex render_mu_;  // one Refresh at a time
+  std::mutex render_mu_;                   // one Refresh at a time
   std::set<std::string> shown_resources_;  // guarded by render_mu_
 };
 

@@ -6,8 +6,14 @@
 // connection beyond them closes the one that has waited longest for its
 // request (never one being answered), so connections that are opened and
 // held cannot lock scrapes out: they only make each other shorter-lived.
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <chrono>
 #include <list>
 #include <memory>
@@ -15,12 +21,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <spdlog/spdlog.h>
 
 #include "kdm/devicemanager/metrics.h"
 
@@ -70,10 +70,9 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(kBodyLimit);
     stream_.expires_after(kIdleTimeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                       self->OnRead(ec);
-                     });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnRead(ec); });
   }
 
   void OnRead(beast::error_code ec) {
@@ -176,7 +175,8 @@ class MetricsServerImpl final : public MetricsServer {
     if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
     if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
-    if (ec) return UnavailableError("cannot listen on metrics address " + what + ": " + ec.message());
+    if (ec)
+      return UnavailableError("cannot listen on metrics address " + what + ": " + ec.message());
     port_ = acceptor_.local_endpoint(ec).port();
     Accept();
     thread_ = std::thread([this] { RunLoop(); });
@@ -300,8 +300,8 @@ Status SplitHostPort(const std::string& host_port, std::string& host, std::strin
 }  // namespace
 
 StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& host_port,
-                                                             std::shared_ptr<Metrics> metrics,
-                                                             const Manager* manager) {
+                                                              std::shared_ptr<Metrics> metrics,
+                                                              const Manager* manager) {
   if (!metrics) return InvalidArgumentError("metrics must not be null");
   std::string host, port;
   KDM_RETURN_IF_ERROR(SplitHostPort(host_port, host, port));

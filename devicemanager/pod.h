@@ -80,8 +80,7 @@ struct Pod {
   // The role of container `name`, or nullopt if the pod has no such container.
   std::optional<ContainerKind> KindOf(std::string_view name) const {
     for (const Container& c : init_containers) {
-      if (c.name == name)
-        return c.restartable ? ContainerKind::kSidecar : ContainerKind::kInit;
+      if (c.name == name) return c.restartable ? ContainerKind::kSidecar : ContainerKind::kInit;
     }
     for (const Container& c : containers) {
       if (c.name == name) return ContainerKind::kApp;

@@ -1,10 +1,9 @@
 #include "kdm/devicemanager/pod_resources_client.h"
 
+#include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 
 #include <utility>
-
-#include <grpcpp/grpcpp.h>
 
 #include "kdm/pluginapi/grpc_status.h"
 #include "kdm/pluginapi/unix_target.h"
@@ -36,8 +35,7 @@ class PodResourcesClientImpl final : public PodResourcesClient {
     v1::ListPodResourcesResponse response;
     grpc::ClientContext ctx;
     SetDeadline(ctx);
-    KDM_RETURN_IF_ERROR(
-        Check(stub_->List(&ctx, v1::ListPodResourcesRequest(), &response), "List"));
+    KDM_RETURN_IF_ERROR(Check(stub_->List(&ctx, v1::ListPodResourcesRequest(), &response), "List"));
     std::vector<PodResources> pods;
     pods.reserve(response.pod_resources_size());
     for (const auto& p : response.pod_resources()) {
@@ -56,9 +54,9 @@ class PodResourcesClientImpl final : public PodResourcesClient {
     v1::AllocatableResourcesResponse response;
     grpc::ClientContext ctx;
     SetDeadline(ctx);
-    KDM_RETURN_IF_ERROR(Check(
-        stub_->GetAllocatableResources(&ctx, v1::AllocatableResourcesRequest(), &response),
-        "GetAllocatableResources"));
+    KDM_RETURN_IF_ERROR(
+        Check(stub_->GetAllocatableResources(&ctx, v1::AllocatableResourcesRequest(), &response),
+              "GetAllocatableResources"));
     std::vector<ContainerDevices> out;
     for (const auto& d : response.devices()) AppendDevices(d, out);
     return out;
@@ -72,8 +70,8 @@ class PodResourcesClientImpl final : public PodResourcesClient {
   }
 
   Status Check(const grpc::Status& s, const char* method) const {
-    return pluginapi::FromGrpcStatus(s, std::string(method) + " on " + options_.socket_path +
-                                            " failed");
+    return pluginapi::FromGrpcStatus(
+        s, std::string(method) + " on " + options_.socket_path + " failed");
   }
 
   const Options options_;

@@ -1,6 +1,8 @@
 // PodResourcesServer: podresources v1 over a sync gRPC server on a unix socket.
 #include "kdm/devicemanager/pod_resources_server.h"
 
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,9 +14,6 @@
 #include <filesystem>
 #include <mutex>
 #include <system_error>
-
-#include <grpcpp/grpcpp.h>
-#include <spdlog/spdlog.h>
 
 #include "kdm/base/env.h"
 #include "kdm/pluginapi/constants.h"
@@ -53,8 +52,7 @@ class Service final : public v1::PodResourcesLister::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status GetAllocatableResources(grpc::ServerContext*,
-                                       const v1::AllocatableResourcesRequest*,
+  grpc::Status GetAllocatableResources(grpc::ServerContext*, const v1::AllocatableResourcesRequest*,
                                        v1::AllocatableResourcesResponse* response) override {
     AppendDevices(manager_->GetAllocatableDevices(), response->mutable_devices());
     return grpc::Status::OK;
@@ -71,9 +69,9 @@ class Service final : public v1::PodResourcesLister::Service {
         return grpc::Status::OK;
       }
     }
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, "pod " + request->pod_name() +
-                                                         " in namespace " +
-                                                         request->pod_namespace() + " not found");
+    return grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        "pod " + request->pod_name() + " in namespace " + request->pod_namespace() + " not found");
   }
 
  private:
@@ -119,9 +117,9 @@ class PodResourcesServerImpl final : public PodResourcesServer {
     quota.SetMaxThreads(max_threads_);
     builder.SetResourceQuota(quota);
     if (max_connection_idle_.count() > 0) {
-      builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
-                                 static_cast<int>(std::min<int64_t>(
-                                     max_connection_idle_.count(), INT32_MAX)));
+      builder.AddChannelArgument(
+          GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+          static_cast<int>(std::min<int64_t>(max_connection_idle_.count(), INT32_MAX)));
     }
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
@@ -191,7 +189,8 @@ Status PrepareSocketPath(const std::string& socket_path) {
 }  // namespace
 
 ActivePod ActivePodOf(const Pod& pod) {
-  ActivePod out{.uid = pod.uid, .namespace_name = pod.namespace_name, .name = pod.name, .containers = {}};
+  ActivePod out{
+      .uid = pod.uid, .namespace_name = pod.namespace_name, .name = pod.name, .containers = {}};
   for (const Container& c : pod.init_containers) {
     if (c.restartable) out.containers.push_back(c.name);
   }

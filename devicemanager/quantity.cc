@@ -102,8 +102,7 @@ bool ParseSuffix(std::string_view s, Suffix* out, std::string* why) {
     int64_t value = 0;
     for (char c : e) {
       if (!IsDigit(c)) {
-        *why =
-            "exponent \"" + std::string(s.substr(1)) + "\" is not an integer";
+        *why = "exponent \"" + std::string(s.substr(1)) + "\" is not an integer";
         return false;
       }
       value = value * 10 + (c - '0');
@@ -158,9 +157,8 @@ StatusOr<Quantity> Quantity::Parse(std::string_view text) {
       if (!seen_point) {
         ++extra_pow10;
       } else if (c != '0') {
-        return Invalid(text, "more than " +
-                                 std::to_string(kMaxSignificantDigits) +
-                                 " significant digits");
+        return Invalid(
+            text, "more than " + std::to_string(kMaxSignificantDigits) + " significant digits");
       }
       continue;
     }
@@ -174,8 +172,7 @@ StatusOr<Quantity> Quantity::Parse(std::string_view text) {
   if (!ParseSuffix(s.substr(i), &suffix, &why)) return Invalid(text, why);
 
   // value in nano units = mantissa * 2^pow2 * 10^(pow10 - scale + extra + 9)
-  const Int128 kLimit =
-      static_cast<Int128>(std::numeric_limits<int64_t>::max()) * kNanosPerUnit;
+  const Int128 kLimit = static_cast<Int128>(std::numeric_limits<int64_t>::max()) * kNanosPerUnit;
   Int128 nanos = mantissa;
   if (nanos != 0) {
     for (int k = 0; k < suffix.pow2; ++k) {
@@ -205,18 +202,14 @@ StatusOr<Quantity> Quantity::Parse(std::string_view text) {
     frac += kNanosPerUnit;
     units -= 1;
   }
-  if (units > std::numeric_limits<int64_t>::max() ||
-      units < std::numeric_limits<int64_t>::min() ||
+  if (units > std::numeric_limits<int64_t>::max() || units < std::numeric_limits<int64_t>::min() ||
       (units == std::numeric_limits<int64_t>::max() && frac != 0)) {
     return Invalid(text, "out of range");
   }
-  return Quantity(static_cast<int64_t>(units), static_cast<int32_t>(frac),
-                  std::string(text));
+  return Quantity(static_cast<int64_t>(units), static_cast<int32_t>(frac), std::string(text));
 }
 
-Quantity Quantity::FromInt(int64_t units) {
-  return Quantity(units, 0, std::to_string(units));
-}
+Quantity Quantity::FromInt(int64_t units) { return Quantity(units, 0, std::to_string(units)); }
 
 StatusOr<int64_t> Quantity::DeviceCount() const {
   if (units_ < 0) {
@@ -224,9 +217,8 @@ StatusOr<int64_t> Quantity::DeviceCount() const {
                                 "\" is negative; a device count must be >= 0");
   }
   if (nanos_ != 0) {
-    return InvalidArgumentError(
-        "quantity \"" + text_ +
-        "\" is not a whole number; devices are counted in whole units");
+    return InvalidArgumentError("quantity \"" + text_ +
+                                "\" is not a whole number; devices are counted in whole units");
   }
   if (units_ > kMaxDeviceCount) {
     return InvalidArgumentError("quantity \"" + text_ +

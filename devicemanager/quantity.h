@@ -73,8 +73,7 @@ class Quantity {
   friend bool operator==(const Quantity& a, const Quantity& b) {
     return a.units_ == b.units_ && a.nanos_ == b.nanos_;
   }
-  friend std::strong_ordering operator<=>(const Quantity& a,
-                                          const Quantity& b) {
+  friend std::strong_ordering operator<=>(const Quantity& a, const Quantity& b) {
     if (auto c = a.units_ <=> b.units_; c != 0) return c;
     return a.nanos_ <=> b.nanos_;
   }

@@ -4,11 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -84,9 +83,9 @@ class RegistrationServer::Service final : public v1beta1::Registration::Service 
   }
 
   grpc::Status RefuseBusy(const v1beta1::RegisterRequest& request) {
-    Status s = ResourceExhaustedError(
-        "too many Register calls in flight (" + std::to_string(max_in_flight_) +
-        ", the limit); try again later");
+    Status s =
+        ResourceExhaustedError("too many Register calls in flight (" +
+                               std::to_string(max_in_flight_) + ", the limit); try again later");
     if (on_invalid_) on_invalid_(s);
     // A flood of refusals must not flood the log: a few lines per second,
     // with the number left out.
@@ -122,8 +121,10 @@ RegistrationServer::RegistrationServer(std::string dir, std::string socket_path,
 
 RegistrationServer::~RegistrationServer() { Stop(); }
 
-StatusOr<std::unique_ptr<RegistrationServer>> RegistrationServer::Start(
-    const std::string& dir, Handler handler, RejectObserver on_invalid, Limits limits) {
+StatusOr<std::unique_ptr<RegistrationServer>> RegistrationServer::Start(const std::string& dir,
+                                                                        Handler handler,
+                                                                        RejectObserver on_invalid,
+                                                                        Limits limits) {
   if (limits.max_in_flight < 1) {
     return InvalidArgumentError("max Register calls in flight must be at least 1, got " +
                                 std::to_string(limits.max_in_flight));

@@ -59,8 +59,8 @@ class RegistrationServer {
  public:
   // Gets a validated registration: the resource name and the absolute path
   // of the plugin's socket.
-  using Handler = std::function<Status(const std::string& resource,
-                                       const std::string& socket_path)>;
+  using Handler =
+      std::function<Status(const std::string& resource, const std::string& socket_path)>;
 
   // Gets every request refused before the Handler: by validation, or
   // because too many calls are in flight.

@@ -15,6 +15,7 @@
 // Exits non-zero if any step misbehaves.
 // Usage: kdm_node_demo [--keep] [--verbose]   (--keep leaves the directory,
 // --verbose shows the Manager's event log)
+#include <spdlog/spdlog.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -28,8 +29,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "kdm/checkpoint/sqlite_store.h"
 #include "kdm/devicemanager/manager.h"
@@ -79,7 +78,7 @@ bool WaitFor(Pred pred, std::chrono::milliseconds timeout = 10s) {
 }
 
 std::unique_ptr<kdm::plugin::PluginServer> StartGpuPlugin(const std::string& dir,
-                                                         const topo::Topology& t) {
+                                                          const topo::Topology& t) {
   kdm::plugin::PluginServer::Options o;
   o.resource_name = kGpu;
   o.plugin_dir = dir;
@@ -156,7 +155,7 @@ std::unique_ptr<kdm::plugin::PluginServer> StartFpgaPlugin(const std::string& di
 
 struct DemoPod {
   dm::Pod pod;
-  int gpus = 0;             // app container's GPUs
+  int gpus = 0;  // app container's GPUs
   bool expect_admitted = true;
   // Filled in as the demo runs.
   std::vector<int> chosen;
@@ -201,7 +200,8 @@ std::vector<std::string> DevicesOf(const dm::Manager& m, const std::string& uid,
                                    const std::string& container, const std::string& resource) {
   std::vector<std::string> out;
   for (const auto& cd : m.GetDevices(uid, container)) {
-    if (cd.resource_name == resource) out.insert(out.end(), cd.device_ids.begin(), cd.device_ids.end());
+    if (cd.resource_name == resource)
+      out.insert(out.end(), cd.device_ids.begin(), cd.device_ids.end());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -258,8 +258,8 @@ int main(int argc, char** argv) {
   std::set<std::string> active;
   auto manager = StartManager(dir, store, &active);
   if (!manager) return 1;
-  std::cout << "-- 1. manager serving " << dir << "/kubelet.sock, checkpoint "
-            << store->Describe() << "\n";
+  std::cout << "-- 1. manager serving " << dir << "/kubelet.sock, checkpoint " << store->Describe()
+            << "\n";
 
   auto gpu_plugin = StartGpuPlugin(dir, gpus);
   auto fpga_plugin = StartFpgaPlugin(dir);
@@ -274,8 +274,8 @@ int main(int argc, char** argv) {
 
   // The pods.
   std::vector<DemoPod> pods;
-  auto add_pod = [&](const std::string& name, std::vector<dm::Container> init,
-                     dm::Container app, int gpus_wanted, bool admitted) {
+  auto add_pod = [&](const std::string& name, std::vector<dm::Container> init, dm::Container app,
+                     int gpus_wanted, bool admitted) {
     DemoPod p;
     p.pod.uid = "uid-" + name;
     p.pod.namespace_name = "default";
@@ -338,8 +338,7 @@ int main(int argc, char** argv) {
     auto run = manager->GetDeviceRunContainerOptions(p.pod, "main");
     Check(run.ok(), p.pod.name + " run options");
     std::cout << "   " << p.pod.name << ": GPUs " << JoinIdx(p.chosen) << " score " << p.score
-              << "   (first-fit: " << JoinIdx(p.first_fit) << " score " << p.first_fit_score
-              << ")";
+              << "   (first-fit: " << JoinIdx(p.first_fit) << " score " << p.first_fit_score << ")";
     if (run.ok()) std::cout << "  NVIDIA_VISIBLE_DEVICES=" << run->envs["NVIDIA_VISIBLE_DEVICES"];
     std::cout << "\n";
   }
@@ -371,8 +370,9 @@ int main(int argc, char** argv) {
   std::cout << "   plugins registered again: " << (reregistered ? "yes" : "no") << "\n";
   // A restarted container gets its own devices back, never new ones.
   kdm::Status again = manager->Allocate(pods[0].pod, "main");
-  Check(again.ok() && DevicesOf(*manager, pods[0].pod.uid, "main", kGpu) == before[pods[0].pod.name],
-        "a restarted container reuses its recorded GPUs");
+  Check(
+      again.ok() && DevicesOf(*manager, pods[0].pod.uid, "main", kGpu) == before[pods[0].pod.name],
+      "a restarted container reuses its recorded GPUs");
 
   std::cout << "-- 5. GPU3 turns unhealthy\n";
   auto before_health = manager->GetCapacity().resources[kGpu];

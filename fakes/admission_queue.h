@@ -71,7 +71,7 @@ class AdmissionQueue {
   void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   mutable kdm::Mutex mu_;
-  std::deque<Job> queued_ ABSL_GUARDED_BY(mu_);   // submission order
+  std::deque<Job> queued_ ABSL_GUARDED_BY(mu_);           // submission order
   std::multiset<std::string> busy_ ABSL_GUARDED_BY(mu_);  // keys of running jobs
   int running_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

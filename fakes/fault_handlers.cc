@@ -1,6 +1,6 @@
 #include "kdm/fakes/fault_handlers.h"
 
-#include "kdm/fakes/faulty_plugin.h"
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
@@ -11,8 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include <spdlog/spdlog.h>
-
+#include "kdm/fakes/faulty_plugin.h"
 #include "kdm/pluginapi/constants.h"
 
 namespace kdm::fakes {
@@ -186,7 +185,9 @@ class RewriteAllocate final : public ForwardingHandler {
   using Rewrite = std::function<void(const v1beta1::AllocateRequest&, v1beta1::AllocateResponse&)>;
 
   RewriteAllocate(std::shared_ptr<DevicePluginHandler> inner, std::string fault, Rewrite rewrite)
-      : ForwardingHandler(std::move(inner)), fault_(std::move(fault)), rewrite_(std::move(rewrite)) {}
+      : ForwardingHandler(std::move(inner)),
+        fault_(std::move(fault)),
+        rewrite_(std::move(rewrite)) {}
 
   StatusOr<v1beta1::AllocateResponse> Allocate(const v1beta1::AllocateRequest& request,
                                                CallContext& call) override {
@@ -203,13 +204,12 @@ class RewriteAllocate final : public ForwardingHandler {
 };
 
 // Applies `rewrite` to each container's answer (paired with its request).
-RewriteAllocate::Rewrite EachContainer(
-    std::function<void(const v1beta1::ContainerAllocateRequest&,
-                       v1beta1::ContainerAllocateResponse&)>
-        rewrite) {
+RewriteAllocate::Rewrite EachContainer(std::function<void(const v1beta1::ContainerAllocateRequest&,
+                                                          v1beta1::ContainerAllocateResponse&)>
+                                           rewrite) {
   return [rewrite](const v1beta1::AllocateRequest& request, v1beta1::AllocateResponse& response) {
-    for (int i = 0; i < response.container_responses_size() && i < request.container_requests_size();
-         ++i) {
+    for (int i = 0;
+         i < response.container_responses_size() && i < request.container_requests_size(); ++i) {
       rewrite(request.container_requests(i), *response.mutable_container_responses(i));
     }
   };
@@ -241,9 +241,10 @@ class AcceptUnknownIds final : public ForwardingHandler {
       }
       (*r->mutable_envs())[healthy_.visible_devices_env()] = Join(Strings(container.devices_ids()));
     }
-    spdlog::info("event=fault_applied fault=alloc-accept-unknown rpc=Allocate "
-                 "container_responses={}",
-                 response.container_responses_size());
+    spdlog::info(
+        "event=fault_applied fault=alloc-accept-unknown rpc=Allocate "
+        "container_responses={}",
+        response.container_responses_size());
     return response;
   }
 
@@ -278,11 +279,10 @@ class RefuseConcurrentAllocate final : public ForwardingHandler {
 void LogPreferred(const std::string& fault, const v1beta1::PreferredAllocationRequest& request,
                   const v1beta1::PreferredAllocationResponse& response) {
   for (int i = 0; i < response.container_responses_size(); ++i) {
-    int size = i < request.container_requests_size()
-                   ? request.container_requests(i).allocation_size()
-                   : 0;
-    spdlog::info("event=fault_applied fault={} rpc=GetPreferredAllocation size={} answer={}",
-                 fault, size, Join(Strings(response.container_responses(i).deviceids())));
+    int size =
+        i < request.container_requests_size() ? request.container_requests(i).allocation_size() : 0;
+    spdlog::info("event=fault_applied fault={} rpc=GetPreferredAllocation size={} answer={}", fault,
+                 size, Join(Strings(response.container_responses(i).deviceids())));
   }
 }
 
@@ -296,8 +296,7 @@ class RewritePreferred final : public ForwardingHandler {
       const v1beta1::ContainerPreferredAllocationRequest&,
       v1beta1::ContainerPreferredAllocationResponse, CallContext&)>;
 
-  RewritePreferred(std::shared_ptr<DevicePluginHandler> inner, std::string fault,
-                   Rewrite rewrite)
+  RewritePreferred(std::shared_ptr<DevicePluginHandler> inner, std::string fault, Rewrite rewrite)
       : ForwardingHandler(std::move(inner)),
         fault_(std::move(fault)),
         rewrite_(std::move(rewrite)) {}
@@ -306,11 +305,11 @@ class RewritePreferred final : public ForwardingHandler {
       const v1beta1::PreferredAllocationRequest& request, CallContext& call) override {
     KDM_ASSIGN_OR_RETURN(v1beta1::PreferredAllocationResponse response,
                          inner().GetPreferredAllocation(request, call));
-    for (int i = 0; i < response.container_responses_size() && i < request.container_requests_size();
-         ++i) {
-      KDM_ASSIGN_OR_RETURN(*response.mutable_container_responses(i),
-                           rewrite_(request.container_requests(i),
-                                    response.container_responses(i), call));
+    for (int i = 0;
+         i < response.container_responses_size() && i < request.container_requests_size(); ++i) {
+      KDM_ASSIGN_OR_RETURN(
+          *response.mutable_container_responses(i),
+          rewrite_(request.container_requests(i), response.container_responses(i), call));
     }
     LogPreferred(fault_, request, response);
     return response;
@@ -410,11 +409,11 @@ class SlowPreferred final : public ForwardingHandler {
                 : call.ClientGone()        ? "client_gone"
                                            : "stopping";
       }
-      spdlog::info("event=fault_applied fault=pref-slow rpc=GetPreferredAllocation size={} "
-                   "held_ms={} ended={}",
-                   container.allocation_size(),
-                   std::chrono::duration_cast<milliseconds>(SteadyClock::now() - start).count(),
-                   ended);
+      spdlog::info(
+          "event=fault_applied fault=pref-slow rpc=GetPreferredAllocation size={} "
+          "held_ms={} ended={}",
+          container.allocation_size(),
+          std::chrono::duration_cast<milliseconds>(SteadyClock::now() - start).count(), ended);
       return CancelledError(
           "GetPreferredAllocation held until the client gave up (fault pref-slow)");
     }
@@ -452,15 +451,14 @@ using RegisterRewrite = std::function<bool(v1beta1::RegisterRequest&, int regist
 // A registration fault: `rewrite` changes the request; the request is logged.
 RegisterRewrite LoggedRewrite(std::string fault,
                               std::function<bool(v1beta1::RegisterRequest&, int)> rewrite) {
-  return [fault = std::move(fault), rewrite = std::move(rewrite)](
-             v1beta1::RegisterRequest& request, int registrations) {
+  return [fault = std::move(fault), rewrite = std::move(rewrite)](v1beta1::RegisterRequest& request,
+                                                                  int registrations) {
     if (!rewrite(request, registrations)) {
-      spdlog::info("event=fault_register_withheld fault={} registrations={}", fault,
-                   registrations);
+      spdlog::info("event=fault_register_withheld fault={} registrations={}", fault, registrations);
       return false;
     }
-    spdlog::info("event=fault_register_request fault={} version={} resource={} endpoint={}",
-                 fault, QuoteLogValue(request.version()), QuoteLogValue(request.resource_name()),
+    spdlog::info("event=fault_register_request fault={} version={} resource={} endpoint={}", fault,
+                 QuoteLogValue(request.version()), QuoteLogValue(request.resource_name()),
                  QuoteLogValue(request.endpoint()));
     return true;
   };
@@ -549,9 +547,8 @@ const FaultEntry kFaultTable[] = {
     {"lw-no-snapshot", [](const Parts& p) { return Wrap<WithholdSnapshots>(p, p.held); }},
     {"lw-duplicate-ids",
      [](const Parts& p) {
-       return Snapshots(p, [](v1beta1::ListAndWatchResponse& r) {
-         *r.add_devices() = r.devices(0);
-       });
+       return Snapshots(p,
+                        [](v1beta1::ListAndWatchResponse& r) { *r.add_devices() = r.devices(0); });
      }},
     {"lw-bad-health",
      [](const Parts& p) {
@@ -581,23 +578,22 @@ const FaultEntry kFaultTable[] = {
     {"alloc-accept-unknown", [](const Parts& p) { return Wrap<AcceptUnknownIds>(p, p.healthy); }},
     {"alloc-relative-path",
      [](const Parts& p) {
-       return Containers(p, "alloc-relative-path",
-                         [](const v1beta1::ContainerAllocateRequest&,
-                            v1beta1::ContainerAllocateResponse& r) {
-                           if (r.devices().empty()) return;
-                           std::string path = r.devices(0).host_path();
-                           path.erase(0, path.find_first_not_of('/'));
-                           r.mutable_devices(0)->set_host_path(path.empty() ? "dev/nvidia0"
-                                                                            : path);
-                         });
+       return Containers(
+           p, "alloc-relative-path",
+           [](const v1beta1::ContainerAllocateRequest&, v1beta1::ContainerAllocateResponse& r) {
+             if (r.devices().empty()) return;
+             std::string path = r.devices(0).host_path();
+             path.erase(0, path.find_first_not_of('/'));
+             r.mutable_devices(0)->set_host_path(path.empty() ? "dev/nvidia0" : path);
+           });
      }},
     {"alloc-bad-permissions",
      [](const Parts& p) {
-       return Containers(p, "alloc-bad-permissions",
-                         [](const v1beta1::ContainerAllocateRequest&,
-                            v1beta1::ContainerAllocateResponse& r) {
-                           if (!r.devices().empty()) r.mutable_devices(0)->set_permissions("rwx");
-                         });
+       return Containers(
+           p, "alloc-bad-permissions",
+           [](const v1beta1::ContainerAllocateRequest&, v1beta1::ContainerAllocateResponse& r) {
+             if (!r.devices().empty()) r.mutable_devices(0)->set_permissions("rwx");
+           });
      }},
     {"alloc-bad-env",
      [](const Parts& p) {
@@ -609,12 +605,11 @@ const FaultEntry kFaultTable[] = {
      }},
     {"alloc-bad-cdi",
      [](const Parts& p) {
-       return Containers(p, "alloc-bad-cdi",
-                         [](const v1beta1::ContainerAllocateRequest& req,
-                            v1beta1::ContainerAllocateResponse& r) {
-                           r.add_cdi_devices()->set_name(
-                               req.devices_ids().empty() ? "gpu0" : req.devices_ids(0));
-                         });
+       return Containers(
+           p, "alloc-bad-cdi",
+           [](const v1beta1::ContainerAllocateRequest& req, v1beta1::ContainerAllocateResponse& r) {
+             r.add_cdi_devices()->set_name(req.devices_ids().empty() ? "gpu0" : req.devices_ids(0));
+           });
      }},
     {"alloc-not-concurrent", [](const Parts& p) { return Wrap<RefuseConcurrentAllocate>(p); }},
     {"pref-wrong-size",
@@ -666,10 +661,9 @@ const FaultEntry kFaultTable[] = {
     {"lw-drop-breaks", [](const Parts& p) { return Wrap<BreakAfterCancelledStream>(p); }},
     {"no-reregister",
      [](const Parts& p) {
-       return Register(p, "no-reregister",
-                       [](v1beta1::RegisterRequest&, int registrations) {
-                         return registrations == 0;
-                       });
+       return Register(p, "no-reregister", [](v1beta1::RegisterRequest&, int registrations) {
+         return registrations == 0;
+       });
      }},
 };
 

@@ -1,11 +1,11 @@
 #include "kdm/fakes/gpu_plugin.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cctype>
 #include <set>
 #include <utility>
-
-#include <spdlog/spdlog.h>
 
 #include "kdm/base/log_value.h"
 #include "kdm/topology/parse.h"
@@ -75,9 +75,8 @@ class FakeHandler final : public plugin::DevicePluginHandler {
   StatusOr<v1beta1::AllocateResponse> Allocate(const v1beta1::AllocateRequest& request,
                                                plugin::CallContext&) override {
     return plugin::AllocateEachContainer(
-        request, [this](const v1beta1::ContainerAllocateRequest& c) {
-          return plugin_->Allocate(c);
-        });
+        request,
+        [this](const v1beta1::ContainerAllocateRequest& c) { return plugin_->Allocate(c); });
   }
 
   StatusOr<v1beta1::PreferredAllocationResponse> GetPreferredAllocation(
@@ -197,11 +196,12 @@ FakeDevicePlugin::~FakeDevicePlugin() { Stop(); }
 
 Status FakeDevicePlugin::Start() {
   KDM_RETURN_IF_ERROR(server_->Start());
-  spdlog::info("event=serving resource={} socket={} devices={} source={} policy={} "
-               "pre_start={} cdi={}",
-               config_.resource_name, server_->SocketPath(), topology_->size(), Quoted(source_),
-               config_.policy ? topology::PolicyName(*config_.policy) : "none",
-               config_.pre_start, config_.cdi);
+  spdlog::info(
+      "event=serving resource={} socket={} devices={} source={} policy={} "
+      "pre_start={} cdi={}",
+      config_.resource_name, server_->SocketPath(), topology_->size(), Quoted(source_),
+      config_.policy ? topology::PolicyName(*config_.policy) : "none", config_.pre_start,
+      config_.cdi);
   return OkStatus();
 }
 
@@ -220,8 +220,8 @@ HealthUpdate FakeDevicePlugin::ApplyHealth(const std::map<std::string, bool>& he
     bool healthy = it == health.end() || it->second;
     if (d.healthy != healthy) {
       changed = true;
-      spdlog::info("event=health_changed resource={} device={} health={}",
-                   config_.resource_name, d.id, healthy ? "Healthy" : "Unhealthy");
+      spdlog::info("event=health_changed resource={} device={} health={}", config_.resource_name,
+                   d.id, healthy ? "Healthy" : "Unhealthy");
     }
     d.healthy = healthy;
     ++(healthy ? update.healthy : update.unhealthy);
@@ -230,9 +230,9 @@ HealthUpdate FakeDevicePlugin::ApplyHealth(const std::map<std::string, bool>& he
     if (!known.count(id)) update.unknown_ids.push_back(id);
   }
   if (!update.unknown_ids.empty()) {
-    spdlog::warn("event=health_unknown_devices resource={} ids={} known={}",
-                 config_.resource_name, Join(update.unknown_ids), Join(std::vector<std::string>(
-                                                                      known.begin(), known.end())));
+    spdlog::warn("event=health_unknown_devices resource={} ids={} known={}", config_.resource_name,
+                 Join(update.unknown_ids),
+                 Join(std::vector<std::string>(known.begin(), known.end())));
   }
   if (changed) server_->SetDevices(std::move(devices));
   return update;
@@ -284,18 +284,20 @@ StatusOr<v1beta1::ContainerPreferredAllocationResponse> FakeDevicePlugin::Prefer
   StatusOr<std::vector<std::string>> chosen = topology::AllocateIds(
       *topology_, available, must, request.allocation_size(), *config_.policy);
   if (!chosen.ok()) {
-    spdlog::warn("event=preferred_allocation_refused resource={} available={} must_include={} "
-                 "size={} error={}",
-                 config_.resource_name, Join(available), Join(must), request.allocation_size(),
-                 Quoted(chosen.status().message()));
+    spdlog::warn(
+        "event=preferred_allocation_refused resource={} available={} must_include={} "
+        "size={} error={}",
+        config_.resource_name, Join(available), Join(must), request.allocation_size(),
+        Quoted(chosen.status().message()));
     return chosen.status();
   }
   v1beta1::ContainerPreferredAllocationResponse r;
   for (const std::string& id : *chosen) r.add_deviceids(id);
-  spdlog::info("event=preferred_allocation resource={} policy={} available={} must_include={} "
-               "size={} chosen={}",
-               config_.resource_name, topology::PolicyName(*config_.policy), Join(available),
-               Join(must), request.allocation_size(), Join(*chosen));
+  spdlog::info(
+      "event=preferred_allocation resource={} policy={} available={} must_include={} "
+      "size={} chosen={}",
+      config_.resource_name, topology::PolicyName(*config_.policy), Join(available), Join(must),
+      request.allocation_size(), Join(*chosen));
   return r;
 }
 

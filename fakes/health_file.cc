@@ -3,11 +3,10 @@
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kdm/base/env.h"
 
@@ -95,8 +94,7 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
       if (seen == Seen::kWritten) {
         ReadAndApply();
       } else if (seen == Seen::kRemoved) {
-        Report(NotFoundError("health file " + path_ +
-                             " was removed; keeping the last good state"));
+        Report(NotFoundError("health file " + path_ + " was removed; keeping the last good state"));
       }
     }
   }

@@ -1,20 +1,19 @@
 #include "kdm/fakes/manifest_watcher.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <utility>
 #include <vector>
-
-#include <boost/asio/post.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <spdlog/spdlog.h>
 
 #include "kdm/base/env.h"
 #include "kdm/fakes/pod_manifest.h"
@@ -80,7 +79,8 @@ struct Core : std::enable_shared_from_this<Core> {
       std::string name = entry.path().filename().string();
       if (IsManifestFileName(name)) names.push_back(name);
     }
-    if (ec) spdlog::warn("event=manifest_rescan_failed dir={} error=\"{}\"", options.dir, ec.message());
+    if (ec)
+      spdlog::warn("event=manifest_rescan_failed dir={} error=\"{}\"", options.dir, ec.message());
     std::sort(names.begin(), names.end());
     std::set<std::string> gone = reported_present;
     for (const auto& n : names) gone.erase(n);
@@ -176,7 +176,8 @@ StatusOr<std::unique_ptr<ManifestWatcher>> ManifestWatcher::Create(asio::io_cont
                                                                    Options options) {
   if (options.dir.empty()) return InvalidArgumentError("manifest watcher: empty directory");
   if (!options.on_event) return InvalidArgumentError("manifest watcher: no callback");
-  if (options.debounce.count() < 0) return InvalidArgumentError("manifest watcher: negative debounce");
+  if (options.debounce.count() < 0)
+    return InvalidArgumentError("manifest watcher: negative debounce");
   while (options.dir.size() > 1 && options.dir.back() == '/') options.dir.pop_back();
   auto core = std::make_shared<Core>(io, std::move(options));
   return std::unique_ptr<ManifestWatcher>(new ManifestWatcherImpl(std::move(core)));

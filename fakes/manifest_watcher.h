@@ -30,12 +30,11 @@
 #ifndef KDM_FAKES_MANIFEST_WATCHER_H_
 #define KDM_FAKES_MANIFEST_WATCHER_H_
 
+#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
-
-#include <boost/asio/io_context.hpp>
 
 #include "kdm/base/status.h"
 

@@ -1,10 +1,15 @@
 #include "kdm/fakes/node_agent.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -16,12 +21,6 @@
 #include <set>
 #include <thread>
 #include <utility>
-
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <spdlog/spdlog.h>
 
 #include "kdm/base/log_rate_limiter.h"
 #include "kdm/base/log_value.h"
@@ -73,7 +72,6 @@ std::string DevicesText(const std::map<std::string, std::vector<std::string>>& d
 // they can neither forge a log line nor flood the log.
 std::string Q(std::string_view text) { return QuoteLogValue(text, kMaxLogValueBytes); }
 
-
 // What an admission worker found out; handed to the io thread.
 struct AdmissionResult {
   Status status;
@@ -114,8 +112,8 @@ class NodeAgentImpl final : public NodeAgent {
   // One manifest file, as last acted on.
   struct FileEntry {
     size_t content_hash = 0;
-    std::string status_file;        // file name under status/
-    std::optional<dm::Pod> pod;     // set when the manifest parsed
+    std::string status_file;     // file name under status/
+    std::optional<dm::Pod> pod;  // set when the manifest parsed
     PodState state = PodState::kRejected;
     // Identifies the admission now running for this entry (kAdmitting).
     uint64_t generation = 0;
@@ -198,10 +196,10 @@ class NodeAgentImpl final : public NodeAgent {
   bool stopped_ = false;
 
   // io thread only.
-  std::map<std::string, FileEntry> files_;          // by manifest file name
-  std::map<std::string, InFlight> in_flight_;       // by pod uid
+  std::map<std::string, FileEntry> files_;     // by manifest file name
+  std::map<std::string, InFlight> in_flight_;  // by pod uid
   uint64_t next_generation_ = 0;
-  std::set<std::string> recovered_uids_;            // held devices at start
+  std::set<std::string> recovered_uids_;  // held devices at start
   // Pods whose status file said Admitted at start; they wait for their
   // plugins until the registration grace is over.
   std::set<std::string> previously_admitted_;
@@ -219,8 +217,8 @@ class NodeAgentImpl final : public NodeAgent {
   LogRateLimiter health_log_ ABSL_GUARDED_BY(health_log_mu_){kHealthLogBurst, 1s};
 
   mutable std::mutex active_mu_;
-  std::map<std::string, dm::ActivePod> active_;     // guarded by active_mu_
-  std::set<std::string> startup_uids_;              // guarded by active_mu_
+  std::map<std::string, dm::ActivePod> active_;  // guarded by active_mu_
+  std::set<std::string> startup_uids_;           // guarded by active_mu_
 };
 
 Status NodeAgentImpl::Init() {
@@ -273,10 +271,11 @@ Status NodeAgentImpl::Init() {
   // admitted again, perhaps onto other devices.
   if (auto admitted = AdmittedStatusFilesWithDevices(status_dir_);
       !admitted.empty() && manager_->GetPodsWithDevices().empty()) {
-    spdlog::warn("event=checkpoint_state_missing admitted_status_files={} checkpoint={} "
-                 "first={} note=\"the checkpoint holds no allocation; these pods will be "
-                 "admitted again, perhaps with other devices\"",
-                 admitted.size(), QuoteLogValue(store_->Describe()), QuoteLogValue(admitted[0]));
+    spdlog::warn(
+        "event=checkpoint_state_missing admitted_status_files={} checkpoint={} "
+        "first={} note=\"the checkpoint holds no allocation; these pods will be "
+        "admitted again, perhaps with other devices\"",
+        admitted.size(), QuoteLogValue(store_->Describe()), QuoteLogValue(admitted[0]));
   }
   // Devices of pods whose manifests went away while the agent was down are
   // collected before any pod is admitted, so that new pods can have them.
@@ -313,19 +312,20 @@ Status NodeAgentImpl::Init() {
   // Runs after the watcher's initial full scan (posted by Start, FIFO).
   asio::post(io_, [this] { FinishStartup(); });
 
-  health_subscription_ = manager_->Subscribe([this](const std::vector<dm::DeviceHealthEvent>& events) {
-    const auto now = std::chrono::steady_clock::now();
-    {
-      kdm::MutexLock lock(&health_log_mu_);
-      for (const auto& e : events) {
-        if (auto suppressed = health_log_.Admit(e.resource_name, now)) {
-          spdlog::info("event=device_health resource={} device={} healthy={} suppressed={}",
-                       Q(e.resource_name), Q(e.device_id), e.healthy, *suppressed);
+  health_subscription_ =
+      manager_->Subscribe([this](const std::vector<dm::DeviceHealthEvent>& events) {
+        const auto now = std::chrono::steady_clock::now();
+        {
+          kdm::MutexLock lock(&health_log_mu_);
+          for (const auto& e : events) {
+            if (auto suppressed = health_log_.Admit(e.resource_name, now)) {
+              spdlog::info("event=device_health resource={} device={} healthy={} suppressed={}",
+                           Q(e.resource_name), Q(e.device_id), e.healthy, *suppressed);
+            }
+          }
         }
-      }
-    }
-    if (!health_refresh_posted_.exchange(true)) asio::post(io_, [this] { OnHealthChanged(); });
-  });
+        if (!health_refresh_posted_.exchange(true)) asio::post(io_, [this] { OnHealthChanged(); });
+      });
 
   node_timer_ = std::make_unique<asio::steady_timer>(io_);
   health_timer_ = std::make_unique<asio::steady_timer>(io_);
@@ -720,8 +720,8 @@ void NodeAgentImpl::OnAdmissionDone(const std::string& file_name, uint64_t gener
   }
 }
 
-void NodeAgentImpl::FinishAdmission(const std::string& file_name, FileEntry& entry,
-                                    bool recovering, AdmissionResult result) {
+void NodeAgentImpl::FinishAdmission(const std::string& file_name, FileEntry& entry, bool recovering,
+                                    AdmissionResult result) {
   const dm::Pod& pod = *entry.pod;
   Status s = std::move(result.status);
   // After a restart the resources come back from the checkpoint with no
@@ -737,13 +737,12 @@ void NodeAgentImpl::FinishAdmission(const std::string& file_name, FileEntry& ent
   const bool wait =
       !s.ok() &&
       ((s.code() == StatusCode::kUnavailable && (recovering || result.resource_without_devices)) ||
-       (waits_for_registration &&
-        (result.unregistered || result.resource_without_devices ||
-         s.code() == StatusCode::kUnavailable)));
+       (waits_for_registration && (result.unregistered || result.resource_without_devices ||
+                                   s.code() == StatusCode::kUnavailable)));
   if (wait) {
     if (!entry.waiting_logged) {
-      spdlog::info("event=pod_waiting_for_plugins file={} pod={}/{} uid={} reason={}",
-                   Q(file_name), pod.namespace_name, pod.name, Q(pod.uid), Q(s.message()));
+      spdlog::info("event=pod_waiting_for_plugins file={} pod={}/{} uid={} reason={}", Q(file_name),
+                   pod.namespace_name, pod.name, Q(pod.uid), Q(s.message()));
       entry.waiting_logged = true;
     }
     entry.state = PodState::kRecovering;
@@ -773,9 +772,8 @@ void NodeAgentImpl::FinishAdmission(const std::string& file_name, FileEntry& ent
       all[c.name + ":" + resource] = ids;
     }
   }
-  spdlog::info("event=pod_admitted file={} pod={}/{} uid={} recovered={} devices={}",
-               Q(file_name), pod.namespace_name, pod.name, Q(pod.uid), recovering,
-               Q(DevicesText(all)));
+  spdlog::info("event=pod_admitted file={} pod={}/{} uid={} recovered={} devices={}", Q(file_name),
+               pod.namespace_name, pod.name, Q(pod.uid), recovering, Q(DevicesText(all)));
 }
 
 void NodeAgentImpl::RetryRecovering() {
@@ -817,8 +815,8 @@ StatusOr<std::map<std::string, std::set<std::string>>> ParseRestrictions(
     size_t start = 0;
     while (true) {
       size_t comma = list.find(',', start);
-      std::string ns = list.substr(start, comma == std::string::npos ? std::string::npos
-                                                                     : comma - start);
+      std::string ns =
+          list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       if (ns.empty()) return bad("an empty namespace name");
       if (!pluginapi::IsDns1123Label(ns)) {
         return bad("namespace \"" + ns +

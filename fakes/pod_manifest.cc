@@ -2,16 +2,15 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
-
-#include <nlohmann/json.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "kdm/base/env.h"
 #include "kdm/pluginapi/api_rules.h"
@@ -60,8 +59,8 @@ struct ExpansionBudget {
     if (bytes > kMaxManifestExpandedBytes) {
       return InvalidArgumentError("more than " + std::to_string(kMaxManifestExpandedBytes) +
                                   " bytes of YAML keys and values once aliases are expanded "
-                                  "(the limit is " + std::to_string(kMaxManifestExpandedBytes) +
-                                  " bytes)");
+                                  "(the limit is " +
+                                  std::to_string(kMaxManifestExpandedBytes) + " bytes)");
     }
     return OkStatus();
   }
@@ -169,18 +168,18 @@ class Walker {
                          OptionalString(*meta, "namespace", "metadata.namespace"));
     pod.namespace_name = ns.value_or("default");
     if (!IsDns1123Label(pod.namespace_name)) {
-      return Error("metadata.namespace",
-                   Quote(pod.namespace_name) + " is not a DNS-1123 label (lowercase letters, "
-                   "digits and '-', at most 63 characters)");
+      return Error("metadata.namespace", Quote(pod.namespace_name) +
+                                             " is not a DNS-1123 label (lowercase letters, "
+                                             "digits and '-', at most 63 characters)");
     }
     if (identity_) identity_->namespace_name = pod.namespace_name;
     auto name_it = meta->find("name");
     if (name_it == meta->end() || name_it->is_null()) return Error("metadata.name", "missing");
     KDM_ASSIGN_OR_RETURN(pod.name, RequiredString(*meta, "name", "metadata.name"));
     if (!IsDns1123Subdomain(pod.name)) {
-      return Error("metadata.name",
-                   Quote(pod.name) + " is not a DNS-1123 subdomain (lowercase letters, digits, "
-                   "'-' and '.', at most 253 characters)");
+      return Error("metadata.name", Quote(pod.name) +
+                                        " is not a DNS-1123 subdomain (lowercase letters, digits, "
+                                        "'-' and '.', at most 253 characters)");
     }
     if (identity_) identity_->name = pod.name;
     KDM_ASSIGN_OR_RETURN(std::optional<std::string> uid,
@@ -208,12 +207,18 @@ class Walker {
 
   static std::string Describe(const json& v) {
     switch (v.type()) {
-      case json::value_t::null: return "empty";
-      case json::value_t::object: return "a mapping";
-      case json::value_t::array: return "a list";
-      case json::value_t::string: return "a string";
-      case json::value_t::boolean: return "a boolean";
-      default: return "a number";
+      case json::value_t::null:
+        return "empty";
+      case json::value_t::object:
+        return "a mapping";
+      case json::value_t::array:
+        return "a list";
+      case json::value_t::string:
+        return "a string";
+      case json::value_t::boolean:
+        return "a boolean";
+      default:
+        return "a number";
     }
   }
 
@@ -262,8 +267,8 @@ class Walker {
                        "may only be set on init containers (got " + Quote(*restart) + ")");
         }
         if (*restart != "Always") {
-          return Error(field + ".restartPolicy", "must be \"Always\" when set, got " +
-                                                     Quote(*restart));
+          return Error(field + ".restartPolicy",
+                       "must be \"Always\" when set, got " + Quote(*restart));
         }
         container.restartable = true;
       }

@@ -69,8 +69,7 @@ struct PodIdentity {
 // lines). A NUL byte anywhere is an error. `identity` (optional) receives
 // namespace and name as soon as they are known, also when a later field is
 // bad.
-StatusOr<devicemanager::Pod> ParsePodManifest(std::string_view text,
-                                              std::string_view file_name,
+StatusOr<devicemanager::Pod> ParsePodManifest(std::string_view text, std::string_view file_name,
                                               PodIdentity* identity = nullptr);
 
 // Reads `path` (at most kMaxManifestBytes; a larger file is an error naming

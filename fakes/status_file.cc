@@ -1,17 +1,16 @@
 #include "kdm/fakes/status_file.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <filesystem>
-#include <climits>
-
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "kdm/base/env.h"
 #include "kdm/base/log_value.h"
@@ -284,7 +283,8 @@ StatusOr<NodeStatus> ParseNodeStatus(std::string_view text) {
     auto it = node.capacity.resources.find(resource);
     if (it == node.capacity.resources.end() || it->second.capacity != device_count ||
         it->second.allocatable != healthy_count || PluginState(it->second) != state) {
-      return Problem(at, "(" + Quoted(resource) + ") disagrees with \"capacity\" and \"allocatable\"");
+      return Problem(at,
+                     "(" + Quoted(resource) + ") disagrees with \"capacity\" and \"allocatable\"");
     }
   }
   KDM_ASSIGN_OR_RETURN(const ordered_json* deleted, Member(root, "", "deleted_resources"));

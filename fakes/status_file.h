@@ -62,9 +62,9 @@ struct ContainerStatus {
 };
 
 struct PodStatus {
-  std::string phase;    // kPhaseAdmitted or kPhaseRejected
-  std::string reason;   // empty when admitted
-  std::string message;  // empty when admitted
+  std::string phase;                        // kPhaseAdmitted or kPhaseRejected
+  std::string reason;                       // empty when admitted
+  std::string message;                      // empty when admitted
   std::vector<ContainerStatus> containers;  // init containers, then app ones
 };
 

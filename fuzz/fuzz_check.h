@@ -12,13 +12,13 @@
 #include <cstdlib>
 #include <iostream>
 
-#define FUZZ_CHECK(cond, what)                                                     \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      std::cerr << __FILE__ << ":" << __LINE__ << ": property violated: " << #cond \
-                << "\n  " << what << std::endl;                                    \
-      std::abort();                                                                \
-    }                                                                              \
+#define FUZZ_CHECK(cond, what)                                                               \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      std::cerr << __FILE__ << ":" << __LINE__ << ": property violated: " << #cond << "\n  " \
+                << what << std::endl;                                                        \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (false)
 
 #endif  // KDM_FUZZ_FUZZ_CHECK_H_

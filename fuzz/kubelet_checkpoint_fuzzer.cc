@@ -50,12 +50,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(reparsed.ok(), "the encoding does not parse: " << reparsed.status() << "\n"
                                                             << encoded);
   FUZZ_CHECK(reparsed->checksum == ckpt::KubeletChecksum(reparsed->data),
-             "the encoding's checksum does not verify:\n" << encoded);
+             "the encoding's checksum does not verify:\n"
+                 << encoded);
   FUZZ_CHECK(reparsed->data == ckpt::ToKubeletData(*unverified),
-             "the encoding's Data is not ToKubeletData:\n" << encoded);
+             "the encoding's Data is not ToKubeletData:\n"
+                 << encoded);
   kdm::StatusOr<ckpt::CheckpointData> decoded = ckpt::DecodeKubeletCheckpoint(encoded);
   FUZZ_CHECK(decoded.ok(), "the encoding does not decode: " << decoded.status());
-  FUZZ_CHECK(ckpt::EncodeKubeletCheckpoint(*decoded) == encoded,
-             "encoding is not a fixed point:\n" << encoded);
+  FUZZ_CHECK(ckpt::EncodeKubeletCheckpoint(*decoded) == encoded, "encoding is not a fixed point:\n"
+                                                                     << encoded);
   return 0;
 }

@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "deviceplugin/v1beta1/api.pb.h"
-#include "google/protobuf/stubs/logging.h"
 #include "fuzz_check.h"
+#include "google/protobuf/stubs/logging.h"
 #include "kdm/devicemanager/device_snapshot.h"
 #include "kdm/devicemanager/endpoint.h"
 #include "kdm/devicemanager/ledger.h"
@@ -102,11 +102,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // The state the snapshot lands on.
   dm::Ledger ledger;
-  FUZZ_CHECK(ledger.SetDevices(kResource, {{"gpu0", true, {0}},
-                                           {"gpu1", true, {0}},
-                                           {"gpu2", true, {1}},
-                                           {"gpu3", true, {1}},
-                                           {"gpu4", true, {}}})
+  FUZZ_CHECK(ledger
+                 .SetDevices(kResource, {{"gpu0", true, {0}},
+                                         {"gpu1", true, {0}},
+                                         {"gpu2", true, {1}},
+                                         {"gpu3", true, {1}},
+                                         {"gpu4", true, {}}})
                  .ok(),
              "baseline snapshot");
   dm::Pod pod_a = MakePod("pod-a", "a");
@@ -147,14 +148,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       it->second.healthy = it->second.healthy && d.healthy;
     }
   }
-  FUZZ_CHECK(report->empty_ids == empty_ids, "empty ids " << report->empty_ids << " vs "
-                                                          << empty_ids);
+  FUZZ_CHECK(report->empty_ids == empty_ids,
+             "empty ids " << report->empty_ids << " vs " << empty_ids);
   FUZZ_CHECK(std::set<std::string>(report->duplicate_ids.begin(), report->duplicate_ids.end()) ==
                  duplicates,
              "duplicate ids reported wrongly");
   std::vector<dm::LedgerDevice> known = ledger.Devices(kResource);
-  FUZZ_CHECK(known.size() == expected.size(), known.size() << " devices, expected "
-                                                           << expected.size());
+  FUZZ_CHECK(known.size() == expected.size(), known.size()
+                                                  << " devices, expected " << expected.size());
   int64_t healthy = 0;
   for (const dm::LedgerDevice& d : known) {
     auto it = expected.find(d.id);
@@ -206,7 +207,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A restart: the checkpoint restores the same records.
   kdm::checkpoint::CheckpointData saved = ledger.ToCheckpointData();
   dm::Ledger restored;
-  FUZZ_CHECK(restored.Restore(saved).skipped.empty(), "Restore skipped entries of a consistent state");
+  FUZZ_CHECK(restored.Restore(saved).skipped.empty(),
+             "Restore skipped entries of a consistent state");
   Invariants(restored, "Restore");
   FUZZ_CHECK(restored.AllEntries() == ledger.AllEntries(), "Restore changed the records");
   FUZZ_CHECK(restored.SetDevices(kResource, devices).ok(), "snapshot after Restore refused");

@@ -81,8 +81,8 @@ void CheckPod(const Pod& pod, const kdm::fakes::PodIdentity& id) {
   FUZZ_CHECK(!pod.namespace_name.empty() && pod.namespace_name.size() <= 63,
              "bad namespace " << pod.namespace_name);
   FUZZ_CHECK(id.name == pod.name && id.namespace_name == pod.namespace_name,
-             "identity " << id.namespace_name << "/" << id.name << " for pod "
-                         << pod.namespace_name << "/" << pod.name);
+             "identity " << id.namespace_name << "/" << id.name << " for pod " << pod.namespace_name
+                         << "/" << pod.name);
   FUZZ_CHECK(!pod.containers.empty(), "a pod without app containers");
   std::set<std::string> names;
   auto check = [&](const Container& c) {
@@ -122,8 +122,9 @@ void CheckOne(std::string_view text, std::string_view file) {
   if (json.empty()) return;
   for (std::string_view again_file : {"again.json", "again.yaml"}) {
     kdm::StatusOr<Pod> again = kdm::fakes::ParsePodManifest(json, again_file);
-    FUZZ_CHECK(again.ok(), again_file << ": the pod written back does not parse: "
-                                      << again.status() << "\n" << json);
+    FUZZ_CHECK(again.ok(), again_file << ": the pod written back does not parse: " << again.status()
+                                      << "\n"
+                                      << json);
     FUZZ_CHECK(SamePod(*pod, *again), again_file << ": the pod written back changed:\n" << json);
   }
 }

@@ -69,8 +69,7 @@ struct PluginDir {
     FUZZ_CHECK(mkdtemp(tmpl) != nullptr, "mkdtemp");
     root = tmpl;
     dir = root + "/plugins";
-    FUZZ_CHECK(mkdir(dir.c_str(), 0750) == 0 && mkdir((root + "/out").c_str(), 0750) == 0,
-               "mkdir");
+    FUZZ_CHECK(mkdir(dir.c_str(), 0750) == 0 && mkdir((root + "/out").c_str(), 0750) == 0, "mkdir");
     BindSocket(dir + "/plugin.sock");
     BindSocket(root + "/out/outside.sock");
     FUZZ_CHECK(symlink("plugin.sock", (dir + "/link.sock").c_str()) == 0, "symlink");
@@ -128,16 +127,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t nl1 = in.find('\n');
   size_t nl2 = nl1 == std::string_view::npos ? nl1 : in.find('\n', nl1 + 1);
   std::string version(in.substr(0, nl1));
-  std::string resource = nl1 == std::string_view::npos
-                             ? std::string()
-                             : std::string(in.substr(nl1 + 1, nl2 == in.npos ? in.npos : nl2 - nl1 - 1));
-  std::string endpoint = nl2 == std::string_view::npos ? std::string() : std::string(in.substr(nl2 + 1));
+  std::string resource =
+      nl1 == std::string_view::npos
+          ? std::string()
+          : std::string(in.substr(nl1 + 1, nl2 == in.npos ? in.npos : nl2 - nl1 - 1));
+  std::string endpoint =
+      nl2 == std::string_view::npos ? std::string() : std::string(in.substr(nl2 + 1));
 
   kdm::Status v = api::ValidateVersion(version);
   FUZZ_CHECK(v.ok() == (version == "v1beta1"), "version \"" << version << "\": " << v);
 
   const bool extended = api::IsExtendedResourceName(resource);
-  FUZZ_CHECK(api::ValidateResourceName(resource).ok() == extended, "ValidateResourceName disagrees");
+  FUZZ_CHECK(api::ValidateResourceName(resource).ok() == extended,
+             "ValidateResourceName disagrees");
   if (extended) {
     FUZZ_CHECK(FollowsDocumentedRules(resource), "accepted \"" << resource << "\"");
     // A pod can ask for every resource a plugin can register.

@@ -63,8 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (a.nvlinks == 0) FUZZ_CHECK(a.pcie == b.pcie, "PCIe relation at " << i << "," << j);
     }
   }
-  FUZZ_CHECK(kdm::topology::RenderNvidiaSmi(*back) == rendered,
-             "rendering is not a fixed point:\n" << rendered);
+  FUZZ_CHECK(kdm::topology::RenderNvidiaSmi(*back) == rendered, "rendering is not a fixed point:\n"
+                                                                    << rendered);
 
   // ParseTopology's blank is isspace(): \v and \f too.
   size_t first = text.find_first_not_of(" \t\r\n\v\f");

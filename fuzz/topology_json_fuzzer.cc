@@ -56,7 +56,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string smi = kdm::topology::RenderNvidiaSmi(*t);
     kdm::StatusOr<Topology> from_smi = kdm::topology::ParseNvidiaSmiTopo(smi);
     FUZZ_CHECK(from_smi.ok(), "the nvidia-smi rendering does not parse: " << from_smi.status()
-                                                                         << "\n" << smi);
+                                                                          << "\n"
+                                                                          << smi);
     FUZZ_CHECK(from_smi->size() == t->size(), "the nvidia-smi rendering changed the size");
   }
   return 0;

@@ -31,10 +31,9 @@ StatusOr<std::string> AbsoluteSocketPath(std::string_view path) {
   std::string out = abs.string();
   if (out.size() > kMaxUnixSocketPathLength) {
     std::string shown = out == given ? out : given + " (absolute: " + out + ")";
-    return InvalidArgumentError(shown + " is " + std::to_string(out.size()) +
-                                " bytes, longer than the " +
-                                std::to_string(kMaxUnixSocketPathLength) +
-                                " bytes a unix socket path allows");
+    return InvalidArgumentError(
+        shown + " is " + std::to_string(out.size()) + " bytes, longer than the " +
+        std::to_string(kMaxUnixSocketPathLength) + " bytes a unix socket path allows");
   }
   return out;
 }
@@ -47,10 +46,17 @@ StatusOr<std::string> UnixSocketTarget(std::string_view path) {
   target.reserve(target.size() + abs.size());
   for (char c : abs) {
     switch (c) {
-      case '%': target += "%25"; break;
-      case '?': target += "%3F"; break;
-      case '#': target += "%23"; break;
-      default: target += c;
+      case '%':
+        target += "%25";
+        break;
+      case '?':
+        target += "%3F";
+        break;
+      case '#':
+        target += "%23";
+        break;
+      default:
+        target += c;
     }
   }
   return target;

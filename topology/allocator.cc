@@ -20,9 +20,12 @@ StatusOr<Policy> ParsePolicy(std::string_view name) {
 
 std::string_view PolicyName(Policy policy) {
   switch (policy) {
-    case Policy::kPacked: return "packed";
-    case Policy::kBestSet: return "best-set";
-    case Policy::kFirstFit: return "first-fit";
+    case Policy::kPacked:
+      return "packed";
+    case Policy::kBestSet:
+      return "best-set";
+    case Policy::kFirstFit:
+      return "first-fit";
   }
   return "packed";
 }
@@ -85,9 +88,15 @@ StatusOr<Allocation> Allocate(const Topology& topology, const std::vector<int>& 
                           std::chrono::steady_clock::now() + options.budget);
   internal::Result r;
   switch (policy) {
-    case Policy::kPacked: r = search.Packed(); break;
-    case Policy::kBestSet: r = search.BestSet(); break;
-    case Policy::kFirstFit: r = search.FirstFit(); break;
+    case Policy::kPacked:
+      r = search.Packed();
+      break;
+    case Policy::kBestSet:
+      r = search.BestSet();
+      break;
+    case Policy::kFirstFit:
+      r = search.FirstFit();
+      break;
   }
   Allocation a;
   a.chosen = std::move(r.chosen);

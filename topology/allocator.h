@@ -56,8 +56,8 @@ struct AllocateOptions {
 };
 
 struct Allocation {
-  std::vector<int> chosen;   // sorted device indices, exactly `size` of them
-  int64_t score = 0;         // SetScore(chosen)
+  std::vector<int> chosen;  // sorted device indices, exactly `size` of them
+  int64_t score = 0;        // SetScore(chosen)
   // The best total score of a packing of all available devices into groups
   // of `size` (one smaller group holds the remainder) in which `chosen` is a
   // group.

@@ -6,12 +6,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <system_error>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace kdm::topology {
 namespace {
@@ -30,8 +29,7 @@ std::optional<Cell> ParseCell(std::string_view s) {
     std::string_view digits = s.substr(2);
     int n = 0;
     auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
-    if (ec != std::errc() || ptr != digits.data() + digits.size() || n < 1 ||
-        n > kMaxNvlinks) {
+    if (ec != std::errc() || ptr != digits.data() + digits.size() || n < 1 || n > kMaxNvlinks) {
       return std::nullopt;
     }
     return Cell{false, {n, PcieLink::kNone}};
@@ -68,9 +66,7 @@ std::vector<std::string_view> SplitWhitespace(std::string_view line) {
 }
 
 bool AllDigits(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return c >= '0' && c <= '9';
-  });
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 // "GPU0", "GPU15".
@@ -102,8 +98,8 @@ enum class ExtraColumn { kCpuAffinity, kNumaAffinity, kGpuNumaId, kOther };
 // Builds links from a matrix of cells, checking the diagonal and symmetry.
 // `name(i, j)` describes a cell for error messages.
 template <typename NameFn>
-StatusOr<std::vector<std::vector<Link>>> LinksFromCells(
-    const std::vector<std::vector<Cell>>& cells, NameFn name) {
+StatusOr<std::vector<std::vector<Link>>> LinksFromCells(const std::vector<std::vector<Cell>>& cells,
+                                                        NameFn name) {
   const size_t n = cells.size();
   std::vector<std::vector<Link>> links(n, std::vector<Link>(n));
   for (size_t i = 0; i < n; ++i) {
@@ -339,8 +335,7 @@ StatusOr<Topology> ParseTopologyJson(std::string_view text) {
           info.id = it->get<std::string>();
         } else if (it.key() == "numa") {
           if (it->is_null()) continue;
-          if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
-              it->get<int64_t>() > 1 << 20) {
+          if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 1 << 20) {
             return InvalidArgumentError(at + ".numa must be a non-negative integer or null");
           }
           info.numa = it->get<int>();
@@ -428,8 +423,8 @@ StatusOr<Topology> LoadTopologyFile(const std::string& path) {
   }
   uintmax_t bytes = fs::file_size(path, ec);
   if (ec) {
-    return InvalidArgumentError("topology file '" + path + "': cannot read its size: " +
-                                ec.message());
+    return InvalidArgumentError("topology file '" + path +
+                                "': cannot read its size: " + ec.message());
   }
   if (bytes > kMaxTopologyFileBytes) {
     return InvalidArgumentError("topology file '" + path + "' is " + std::to_string(bytes) +

@@ -53,8 +53,7 @@ void Dgx1Pcie(Matrix& m, std::pair<int, int> pix_a, std::pair<int, int> pix_b) {
         continue;
       }
       int x = a % 4, y = b % 4;
-      bool pix = (x == pix_a.first && y == pix_a.second) ||
-                 (x == pix_b.first && y == pix_b.second);
+      bool pix = (x == pix_a.first && y == pix_a.second) || (x == pix_b.first && y == pix_b.second);
       SetPcie(m, a, b, pix ? PcieLink::kPix : PcieLink::kPhb);
     }
   }
@@ -124,8 +123,7 @@ struct Entry {
 
 const std::vector<Entry>& Entries() {
   static const std::vector<Entry>* entries = new std::vector<Entry>{
-      {{"dgx1-p100", 8,
-        "DGX-1 with 8 Tesla P100: hybrid cube-mesh of single NVLinks, two sockets",
+      {{"dgx1-p100", 8, "DGX-1 with 8 Tesla P100: hybrid cube-mesh of single NVLinks, two sockets",
         "NVIDIA DGX-1 system architecture white paper (Pascal); go-gpuallocator "
         "test fixture NewDGX1PascalNode"},
        Dgx1P100},
@@ -139,13 +137,11 @@ const std::vector<Entry>& Entries() {
         "NVIDIA DGX A100 user guide (12 NVLinks per GPU to six NVSwitches); PCIe "
         "beneath: pairs share a switch (PXB), same socket NODE, across SYS"},
        [] { return AllPairs(8, 12, PcieLink::kPxb, 2, PcieLink::kPxb, PcieLink::kNode); }},
-      {{"hgx-h100", 8,
-        "HGX H100 8-GPU: NVSwitch, NV18 between every pair; PCIe beneath modelled",
+      {{"hgx-h100", 8, "HGX H100 8-GPU: NVSwitch, NV18 between every pair; PCIe beneath modelled",
         "NVIDIA HGX H100 / DGX H100 documentation (18 NVLinks per GPU); PCIe "
         "beneath: one switch per GPU pair (PIX), same socket NODE, across SYS"},
        [] { return AllPairs(8, 18, PcieLink::kPix, 2, PcieLink::kPix, PcieLink::kNode); }},
-      {{"pcie-8gpu", 8,
-        "Dual-socket PCIe server, 8 GPUs, two GPUs per PCIe switch, no NVLink",
+      {{"pcie-8gpu", 8, "Dual-socket PCIe server, 8 GPUs, two GPUs per PCIe switch, no NVLink",
         "common 4U GPU server layout as `nvidia-smi topo -m` shows it: PIX within "
         "a switch, NODE within a socket, SYS across sockets"},
        Pcie8Gpu},

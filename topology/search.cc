@@ -433,8 +433,7 @@ void Search::ConsiderPackedGroup(uint64_t g, int64_t own) {
   bool better = !have_best_ || own > best_own_;
   if (have_best_ && own == best_own_) {
     const uint64_t diff = g ^ best_mask_;
-    better = numa < best_numa_ ||
-             (numa == best_numa_ && diff != 0 && (g & (diff & -diff)) != 0);
+    better = numa < best_numa_ || (numa == best_numa_ && diff != 0 && (g & (diff & -diff)) != 0);
   }
   if (better) {
     have_best_ = true;

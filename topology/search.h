@@ -128,7 +128,7 @@ class Search {
   uint64_t MaskOf(const std::vector<int>& local) const;
   Result Finish(const std::vector<int>& local, int64_t own, bool optimal);
 
-  std::vector<int> dev_;   // local position -> device index
+  std::vector<int> dev_;  // local position -> device index
   int n_ = 0;
   int size_ = 0;
   std::vector<int32_t> w_;  // n_ x n_ pair scores
@@ -148,11 +148,11 @@ class Search {
 
   // The DFS state of Packed() and BestSet().
   std::vector<int> stack_;
-  std::vector<int64_t> gain_;     // links of each position to stack_
-  std::vector<int64_t> top_;      // n_ x n_: top_[c*n_+k] = sum of c's k best links
-  std::vector<int64_t> h_;        // top_[c][size_-1]
-  std::vector<int64_t> d_;        // h_[c] - top_[c][r0_-1]
-  int r0_ = 0;                    // n_ % size_: the size of the remainder group
+  std::vector<int64_t> gain_;  // links of each position to stack_
+  std::vector<int64_t> top_;   // n_ x n_: top_[c*n_+k] = sum of c's k best links
+  std::vector<int64_t> h_;     // top_[c][size_-1]
+  std::vector<int64_t> d_;     // h_[c] - top_[c][r0_-1]
+  int r0_ = 0;                 // n_ % size_: the size of the remainder group
   // A second bound: a group's score is at most the mean over its devices of
   // the best group each belongs to. Scaled by scale_ = size_ x max(r0_, 1)
   // to stay in integers: b_[c] = BestGroupWith(c, size_) x scale_ / size_,
@@ -160,7 +160,7 @@ class Search {
   std::vector<int64_t> b_;
   std::vector<int64_t> e_;
   int64_t scale_ = 1;
-  Pack target_pack_;              // Packed without must_include: Best(full_)
+  Pack target_pack_;  // Packed without must_include: Best(full_)
   std::vector<char> walked_flat_;
   std::unordered_set<uint64_t> walked_;
   uint64_t best_mask_ = 0;

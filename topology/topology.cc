@@ -6,26 +6,40 @@ namespace kdm::topology {
 
 int PcieScore(PcieLink link) {
   switch (link) {
-    case PcieLink::kNone: return 0;
-    case PcieLink::kSys: return 10;
-    case PcieLink::kNode: return 20;
-    case PcieLink::kPhb: return 30;
-    case PcieLink::kPxb: return 40;
-    case PcieLink::kPix: return 50;
-    case PcieLink::kPsb: return 60;
+    case PcieLink::kNone:
+      return 0;
+    case PcieLink::kSys:
+      return 10;
+    case PcieLink::kNode:
+      return 20;
+    case PcieLink::kPhb:
+      return 30;
+    case PcieLink::kPxb:
+      return 40;
+    case PcieLink::kPix:
+      return 50;
+    case PcieLink::kPsb:
+      return 60;
   }
   return 0;
 }
 
 std::string_view PcieLinkName(PcieLink link) {
   switch (link) {
-    case PcieLink::kNone: return "-";
-    case PcieLink::kSys: return "SYS";
-    case PcieLink::kNode: return "NODE";
-    case PcieLink::kPhb: return "PHB";
-    case PcieLink::kPxb: return "PXB";
-    case PcieLink::kPix: return "PIX";
-    case PcieLink::kPsb: return "PSB";
+    case PcieLink::kNone:
+      return "-";
+    case PcieLink::kSys:
+      return "SYS";
+    case PcieLink::kNode:
+      return "NODE";
+    case PcieLink::kPhb:
+      return "PHB";
+    case PcieLink::kPxb:
+      return "PXB";
+    case PcieLink::kPix:
+      return "PIX";
+    case PcieLink::kPsb:
+      return "PSB";
   }
   return "-";
 }
@@ -40,9 +54,7 @@ std::optional<PcieLink> ParsePcieLink(std::string_view name) {
   return std::nullopt;
 }
 
-int LinkScore(const Link& link) {
-  return kNvlinkScore * link.nvlinks + PcieScore(link.pcie);
-}
+int LinkScore(const Link& link) { return kNvlinkScore * link.nvlinks + PcieScore(link.pcie); }
 
 namespace {
 
@@ -64,45 +76,38 @@ StatusOr<Topology> Topology::Create(std::vector<DeviceInfo> devices,
   if (n == 0) return InvalidArgumentError("topology has no devices");
   if (n > static_cast<size_t>(kMaxDevices)) {
     return InvalidArgumentError("topology has " + std::to_string(n) +
-                                " devices, above the limit of " +
-                                std::to_string(kMaxDevices));
+                                " devices, above the limit of " + std::to_string(kMaxDevices));
   }
   Topology t;
   for (size_t i = 0; i < n; ++i) {
     const DeviceInfo& d = devices[i];
     if (d.id.empty()) {
-      return InvalidArgumentError("device at position " + std::to_string(i) +
-                                  " has an empty id");
+      return InvalidArgumentError("device at position " + std::to_string(i) + " has an empty id");
     }
     if (d.index != static_cast<int>(i)) {
-      return InvalidArgumentError("device '" + d.id + "' at position " +
-                                  std::to_string(i) + " has index " +
-                                  std::to_string(d.index));
+      return InvalidArgumentError("device '" + d.id + "' at position " + std::to_string(i) +
+                                  " has index " + std::to_string(d.index));
     }
     auto [it, inserted] = t.index_by_id_.emplace(d.id, static_cast<int>(i));
     if (!inserted) {
-      return InvalidArgumentError("duplicate device id '" + d.id +
-                                  "' at positions " +
-                                  std::to_string(it->second) + " and " +
-                                  std::to_string(i));
+      return InvalidArgumentError("duplicate device id '" + d.id + "' at positions " +
+                                  std::to_string(it->second) + " and " + std::to_string(i));
     }
   }
   if (links.size() != n) {
-    return InvalidArgumentError("link matrix has " +
-                                std::to_string(links.size()) + " rows for " +
+    return InvalidArgumentError("link matrix has " + std::to_string(links.size()) + " rows for " +
                                 std::to_string(n) + " devices");
   }
   for (size_t i = 0; i < n; ++i) {
     if (links[i].size() != n) {
-      return InvalidArgumentError(
-          "link matrix row " + std::to_string(i) + " ('" + devices[i].id +
-          "') has " + std::to_string(links[i].size()) + " columns, expected " +
-          std::to_string(n));
+      return InvalidArgumentError("link matrix row " + std::to_string(i) + " ('" + devices[i].id +
+                                  "') has " + std::to_string(links[i].size()) +
+                                  " columns, expected " + std::to_string(n));
     }
   }
   auto where = [&](size_t i, size_t j) {
-    return "link (" + std::to_string(i) + ", " + std::to_string(j) + ") ('" +
-           devices[i].id + "', '" + devices[j].id + "')";
+    return "link (" + std::to_string(i) + ", " + std::to_string(j) + ") ('" + devices[i].id +
+           "', '" + devices[j].id + "')";
   };
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = 0; j < n; ++j) {
@@ -110,18 +115,16 @@ StatusOr<Topology> Topology::Create(std::vector<DeviceInfo> devices,
       if (i == j && !(l == Link{})) {
         return InvalidArgumentError(where(i, j) +
                                     " is on the diagonal and must be empty, "
-                                    "got " + Describe(l));
+                                    "got " +
+                                    Describe(l));
       }
       if (l.nvlinks < 0 || l.nvlinks > kMaxNvlinks) {
-        return InvalidArgumentError(where(i, j) + " has " +
-                                    std::to_string(l.nvlinks) +
-                                    " NVLinks, outside [0, " +
-                                    std::to_string(kMaxNvlinks) + "]");
+        return InvalidArgumentError(where(i, j) + " has " + std::to_string(l.nvlinks) +
+                                    " NVLinks, outside [0, " + std::to_string(kMaxNvlinks) + "]");
       }
       if (!(l == links[j][i])) {
-        return InvalidArgumentError(where(i, j) + " is " + Describe(l) +
-                                    " but " + where(j, i) + " is " +
-                                    Describe(links[j][i]) +
+        return InvalidArgumentError(where(i, j) + " is " + Describe(l) + " but " + where(j, i) +
+                                    " is " + Describe(links[j][i]) +
                                     " (the matrix must be symmetric)");
       }
     }

@@ -38,32 +38,28 @@ std::string& BenchDir() {
 PodDevicesEntry PodEntry(long i) {
   // About what a GPU plugin answers: two device nodes, an env var, a mount.
   std::string resp(180, static_cast<char>('a' + i % 26));
-  return PodDevicesEntry{
-      "pod-" + std::to_string(i) + "-6b0d3a6e-1c2f-4d1e-9a57-3f1f6b1e2a10",
-      "main",
-      "nvidia.com/gpu",
-      {{static_cast<int64_t>(i % 2),
-        {"GPU-" + std::to_string(i % 8),
-         "GPU-" + std::to_string((i + 1) % 8)}}},
-      resp};
+  return PodDevicesEntry{"pod-" + std::to_string(i) + "-6b0d3a6e-1c2f-4d1e-9a57-3f1f6b1e2a10",
+                         "main",
+                         "nvidia.com/gpu",
+                         {{static_cast<int64_t>(i % 2),
+                           {"GPU-" + std::to_string(i % 8), "GPU-" + std::to_string((i + 1) % 8)}}},
+                         resp};
 }
 
 std::unique_ptr<Store> OpenStore(bool sqlite, long pods) {
   static int counter = 0;
-  std::string path = BenchDir() + "/" + (sqlite ? "sqlite-" : "json-") +
-                     std::to_string(pods) + "-" + std::to_string(counter++);
-  StatusOr<OpenResult> opened =
-      sqlite ? OpenSqliteStore({.path = path, .synchronous_full = true})
-             : OpenKubeletJsonStore(path);
+  std::string path = BenchDir() + "/" + (sqlite ? "sqlite-" : "json-") + std::to_string(pods) +
+                     "-" + std::to_string(counter++);
+  StatusOr<OpenResult> opened = sqlite ? OpenSqliteStore({.path = path, .synchronous_full = true})
+                                       : OpenKubeletJsonStore(path);
   if (!opened.ok()) {
-    std::fprintf(stderr, "open %s: %s\n", path.c_str(),
-                 opened.status().ToString().c_str());
+    std::fprintf(stderr, "open %s: %s\n", path.c_str(), opened.status().ToString().c_str());
     std::exit(1);
   }
   CheckpointData data;
   for (long i = 0; i < pods; ++i) data.entries.push_back(PodEntry(i));
-  data.registered_devices["nvidia.com/gpu"] = {
-      "GPU-0", "GPU-1", "GPU-2", "GPU-3", "GPU-4", "GPU-5", "GPU-6", "GPU-7"};
+  data.registered_devices["nvidia.com/gpu"] = {"GPU-0", "GPU-1", "GPU-2", "GPU-3",
+                                               "GPU-4", "GPU-5", "GPU-6", "GPU-7"};
   if (Status s = opened->store->Replace(data); !s.ok()) {
     std::fprintf(stderr, "fill %s: %s\n", path.c_str(), s.ToString().c_str());
     std::exit(1);
@@ -95,14 +91,8 @@ void AllocationChange(benchmark::State& state, bool sqlite) {
 void BM_Sqlite(benchmark::State& state) { AllocationChange(state, true); }
 void BM_KubeletJson(benchmark::State& state) { AllocationChange(state, false); }
 
-BENCHMARK(BM_Sqlite)
-    ->Arg(10)
-    ->Arg(100)
-    ->Arg(1000)
-    ->Arg(10000)
-    ->UseRealTime()
-    ->MinTime(1.0)
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Sqlite)->Arg(10)->Arg(100)->Arg(1000)->Arg(10000)->UseRealTime()->MinTime(1.0)->Unit(
+    benchmark::kMicrosecond);
 BENCHMARK(BM_KubeletJson)
     ->Arg(10)
     ->Arg(100)
@@ -116,8 +106,7 @@ BENCHMARK(BM_KubeletJson)
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
   // Colours only on a terminal.
-  RatioReporter()
-      : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_Defaults : OO_Tabular) {}
+  RatioReporter() : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_Defaults : OO_Tabular) {}
 
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
@@ -137,8 +126,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
     std::printf(
         "\nCost of one allocation change (one Apply), microseconds, real "
         "time:\n");
-    std::printf("%8s  %14s  %14s  %12s\n", "pods", "sqlite (FULL)",
-                "kubelet-json", "json/sqlite");
+    std::printf("%8s  %14s  %14s  %12s\n", "pods", "sqlite (FULL)", "kubelet-json", "json/sqlite");
     for (long pods : kSizes) {
       auto s = sqlite_.find(pods);
       auto j = json_.find(pods);
@@ -146,17 +134,16 @@ class RatioReporter : public benchmark::ConsoleReporter {
       std::printf("%8ld  %14.1f  %14.1f  %11.1fx\n", pods, s->second, j->second,
                   j->second / s->second);
     }
-    auto s10 = sqlite_.find(10), s10k = sqlite_.find(10000),
-         j10k = json_.find(10000);
+    auto s10 = sqlite_.find(10), s10k = sqlite_.find(10000), j10k = json_.find(10000);
     if (s10 != sqlite_.end() && s10k != sqlite_.end()) {
       double growth = s10k->second / s10->second;
-      std::printf("sqlite at 10000 / sqlite at 10: %.2fx (target <= 2x: %s)\n",
-                  growth, growth <= 2.0 ? "met" : "NOT met");
+      std::printf("sqlite at 10000 / sqlite at 10: %.2fx (target <= 2x: %s)\n", growth,
+                  growth <= 2.0 ? "met" : "NOT met");
     }
     if (s10k != sqlite_.end() && j10k != json_.end()) {
       double gain = j10k->second / s10k->second;
-      std::printf("kubelet-json / sqlite at 10000: %.1fx (target >= 20x: %s)\n",
-                  gain, gain >= 20.0 ? "met" : "NOT met");
+      std::printf("kubelet-json / sqlite at 10000: %.1fx (target >= 20x: %s)\n", gain,
+                  gain >= 20.0 ? "met" : "NOT met");
     }
   }
 
@@ -167,15 +154,13 @@ class RatioReporter : public benchmark::ConsoleReporter {
 std::string FilesystemType(const std::string& dir) {
   struct statfs fs {};
   if (statfs(dir.c_str(), &fs) != 0) return "unknown";
-  if (fs.f_type == 0x01021994)
-    return "tmpfs (fsync is free: figures are not meaningful)";
+  if (fs.f_type == 0x01021994) return "tmpfs (fsync is free: figures are not meaningful)";
   if (fs.f_type == 0xEF53) return "ext4";
   if (fs.f_type == 0x58465342) return "xfs";
   if (fs.f_type == 0x9123683E) return "btrfs";
   if (fs.f_type == 0x794C7630) return "overlayfs";
   char hex[32];
-  std::snprintf(hex, sizeof(hex), "0x%lx",
-                static_cast<unsigned long>(fs.f_type));
+  std::snprintf(hex, sizeof(hex), "0x%lx", static_cast<unsigned long>(fs.f_type));
   return hex;
 }
 
@@ -186,15 +171,13 @@ int main(int argc, char** argv) {
   using namespace kdm::checkpoint;
   const char* base = std::getenv("KDM_BENCH_DIR");
   std::string tmpl =
-      std::string(base != nullptr && *base != '\0' ? base : ".") +
-      "/kdm-ckpt-bench-XXXXXX";
+      std::string(base != nullptr && *base != '\0' ? base : ".") + "/kdm-ckpt-bench-XXXXXX";
   if (mkdtemp(tmpl.data()) == nullptr) {
     std::perror("mkdtemp");
     return 1;
   }
   BenchDir() = tmpl;
-  std::printf("checkpoint files in %s (%s)\n", tmpl.c_str(),
-              FilesystemType(tmpl).c_str());
+  std::printf("checkpoint files in %s (%s)\n", tmpl.c_str(), FilesystemType(tmpl).c_str());
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   RatioReporter reporter;

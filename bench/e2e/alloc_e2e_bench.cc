@@ -27,6 +27,8 @@
 // Output: one JSON line per figure (bench/e2e/bench_output.h).
 //   build-release/bin/bench/alloc_e2e_bench --iterations=2000
 #include <grpcpp/grpcpp.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -37,9 +39,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/spdlog.h>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kdm/bench/e2e/bench_output.h"
@@ -185,8 +184,8 @@ int Main(int argc, char** argv) {
   auto plugin = fakes::FakeDevicePlugin::Create(std::move(pc));
   if (!plugin.ok()) Die("plugin: " + plugin.status().ToString());
   if (Status s = (*plugin)->Start(); !s.ok()) Die("plugin Start: " + s.ToString());
-  if (!WaitUntil([&] { return (*manager)->GetCapacity().resources[kGpu].allocatable == 8; },
-                 10s, 1ms)) {
+  if (!WaitUntil([&] { return (*manager)->GetCapacity().resources[kGpu].allocatable == 8; }, 10s,
+                 1ms)) {
     Die("the plugin did not register 8 GPUs within 10 s");
   }
 
@@ -272,8 +271,10 @@ int Main(int argc, char** argv) {
   std::filesystem::remove_all(data_dir, ec);
   std::filesystem::remove_all(sock_dir, ec);
   if (stats.preferred_ok < iterations) {
-    std::fprintf(stderr, "alloc_e2e_bench: only %lld of the admissions used the plugin's "
-                         "preferred answer\n", static_cast<long long>(stats.preferred_ok));
+    std::fprintf(stderr,
+                 "alloc_e2e_bench: only %lld of the admissions used the plugin's "
+                 "preferred answer\n",
+                 static_cast<long long>(stats.preferred_ok));
     return 1;
   }
   return out.Write() ? 0 : 1;

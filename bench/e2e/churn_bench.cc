@@ -16,6 +16,7 @@
 // Flags: --rounds=N, --devices=N (default 10000), --plugins=N, --json=PATH.
 // Output: one JSON line per figure (bench/e2e/bench_output.h).
 //   build-release/bin/bench/churn_bench
+#include <spdlog/spdlog.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 
@@ -25,8 +26,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "kdm/base/sync.h"
 #include "kdm/bench/e2e/bench_output.h"
@@ -68,8 +67,8 @@ std::unique_ptr<plugin::PluginServer> StartPlugin(const std::string& dir,
   o.resource_name = resource;
   o.plugin_dir = dir;
   o.devices = std::move(devices);
-  o.allocate = [](const v1beta1::ContainerAllocateRequest&)
-      -> StatusOr<v1beta1::ContainerAllocateResponse> {
+  o.allocate =
+      [](const v1beta1::ContainerAllocateRequest&) -> StatusOr<v1beta1::ContainerAllocateResponse> {
     return v1beta1::ContainerAllocateResponse();
   };
   auto server = plugin::PluginServer::Create(std::move(o));
@@ -173,8 +172,8 @@ void Registration(long count, Figures& out) {
   if (!WaitUntil(all_there, 60s, 1ms)) {
     Die(std::to_string(count) + " plugins did not all register within 60 s");
   }
-  const double ms = std::chrono::duration<double, std::milli>(
-                        std::chrono::steady_clock::now() - t0).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   manager->Stop();
   for (auto& p : plugins) p->Stop();
   std::error_code ec;

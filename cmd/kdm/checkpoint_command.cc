@@ -42,8 +42,8 @@ int Fail(const std::string& command, const Status& status) {
 
 // Checks the flags every subcommand shares; returns the store kind or sets
 // `exit_code` to a usage error.
-bool CommonFlags(const std::string& command, const CheckpointFlags& flags,
-                 ckpt::StoreKind* kind, int* exit_code) {
+bool CommonFlags(const std::string& command, const CheckpointFlags& flags, ckpt::StoreKind* kind,
+                 int* exit_code) {
   if (flags.root.empty()) {
     *exit_code = Usage(command, "--root is required");
     return false;
@@ -59,12 +59,12 @@ bool CommonFlags(const std::string& command, const CheckpointFlags& flags,
 
 // Opens an existing store for reading: nothing is created, a bad file is
 // reported and left where it is.
-StatusOr<std::unique_ptr<ckpt::Store>> OpenExisting(
-    const CheckpointFlags& flags, ckpt::StoreKind kind) {
-  KDM_ASSIGN_OR_RETURN(ckpt::OpenResult opened,
-                       ckpt::OpenStoreForRoot(flags.root, kind,
-                                              {.create_if_missing = false,
-                                               .quarantine_corrupt = false}));
+StatusOr<std::unique_ptr<ckpt::Store>> OpenExisting(const CheckpointFlags& flags,
+                                                    ckpt::StoreKind kind) {
+  KDM_ASSIGN_OR_RETURN(
+      ckpt::OpenResult opened,
+      ckpt::OpenStoreForRoot(flags.root, kind,
+                             {.create_if_missing = false, .quarantine_corrupt = false}));
   return std::move(opened.store);
 }
 
@@ -81,8 +81,7 @@ std::string DevicesText(const ckpt::DevicesPerNuma& devices) {
 
 void PrintText(const std::string& described, const ckpt::CheckpointData& data) {
   std::cout << "checkpoint: " << described << "\n"
-            << "boot id: " << (data.boot_id.empty() ? "unknown" : data.boot_id)
-            << "\n";
+            << "boot id: " << (data.boot_id.empty() ? "unknown" : data.boot_id) << "\n";
   std::cout << "entries: " << data.entries.size() << "\n";
   std::string last_pod;
   for (const ckpt::PodDevicesEntry& e : data.entries) {
@@ -90,10 +89,9 @@ void PrintText(const std::string& described, const ckpt::CheckpointData& data) {
       std::cout << "pod " << e.pod_uid << "\n";
       last_pod = e.pod_uid;
     }
-    std::cout << "  container " << e.container_name << "  resource "
-              << e.resource_name << "  devices " << DevicesText(e.device_ids)
-              << "  (allocate response " << e.alloc_response.size()
-              << " bytes)\n";
+    std::cout << "  container " << e.container_name << "  resource " << e.resource_name
+              << "  devices " << DevicesText(e.device_ids) << "  (allocate response "
+              << e.alloc_response.size() << " bytes)\n";
   }
   std::cout << "registered devices:\n";
   for (const auto& [resource, ids] : data.registered_devices) {
@@ -110,20 +108,17 @@ void PrintJson(const std::string& described, const ckpt::CheckpointData& data) {
   out["entries"] = nlohmann::json::array();
   for (const ckpt::PodDevicesEntry& e : data.entries) {
     nlohmann::json devices = nlohmann::json::object();
-    for (const auto& [numa, ids] : e.device_ids)
-      devices[std::to_string(numa)] = ids;
-    out["entries"].push_back(
-        {{"pod_uid", e.pod_uid},
-         {"container_name", e.container_name},
-         {"resource_name", e.resource_name},
-         {"device_ids", devices},
-         {"alloc_response", ckpt::Base64Encode(e.alloc_response)}});
+    for (const auto& [numa, ids] : e.device_ids) devices[std::to_string(numa)] = ids;
+    out["entries"].push_back({{"pod_uid", e.pod_uid},
+                              {"container_name", e.container_name},
+                              {"resource_name", e.resource_name},
+                              {"device_ids", devices},
+                              {"alloc_response", ckpt::Base64Encode(e.alloc_response)}});
   }
   out["registered_devices"] = nlohmann::json::object();
   for (const auto& [resource, ids] : data.registered_devices)
     out["registered_devices"][resource] = ids;
-  std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-            << "\n";
+  std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
 int Show(const CheckpointFlags& flags) {
@@ -131,8 +126,7 @@ int Show(const CheckpointFlags& flags) {
   int code = kOk;
   if (!CommonFlags("show", flags, &kind, &code)) return code;
   if (flags.output != "text" && flags.output != "json") {
-    return Usage("show",
-                 "-o must be text or json, got \"" + flags.output + "\"");
+    return Usage("show", "-o must be text or json, got \"" + flags.output + "\"");
   }
   StatusOr<std::unique_ptr<ckpt::Store>> store = OpenExisting(flags, kind);
   if (!store.ok()) return Fail("show", store.status());
@@ -150,8 +144,7 @@ int Export(const CheckpointFlags& flags) {
   ckpt::StoreKind kind;
   int code = kOk;
   if (!CommonFlags("export", flags, &kind, &code)) return code;
-  if (flags.file.empty())
-    return Usage("export", "the output FILE is required ('-' for stdout)");
+  if (flags.file.empty()) return Usage("export", "the output FILE is required ('-' for stdout)");
   StatusOr<std::unique_ptr<ckpt::Store>> store = OpenExisting(flags, kind);
   if (!store.ok()) return Fail("export", store.status());
   StatusOr<ckpt::CheckpointData> data = (*store)->Load();
@@ -159,15 +152,14 @@ int Export(const CheckpointFlags& flags) {
   if (flags.file == "-") {
     std::cout << ckpt::EncodeKubeletCheckpoint(*data);
     std::cout.flush();
-    if (!std::cout)
-      return Fail("export", UnavailableError("cannot write to stdout"));
+    if (!std::cout) return Fail("export", UnavailableError("cannot write to stdout"));
     return kOk;
   }
   if (Status s = ckpt::WriteKubeletCheckpointFile(flags.file, *data); !s.ok()) {
     return Fail("export", s);
   }
-  std::cerr << "exported " << data->entries.size() << " entries from "
-            << (*store)->Describe() << " to " << flags.file << "\n";
+  std::cerr << "exported " << data->entries.size() << " entries from " << (*store)->Describe()
+            << " to " << flags.file << "\n";
   return kOk;
 }
 
@@ -175,39 +167,33 @@ int Import(const CheckpointFlags& flags) {
   ckpt::StoreKind kind;
   int code = kOk;
   if (!CommonFlags("import", flags, &kind, &code)) return code;
-  if (flags.file.empty())
-    return Usage("import", "the kubelet checkpoint FILE is required");
+  if (flags.file.empty()) return Usage("import", "the kubelet checkpoint FILE is required");
   // Read and check the whole file first: a bad file changes nothing.
-  StatusOr<ckpt::CheckpointData> data = ckpt::ReadKubeletCheckpointFile(
-      flags.file, /*verify_checksum=*/!flags.no_verify);
+  StatusOr<ckpt::CheckpointData> data =
+      ckpt::ReadKubeletCheckpointFile(flags.file, /*verify_checksum=*/!flags.no_verify);
   if (!data.ok()) {
     Status s = data.status();
     if (s.code() == StatusCode::kDataLoss) {
-      s = Status(s.code(),
-                 s.message() + " (use --no-verify to import it anyway)");
+      s = Status(s.code(), s.message() + " (use --no-verify to import it anyway)");
     }
     return Fail("import", s);
   }
   StatusOr<ckpt::OpenResult> opened = ckpt::OpenStoreForRoot(flags.root, kind);
   if (!opened.ok()) return Fail("import", opened.status());
   if (!opened->recovered.ok()) {
-    std::cerr << "kdm checkpoint import: warning: "
-              << opened->recovered.message() << "\n";
+    std::cerr << "kdm checkpoint import: warning: " << opened->recovered.message() << "\n";
   }
-  if (Status s = opened->store->Replace(*data); !s.ok())
-    return Fail("import", s);
+  if (Status s = opened->store->Replace(*data); !s.ok()) return Fail("import", s);
   std::cerr << "imported " << data->entries.size() << " entries and "
-            << data->registered_devices.size() << " resources from "
-            << flags.file << " into " << opened->store->Describe() << "\n";
+            << data->registered_devices.size() << " resources from " << flags.file << " into "
+            << opened->store->Describe() << "\n";
   return kOk;
 }
 
 void AddCommonFlags(CLI::App* cmd, CheckpointFlags& flags) {
-  cmd->add_option("--root", flags.root,
-                  "The agent's root directory (the store is under DIR/state)")
+  cmd->add_option("--root", flags.root, "The agent's root directory (the store is under DIR/state)")
       ->type_name("DIR");
-  cmd->add_option("--checkpoint", flags.kind,
-                  "Which store: sqlite (default) or kubelet-json")
+  cmd->add_option("--checkpoint", flags.kind, "Which store: sqlite (default) or kubelet-json")
       ->type_name("KIND");
 }
 
@@ -215,29 +201,25 @@ void AddCommonFlags(CLI::App* cmd, CheckpointFlags& flags) {
 
 void AddCheckpointCommand(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<CheckpointFlags>();
-  auto* cmd = app.add_subcommand(
-      "checkpoint", "Show, export and import an agent's checkpoint");
+  auto* cmd = app.add_subcommand("checkpoint", "Show, export and import an agent's checkpoint");
   cmd->require_subcommand(1);
 
-  auto* show = cmd->add_subcommand(
-      "show", "Print the pods, containers, resources and devices");
+  auto* show = cmd->add_subcommand("show", "Print the pods, containers, resources and devices");
   AddCommonFlags(show, *flags);
-  show->add_option("-o,--output", flags->output, "text (default) or json")
-      ->type_name("FORMAT");
+  show->add_option("-o,--output", flags->output, "text (default) or json")->type_name("FORMAT");
   show->callback([flags, &exit_code] { exit_code = Show(*flags); });
 
-  auto* exp =
-      cmd->add_subcommand("export",
-                          "Write the checkpoint as a "
-                          "kubelet_internal_checkpoint file ('-' for stdout)");
+  auto* exp = cmd->add_subcommand("export",
+                                  "Write the checkpoint as a "
+                                  "kubelet_internal_checkpoint file ('-' for stdout)");
   AddCommonFlags(exp, *flags);
   exp->add_option("FILE", flags->file, "Output file, '-' for stdout");
   exp->callback([flags, &exit_code] { exit_code = Export(*flags); });
 
-  auto* imp = cmd->add_subcommand(
-      "import",
-      "Replace the checkpoint with a kubelet_internal_checkpoint file, in one "
-      "transaction");
+  auto* imp =
+      cmd->add_subcommand("import",
+                          "Replace the checkpoint with a kubelet_internal_checkpoint file, in one "
+                          "transaction");
   AddCommonFlags(imp, *flags);
   imp->add_option("FILE", flags->file, "The kubelet checkpoint file");
   imp->add_flag("--no-verify", flags->no_verify,

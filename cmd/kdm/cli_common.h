@@ -10,11 +10,11 @@
 #ifndef KDM_CMD_KDM_CLI_COMMON_H_
 #define KDM_CMD_KDM_CLI_COMMON_H_
 
+#include <spdlog/spdlog.h>
+
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "kdm/base/status.h"
 

@@ -13,15 +13,14 @@
 // message naming the flag.
 // The report goes to stdout, logs to stderr.
 #include <signal.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <iostream>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include "cli_common.h"
 #include "commands.h"

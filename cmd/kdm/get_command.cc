@@ -43,7 +43,7 @@ std::string NodeStatusPath(const std::string& root) { return root + "/status/nod
 // Devices of one resource in one container (the API's per-device, per-NUMA
 // entries merged).
 struct ResourceDevices {
-  std::vector<std::string> ids;   // sorted, unique
+  std::vector<std::string> ids;  // sorted, unique
   std::set<int64_t> numa_nodes;
 };
 using ContainerDevices = std::map<std::string, ResourceDevices>;  // by resource
@@ -196,8 +196,8 @@ int GetPods(const GetFlags& flags) {
       ContainerDevices devices = Merge(c.devices);
       if (devices.empty()) rows.push_back({pod.namespace_name, pod.name, c.name, "-", "-", "-"});
       for (const auto& [resource, r] : devices) {
-        rows.push_back({pod.namespace_name, pod.name, c.name, resource, Join(r.ids),
-                        JoinNuma(r.numa_nodes)});
+        rows.push_back(
+            {pod.namespace_name, pod.name, c.name, resource, Join(r.ids), JoinNuma(r.numa_nodes)});
       }
     }
   }
@@ -264,12 +264,15 @@ int GetDevices(const GetFlags& flags) {
     std::cout << "No devices.\n";
     return kOk;
   }
-  std::vector<std::vector<std::string>> rows = {{"RESOURCE", "DEVICE", "NUMA", "STATE", "POD/CONTAINER"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"RESOURCE", "DEVICE", "NUMA", "STATE", "POD/CONTAINER"}};
   for (const auto& [key, r] : devices) {
-    rows.push_back({key.first, key.second, JoinNuma(r.numa), state(r), r.owner.empty() ? "-" : r.owner});
+    rows.push_back(
+        {key.first, key.second, JoinNuma(r.numa), state(r), r.owner.empty() ? "-" : r.owner});
   }
   PrintTable(rows);
-  std::cout << "(unhealthy devices that no container holds are not listed; see `kdm get capacity`)\n";
+  std::cout
+      << "(unhealthy devices that no container holds are not listed; see `kdm get capacity`)\n";
   return kOk;
 }
 
@@ -304,16 +307,16 @@ int GetCapacity(const GetFlags& flags) {
 
 void AddGetCommand(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<GetFlags>();
-  auto* cmd = app.add_subcommand(
-      "get", "Show what a running `kdm kubelet` holds: pods, devices, capacity");
+  auto* cmd =
+      app.add_subcommand("get", "Show what a running `kdm kubelet` holds: pods, devices, capacity");
   cmd->require_subcommand(1);
   auto add_common = [flags](CLI::App* sub) {
     sub->add_option("--root", flags->root, "The kubelet's root directory (as `kdm kubelet --root`)")
         ->type_name("DIR");
     sub->add_option("-o,--output", flags->output, "table (default) or json")->type_name("FORMAT");
   };
-  auto* pods = cmd->add_subcommand(
-      "pods", "Active pods, their containers and devices (pod-resources List)");
+  auto* pods =
+      cmd->add_subcommand("pods", "Active pods, their containers and devices (pod-resources List)");
   add_common(pods);
   pods->add_option("--timeout", flags->timeout_seconds, "RPC deadline in seconds (default 5)");
   pods->callback([flags, &exit_code] { exit_code = GetPods(*flags); });

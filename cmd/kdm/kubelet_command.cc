@@ -6,6 +6,8 @@
 // long for its sockets or not creatable, the message names --root), 2 usage.
 // --root may be relative; it is made absolute at once.
 #include <signal.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <cctype>
 #include <chrono>
@@ -14,9 +16,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -43,8 +42,8 @@ constexpr int kUsageError = 2;
 
 void SetUpLogging(int verbosity) {
   SetUpStderrLogging("kdm-kubelet", verbosity >= 2   ? spdlog::level::trace
-                     : verbosity == 1 ? spdlog::level::debug
-                                      : spdlog::level::info);
+                                    : verbosity == 1 ? spdlog::level::debug
+                                                     : spdlog::level::info);
 }
 
 int RunKubelet(const KubeletFlags& flags) {
@@ -139,8 +138,9 @@ void AddKubeletCommand(CLI::App& app, int& exit_code) {
                   "manifests/, status/");
   cmd->add_option("--checkpoint", flags->checkpoint, "Checkpoint format: sqlite | kubelet-json")
       ->capture_default_str();
-  cmd->add_option("--metrics-addr", flags->metrics_addr,
-                  "Serve /metrics and /healthz on HOST:PORT (port 0: any free port); off by default");
+  cmd->add_option(
+      "--metrics-addr", flags->metrics_addr,
+      "Serve /metrics and /healthz on HOST:PORT (port 0: any free port); off by default");
   cmd->add_option("--grace", flags->grace,
                   "How long a resource whose plugin went away stays before it is deleted (e.g. 5m)")
       ->capture_default_str();

@@ -16,6 +16,8 @@
 // an error naming its flag.
 #include <pthread.h>
 #include <signal.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <charconv>
 #include <cstring>
@@ -29,9 +31,6 @@
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -80,9 +79,12 @@ void SetUpLogging(bool verbose) {
 
 const char* SignalName(int sig) {
   switch (sig) {
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    default: return "signal";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    default:
+      return "signal";
   }
 }
 
@@ -114,8 +116,8 @@ std::optional<std::string> CheckUsage(const PluginFlags& f, fakes::PluginConfig*
       return "--count '" + f.count + "' is not a number";
     }
     if (n < 1 || n > fakes::kMaxCountDevices) {
-      return "--count must be between 1 and " + std::to_string(fakes::kMaxCountDevices) +
-             ", got " + f.count;
+      return "--count must be between 1 and " + std::to_string(fakes::kMaxCountDevices) + ", got " +
+             f.count;
     }
     config->count = n;
   }
@@ -278,19 +280,22 @@ int RunPlugin(const PluginFlags& given) {
         path,
         [p, path, resource](const fakes::HealthMap& health) {
           fakes::HealthUpdate u = p->ApplyHealth(health);
-          spdlog::info("event=health_file_applied resource={} path={} healthy={} unhealthy={} "
-                       "unknown_ids={}",
-                       resource, path, u.healthy, u.unhealthy, u.unknown_ids.size());
+          spdlog::info(
+              "event=health_file_applied resource={} path={} healthy={} unhealthy={} "
+              "unknown_ids={}",
+              resource, path, u.healthy, u.unhealthy, u.unknown_ids.size());
         },
         [path, resource](const Status& error) {
           if (error.code() == StatusCode::kNotFound) {
-            spdlog::info("event=health_file_missing resource={} path={} detail={} "
-                         "action=keep_last_state",
-                         resource, path, Quoted(error.message()));
+            spdlog::info(
+                "event=health_file_missing resource={} path={} detail={} "
+                "action=keep_last_state",
+                resource, path, Quoted(error.message()));
           } else {
-            spdlog::warn("event=health_file_rejected resource={} path={} error={} "
-                         "action=keep_last_state",
-                         resource, path, Quoted(error.message()));
+            spdlog::warn(
+                "event=health_file_rejected resource={} path={} error={} "
+                "action=keep_last_state",
+                resource, path, Quoted(error.message()));
           }
         });
     if (!w.ok()) return Fail(kUsageError, w.status().message());

@@ -11,13 +11,12 @@
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "kdm/topology/allocator.h"
@@ -95,8 +94,8 @@ std::variant<std::vector<int>, Failure> ParseDeviceList(const Topology& t, const
       if (!v) return Failure{kUsageError, flag + ": '" + item + "' is not a device index"};
       if (*v >= t.size()) {
         return Failure{kRuntimeError, flag + ": device index " + item +
-                                          " is outside the topology (" +
-                                          std::to_string(t.size()) + " devices)"};
+                                          " is outside the topology (" + std::to_string(t.size()) +
+                                          " devices)"};
       }
       out.push_back(*v);
     } else if (dash != std::string::npos && AllDigits(item.substr(0, dash)) &&
@@ -114,8 +113,7 @@ std::variant<std::vector<int>, Failure> ParseDeviceList(const Topology& t, const
     } else if (auto i = t.IndexOf(item)) {
       out.push_back(*i);
     } else {
-      return Failure{kRuntimeError,
-                     flag + ": device id '" + item + "' is not in the topology"};
+      return Failure{kRuntimeError, flag + ": device id '" + item + "' is not in the topology"};
     }
   }
   return out;
@@ -197,11 +195,12 @@ int RunAllocate(const AllocateFlags& f) {
   }
   std::cout << "topology:   " << label << " (" << t.size() << " devices)\n"
             << "request:    " << *size << " device" << (*size == 1 ? "" : "s") << ", policy "
-            << topology::PolicyName(*policy) << ", available " << Join(available) << ", must-include "
-            << Join(must) << "\n"
+            << topology::PolicyName(*policy) << ", available " << Join(available)
+            << ", must-include " << Join(must) << "\n"
             << "chosen:     " << Join(chosen->chosen) << " (" << Ids(t, chosen->chosen)
             << ")  score " << chosen->score << ", packed score " << chosen->packed_score
-            << (chosen->optimal ? " (optimal)" : " (best found within the budget, not proven optimal)")
+            << (chosen->optimal ? " (optimal)"
+                                : " (best found within the budget, not proven optimal)")
             << "\n"
             << "first-fit:  " << Join(first_fit->chosen) << " (" << Ids(t, first_fit->chosen)
             << ")  score " << first_fit->score << ", packed score " << first_fit->packed_score
@@ -236,14 +235,15 @@ int RunShow(const Source& source, bool json) {
 void AddTopoCommand(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<AllocateFlags>();
   auto* topo = app.add_subcommand(
-      "topo",
-      "Explain the best device set for a request on a topology, beside first-fit's pick");
-  topo->add_option("--preset", flags->source.preset, "A built-in topology (see 'kdm topo presets')");
+      "topo", "Explain the best device set for a request on a topology, beside first-fit's pick");
+  topo->add_option("--preset", flags->source.preset,
+                   "A built-in topology (see 'kdm topo presets')");
   topo->add_option("--topology", flags->source.file,
                    "A file with `nvidia-smi topo -m` text or kdm's topology JSON");
   topo->add_option("--size", flags->size, "How many devices the request needs");
-  topo->add_option("--available", flags->available,
-                   "The free devices: indices, ranges (0-3) or ids, comma-separated (default: all)");
+  topo->add_option(
+      "--available", flags->available,
+      "The free devices: indices, ranges (0-3) or ids, comma-separated (default: all)");
   topo->add_option("--must-include", flags->must_include,
                    "Devices the set must keep: indices, ranges or ids, comma-separated");
   topo->add_option("--policy", flags->policy, "packed (default), best-set or first-fit");
@@ -261,9 +261,8 @@ void AddTopoCommand(CLI::App& app, int& exit_code) {
   topo->require_subcommand(0, 1);
 
   presets->callback([&exit_code] { exit_code = RunPresets(); });
-  show->callback([&exit_code, show_source, show_json] {
-    exit_code = RunShow(*show_source, *show_json);
-  });
+  show->callback(
+      [&exit_code, show_source, show_json] { exit_code = RunShow(*show_source, *show_json); });
   topo->callback([&exit_code, flags, presets, show] {
     if (presets->parsed() || show->parsed()) return;
     exit_code = RunAllocate(*flags);

@@ -123,9 +123,7 @@ class ForwardingStream : public ListAndWatchStream {
 
   bool ClientGone() const override { return inner_.ClientGone(); }
   bool Ended() const override { return inner_.Ended(); }
-  WaitResult WaitUntilEnded(TimePoint deadline) override {
-    return inner_.WaitUntilEnded(deadline);
-  }
+  WaitResult WaitUntilEnded(TimePoint deadline) override { return inner_.WaitUntilEnded(deadline); }
   std::shared_ptr<const std::vector<Device>> Devices(uint64_t* version) const override {
     return inner_.Devices(version);
   }
@@ -172,8 +170,7 @@ class DevicePluginHandler {
       const v1beta1::PreferredAllocationRequest& request, CallContext& call);
 
   // Called with the device ids of a container before it starts. Default: OK.
-  virtual Status PreStartContainer(const std::vector<std::string>& device_ids,
-                                   CallContext& call);
+  virtual Status PreStartContainer(const std::vector<std::string>& device_ids, CallContext& call);
 };
 
 // A handler that forwards every RPC to `inner`: the base of a decorator that
@@ -186,9 +183,7 @@ class ForwardingHandler : public DevicePluginHandler {
   StatusOr<v1beta1::DevicePluginOptions> GetDevicePluginOptions() override {
     return inner_->GetDevicePluginOptions();
   }
-  Status ListAndWatch(ListAndWatchStream& stream) override {
-    return inner_->ListAndWatch(stream);
-  }
+  Status ListAndWatch(ListAndWatchStream& stream) override { return inner_->ListAndWatch(stream); }
   StatusOr<v1beta1::AllocateResponse> Allocate(const v1beta1::AllocateRequest& request,
                                                CallContext& call) override {
     return inner_->Allocate(request, call);
@@ -197,8 +192,7 @@ class ForwardingHandler : public DevicePluginHandler {
       const v1beta1::PreferredAllocationRequest& request, CallContext& call) override {
     return inner_->GetPreferredAllocation(request, call);
   }
-  Status PreStartContainer(const std::vector<std::string>& device_ids,
-                           CallContext& call) override {
+  Status PreStartContainer(const std::vector<std::string>& device_ids, CallContext& call) override {
     return inner_->PreStartContainer(device_ids, call);
   }
 

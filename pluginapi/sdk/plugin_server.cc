@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -132,9 +132,9 @@ class PluginServerImpl final : public PluginServer {
                    std::shared_ptr<DevicePluginHandler> handler)
       : options_(std::move(options)),
         socket_path_(std::move(socket_path)),
-        kubelet_socket_path_((fs::path(socket_path_).parent_path() /
-                              std::string(pluginapi::kKubeletSocketName))
-                                 .string()),
+        kubelet_socket_path_(
+            (fs::path(socket_path_).parent_path() / std::string(pluginapi::kKubeletSocketName))
+                .string()),
         handler_(std::move(handler)),
         devices_(std::make_shared<const std::vector<Device>>(options_.devices)) {}
 
@@ -222,9 +222,8 @@ class PluginServerImpl final : public PluginServer {
 
   bool WaitForRegistrationCount(int count, std::chrono::milliseconds timeout) const override {
     kdm::MutexLock lock(&mu_);
-    auto reached = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return registration_count_ >= count;
-    };
+    auto reached = [this, count]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return registration_count_ >= count; };
     return mu_.AwaitWithTimeout(kdm::Condition(&reached), absl::FromChrono(timeout));
   }
 
@@ -261,9 +260,7 @@ class PluginServerImpl final : public PluginServer {
       return ClientGone();
     }
 
-    WaitResult WaitUntilEnded(TimePoint deadline) override {
-      return Wait(std::nullopt, deadline);
-    }
+    WaitResult WaitUntilEnded(TimePoint deadline) override { return Wait(std::nullopt, deadline); }
 
     std::shared_ptr<const std::vector<Device>> Devices(uint64_t* version) const override {
       kdm::MutexLock lock(&server_->mu_);
@@ -647,8 +644,8 @@ StatusOr<std::unique_ptr<PluginServer>> PluginServer::Create(Options options) {
   if (options.resource_name.empty()) {
     return InvalidArgumentError("plugin options: resource_name is empty");
   }
-  const bool functions = options.allocate || options.get_preferred_allocation ||
-                         options.pre_start_container;
+  const bool functions =
+      options.allocate || options.get_preferred_allocation || options.pre_start_container;
   if (options.handler && functions) {
     return InvalidArgumentError("plugin options for " + options.resource_name +
                                 ": give a handler or handler functions, not both");

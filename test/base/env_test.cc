@@ -3,6 +3,8 @@
 #include "kdm/base/env.h"
 
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -18,9 +20,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "kdm/base/file_system.h"
 
@@ -214,9 +213,9 @@ TEST_P(EnvContractTest, WatchingAMissingDirectoryIsNotFound) {
 
 TEST_P(EnvContractTest, HiddenRandomCleanupRemovesOnlyItsOwnPattern) {
   const std::vector<std::string> stale = {".a.json.tmp-Ab12Cd", ".node.json.tmp-zZ09xy"};
-  const std::vector<std::string> kept = {"a.json",      ".a.json.tmp-short", "a.json.tmp-Ab12Cd",
-                                         ".a.json.tmp-Ab1-Cd", ".tmp-Ab12Cd", "notes.txt",
-                                         "x.tmp-12345"};
+  const std::vector<std::string> kept = {
+      "a.json",      ".a.json.tmp-short", "a.json.tmp-Ab12Cd", ".a.json.tmp-Ab1-Cd",
+      ".tmp-Ab12Cd", "notes.txt",         "x.tmp-12345"};
   for (const auto& f : stale) ASSERT_TRUE(env_->WriteFileAtomically(P(f), "partial").ok());
   for (const auto& f : kept) ASSERT_TRUE(env_->WriteFileAtomically(P(f), "keep").ok());
   ASSERT_TRUE(env_->CreateDirectories(P(".sub.json.tmp-Ab12Cd"), 0700).ok());  // not a file
@@ -245,8 +244,9 @@ TEST_P(EnvContractTest, WriterPidCleanupRemovesOnlyDeadWritersFiles) {
   }
   const std::string live = std::to_string(::getpid());
   const std::string gone = std::to_string(dead);
-  const std::vector<std::string> kept = {"state", "state.tmp-" + live, "state.tmp-" + gone + "x",
-                                         "state.tmp-", "state.tmp-0" + gone, "other.tmp-" + gone};
+  const std::vector<std::string> kept = {
+      "state",      "state.tmp-" + live,  "state.tmp-" + gone + "x",
+      "state.tmp-", "state.tmp-0" + gone, "other.tmp-" + gone};
   for (const auto& f : kept) ASSERT_TRUE(env_->WriteFileAtomically(P(f), "keep").ok());
   ASSERT_TRUE(env_->WriteFileAtomically(P("state.tmp-" + gone), "partial").ok());
   auto removed = env_->RemoveStaleTempFiles(P("state"), TempFileNaming::kWriterPid);

@@ -1,8 +1,8 @@
 #include "kdm/base/log_value.h"
 
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <string>
 
 namespace kdm {
 namespace {

@@ -37,8 +37,8 @@ struct StdSync {
   using Notification = std_sync::Notification;
 };
 // Under TSAN the two are the same types: test once.
-using Implementations =
-    std::conditional_t<kSyncUsesStd, ::testing::Types<StdSync>, ::testing::Types<StdSync, KdmNames>>;
+using Implementations = std::conditional_t<kSyncUsesStd, ::testing::Types<StdSync>,
+                                           ::testing::Types<StdSync, KdmNames>>;
 
 class ImplementationName {
  public:

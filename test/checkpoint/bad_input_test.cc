@@ -39,14 +39,12 @@ std::string RandomBytes(size_t n, uint64_t seed) {
 // Writes a valid SQLite checkpoint with `pods` pods and closes it (the WAL
 // is folded into the main file on close).
 void WriteSqliteCheckpoint(const std::string& path, int pods) {
-  StatusOr<OpenResult> r =
-      OpenSqliteStore({.path = path, .synchronous_full = false});
+  StatusOr<OpenResult> r = OpenSqliteStore({.path = path, .synchronous_full = false});
   ASSERT_TRUE(r.ok()) << r.status();
   CheckpointData data;
   for (int i = 0; i < pods; ++i) {
-    data.entries.push_back(
-        Entry("pod-" + std::to_string(i), "main", "vendor.com/gpu",
-              {{0, {"gpu-" + std::to_string(i)}}}, std::string(200, 'x')));
+    data.entries.push_back(Entry("pod-" + std::to_string(i), "main", "vendor.com/gpu",
+                                 {{0, {"gpu-" + std::to_string(i)}}}, std::string(200, 'x')));
   }
   data.registered_devices["vendor.com/gpu"] = {"gpu-0"};
   ASSERT_TRUE(r->store->Replace(data).ok());
@@ -63,25 +61,21 @@ void Exec(const std::string& path, const std::string& sql) {
 }
 
 // Opens a bad file and checks the whole recovery contract.
-void ExpectQuarantined(StatusOr<OpenResult> r, const std::string& path,
-                       const std::string& original,
+void ExpectQuarantined(StatusOr<OpenResult> r, const std::string& path, const std::string& original,
                        const std::string& want_in_error) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->recovered.code(), StatusCode::kDataLoss) << r->recovered;
   EXPECT_THAT(r->recovered.message(), HasSubstr(want_in_error));
-  EXPECT_THAT(r->recovered.message(),
-              HasSubstr("moved aside to " + r->quarantined_path));
+  EXPECT_THAT(r->recovered.message(), HasSubstr("moved aside to " + r->quarantined_path));
   EXPECT_THAT(
       r->quarantined_path,
-      MatchesRegex(std::regex_replace(
-                       path, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
+      MatchesRegex(std::regex_replace(path, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
                    R"(\.corrupt-[0-9]{8}T[0-9]{6}Z(\.[0-9]+)?)"));
   ASSERT_TRUE(Exists(r->quarantined_path));
   // Compared as a bool: a failure must not print megabytes of binary.
   std::string moved = ReadFile(r->quarantined_path);
   EXPECT_EQ(moved.size(), original.size());
-  EXPECT_TRUE(moved == original)
-      << "the quarantined file differs from the bad file";
+  EXPECT_TRUE(moved == original) << "the quarantined file differs from the bad file";
   StatusOr<CheckpointData> data = r->store->Load();
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(*data, CheckpointData{});
@@ -107,9 +101,8 @@ TEST(SqliteBadInput, TruncatedInsideTheHeader) {
   WriteSqliteCheckpoint(path, 3);
   std::string head = ReadFile(path).substr(0, 50);
   WriteFile(path, head);
-  ExpectQuarantined(
-      OpenSqliteStore({.path = path}), path, head,
-      "is not a database: 50 bytes, shorter than a SQLite header (truncated?)");
+  ExpectQuarantined(OpenSqliteStore({.path = path}), path, head,
+                    "is not a database: 50 bytes, shorter than a SQLite header (truncated?)");
 }
 
 TEST(SqliteBadInput, RandomBytes) {
@@ -117,9 +110,8 @@ TEST(SqliteBadInput, RandomBytes) {
   std::string path = dir.File("checkpoint.db");
   std::string junk = RandomBytes(8192, 1);
   WriteFile(path, junk);
-  ExpectQuarantined(
-      OpenSqliteStore({.path = path}), path, junk,
-      "is not a database: it does not start with the SQLite header");
+  ExpectQuarantined(OpenSqliteStore({.path = path}), path, junk,
+                    "is not a database: it does not start with the SQLite header");
 }
 
 TEST(SqliteBadInput, ValidHeaderFollowedByGarbage) {
@@ -157,9 +149,7 @@ TEST(SqliteBadInput, RowThatDoesNotDecode) {
   TempDir dir;
   std::string path = dir.File("checkpoint.db");
   WriteSqliteCheckpoint(path, 2);
-  Exec(
-      path,
-      "UPDATE pod_devices SET device_ids = 'not json' WHERE pod_uid = 'pod-1'");
+  Exec(path, "UPDATE pod_devices SET device_ids = 'not json' WHERE pod_uid = 'pod-1'");
   std::string bytes = ReadFile(path);
   ExpectQuarantined(OpenSqliteStore({.path = path}), path, bytes,
                     "pod_devices row (pod-1, main, vendor.com/gpu)");
@@ -170,9 +160,8 @@ TEST(SqliteBadInput, HundredMegabytesOfGarbage) {
   std::string path = dir.File("checkpoint.db");
   std::string junk = RandomBytes(100u << 20, 3);
   WriteFile(path, junk);
-  ExpectQuarantined(
-      OpenSqliteStore({.path = path}), path, junk,
-      "is not a database: it does not start with the SQLite header");
+  ExpectQuarantined(OpenSqliteStore({.path = path}), path, junk,
+                    "is not a database: it does not start with the SQLite header");
 }
 
 TEST(SqliteBadInput, WalAndShmMoveWithTheFile) {
@@ -213,19 +202,15 @@ TEST(SqliteBadInput, WithoutQuarantineTheFileStaysAndTheErrorIsReturned) {
   std::string path = dir.File("checkpoint.db");
   std::string junk = RandomBytes(4096, 5);
   WriteFile(path, junk);
-  StatusOr<OpenResult> r =
-      OpenSqliteStore({.path = path, .quarantine_corrupt = false});
+  StatusOr<OpenResult> r = OpenSqliteStore({.path = path, .quarantine_corrupt = false});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
   EXPECT_THAT(r.status().message(), HasSubstr("not a database"));
   EXPECT_EQ(ReadFile(path), junk);
-  EXPECT_TRUE(
-      testing::ListWithPrefix(dir.path(), "checkpoint.db.corrupt").empty());
+  EXPECT_TRUE(testing::ListWithPrefix(dir.path(), "checkpoint.db.corrupt").empty());
 }
 
-std::string ValidKubeletFile() {
-  return ReadFile(testing::TestdataDir() + "/multi.json");
-}
+std::string ValidKubeletFile() { return ReadFile(testing::TestdataDir() + "/multi.json"); }
 
 struct JsonCase {
   const char* name;
@@ -245,10 +230,8 @@ TEST(KubeletJsonBadInput, EveryKindOfBadFileIsQuarantined) {
       {"bad checksum", bad_sum,
        "checksum mismatch: the file says 580176913, its data hashes to "
        "580176912"},
-      {"bad base64", bad_b64,
-       "Data.PodDeviceEntries[1].AllocResp: invalid base64 at byte 1"},
-      {"wrong type", wrong_type,
-       "Data.PodDeviceEntries[2].PodUID: expected a string, got number"},
+      {"bad base64", bad_b64, "Data.PodDeviceEntries[1].AllocResp: invalid base64 at byte 1"},
+      {"wrong type", wrong_type, "Data.PodDeviceEntries[2].PodUID: expected a string, got number"},
       {"truncated", valid.substr(0, valid.size() / 2), "not valid JSON"},
       {"empty", "", "not valid JSON"},
       {"random bytes", RandomBytes(4096, 6), "not valid JSON"},
@@ -281,18 +264,17 @@ TEST(KubeletJsonBadInput, GarbageBootIdSidecarIsQuarantinedAndTheDataKept) {
   EXPECT_THAT(r->recovered.message(), HasSubstr("more than a boot id"));
   EXPECT_EQ(r->store->Load()->entries.size(), 3u);
   EXPECT_EQ(r->store->Load()->boot_id, "");
-  EXPECT_EQ(testing::ListWithPrefix(
-                dir.path(), "kubelet_internal_checkpoint.boot-id.corrupt-")
-                .size(),
-            1u);
+  EXPECT_EQ(
+      testing::ListWithPrefix(dir.path(), "kubelet_internal_checkpoint.boot-id.corrupt-").size(),
+      1u);
 }
 
 TEST(KubeletJsonBadInput, WithoutQuarantineTheFileStaysAndTheErrorIsReturned) {
   TempDir dir;
   std::string path = dir.File("kubelet_internal_checkpoint");
   WriteFile(path, "{");
-  StatusOr<OpenResult> r = OpenKubeletJsonStore(
-      KubeletJsonOptions{.path = path, .quarantine_corrupt = false});
+  StatusOr<OpenResult> r =
+      OpenKubeletJsonStore(KubeletJsonOptions{.path = path, .quarantine_corrupt = false});
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr(path + ": not valid JSON"));
   EXPECT_EQ(ReadFile(path), "{");

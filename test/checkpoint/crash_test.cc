@@ -30,9 +30,7 @@ constexpr int kKills = 200;
 // of pods, so one change touches several rows (and tables) at once.
 Change ChangeNumber(int64_t k) {
   std::mt19937 rng(static_cast<uint32_t>(k * 7919 + 1));
-  auto pick = [&](int n) {
-    return static_cast<int>(rng() % static_cast<unsigned>(n));
-  };
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
   Change c;
   int ops = 1 + pick(4);
   for (int i = 0; i < ops; ++i) {
@@ -53,11 +51,9 @@ Change ChangeNumber(int64_t k) {
         break;
       default: {
         // Large enough responses that a change spans several pages.
-        std::string resp(static_cast<size_t>(500 + pick(3000)),
-                         static_cast<char>('a' + pick(26)));
-        c.upserts.push_back(
-            Entry(pod, pick(2) == 0 ? "main" : "side", "vendor.com/gpu",
-                  {{pick(2), {"gpu-" + std::to_string(k)}}}, resp));
+        std::string resp(static_cast<size_t>(500 + pick(3000)), static_cast<char>('a' + pick(26)));
+        c.upserts.push_back(Entry(pod, pick(2) == 0 ? "main" : "side", "vendor.com/gpu",
+                                  {{pick(2), {"gpu-" + std::to_string(k)}}}, resp));
       }
     }
   }
@@ -68,11 +64,9 @@ Change ChangeNumber(int64_t k) {
 [[noreturn]] void RunChild(const std::string& path, int64_t start, int fd) {
   auto say = [fd](const std::string& line) {
     std::string l = line + "\n";
-    if (::write(fd, l.data(), l.size()) != static_cast<ssize_t>(l.size()))
-      ::_exit(3);
+    if (::write(fd, l.data(), l.size()) != static_cast<ssize_t>(l.size())) ::_exit(3);
   };
-  StatusOr<OpenResult> r =
-      OpenSqliteStore({.path = path, .quarantine_corrupt = false});
+  StatusOr<OpenResult> r = OpenSqliteStore({.path = path, .quarantine_corrupt = false});
   if (!r.ok() || !r->recovered.ok()) {
     say("error " + (r.ok() ? r->recovered.ToString() : r.status().ToString()));
     ::_exit(2);
@@ -118,11 +112,9 @@ class LineReader {
 std::string IntegrityCheck(const std::string& path) {
   sqlite3* db = nullptr;
   std::string out;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) ==
-      SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK) {
     sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, nullptr) ==
-        SQLITE_OK) {
+    if (sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, nullptr) == SQLITE_OK) {
       while (sqlite3_step(st) == SQLITE_ROW) {
         out += reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
       }
@@ -135,8 +127,7 @@ std::string IntegrityCheck(const std::string& path) {
   return out;
 }
 
-TEST(SqliteCrash,
-     KilledAtRandomMomentsLosesNothingAckedAndKeepsNothingHalfDone) {
+TEST(SqliteCrash, KilledAtRandomMomentsLosesNothingAckedAndKeepsNothingHalfDone) {
   TempDir dir;
   const std::string path = dir.File("checkpoint.db");
   std::mt19937 rng(20261122);
@@ -146,8 +137,7 @@ TEST(SqliteCrash,
     while (static_cast<int64_t>(model.size()) <= k) {
       std::unique_ptr<Store> m = NewMemoryStore();
       EXPECT_TRUE(m->Replace(model.back()).ok());
-      EXPECT_TRUE(
-          m->Apply(ChangeNumber(static_cast<int64_t>(model.size()) - 1)).ok());
+      EXPECT_TRUE(m->Apply(ChangeNumber(static_cast<int64_t>(model.size()) - 1)).ok());
       model.push_back(*m->Load());
     }
     return model[static_cast<size_t>(k)];
@@ -191,8 +181,7 @@ TEST(SqliteCrash,
     ASSERT_EQ(::kill(pid, SIGKILL), 0);
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFSIGNALED(status))
-        << "child ended on its own, status " << status;
+    ASSERT_TRUE(WIFSIGNALED(status)) << "child ended on its own, status " << status;
 
     // Everything the child said before it died is in the pipe.
     while (reader.Next(line)) {
@@ -207,8 +196,7 @@ TEST(SqliteCrash,
     bool in_flight = last_begin > last_acked;
 
     ASSERT_EQ(IntegrityCheck(path), "ok") << "round " << round;
-    StatusOr<OpenResult> r =
-        OpenSqliteStore({.path = path, .quarantine_corrupt = false});
+    StatusOr<OpenResult> r = OpenSqliteStore({.path = path, .quarantine_corrupt = false});
     ASSERT_TRUE(r.ok()) << "round " << round << ": " << r.status();
     StatusOr<CheckpointData> got = r->store->Load();
     ASSERT_TRUE(got.ok()) << got.status();
@@ -218,13 +206,12 @@ TEST(SqliteCrash,
       applied = acked_count;
       ++acked_kills;
     } else {
-      ASSERT_TRUE(in_flight)
-          << "round " << round << ": state is not the one after the last "
-          << "acknowledged change " << last_acked
-          << " and nothing was in flight";
+      ASSERT_TRUE(in_flight) << "round " << round << ": state is not the one after the last "
+                             << "acknowledged change " << last_acked
+                             << " and nothing was in flight";
       ASSERT_EQ(*got, model_at(acked_count + 1))
-          << "round " << round << ": state is neither after acked change "
-          << last_acked << " nor after in-flight change " << last_begin;
+          << "round " << round << ": state is neither after acked change " << last_acked
+          << " nor after in-flight change " << last_begin;
       applied = acked_count + 1;
       ++in_flight_kills;
     }

@@ -16,9 +16,7 @@ using testing::ReadFile;
 using testing::TestdataCheckpoints;
 using testing::TestdataDir;
 
-std::string Vector(const std::string& name) {
-  return ReadFile(TestdataDir() + "/" + name);
-}
+std::string Vector(const std::string& name) { return ReadFile(TestdataDir() + "/" + name); }
 
 TEST(KubeletJsonGolden, TestdataIsPresent) {
   std::vector<std::string> names = TestdataCheckpoints();
@@ -44,8 +42,7 @@ TEST(KubeletJsonGolden, EveryVectorDecodesWithItsChecksumVerified) {
     StatusOr<KubeletFile> file = ParseKubeletCheckpoint(Vector(name + ".json"));
     ASSERT_TRUE(file.ok()) << file.status();
     EXPECT_EQ(KubeletChecksum(file->data), file->checksum);
-    StatusOr<CheckpointData> data =
-        DecodeKubeletCheckpoint(Vector(name + ".json"));
+    StatusOr<CheckpointData> data = DecodeKubeletCheckpoint(Vector(name + ".json"));
     ASSERT_TRUE(data.ok()) << data.status();
     EXPECT_FALSE(data->entries.empty());
   }
@@ -68,22 +65,19 @@ TEST(KubeletJsonGolden, MultiDecodesToTheExpectedEntries) {
   StatusOr<CheckpointData> data = DecodeKubeletCheckpoint(Vector("multi.json"));
   ASSERT_TRUE(data.ok()) << data.status();
   ASSERT_EQ(data->entries.size(), 3u);
-  EXPECT_EQ(data->entries[0],
-            Entry("uid-a", "init", "example.com/fpga", {{-1, {"fpga-1"}}}, ""));
-  EXPECT_EQ(data->entries[1], Entry("uid-a", "main", "nvidia.com/gpu",
-                                    {{0, {"GPU-1"}}, {1, {"GPU-5", "GPU-4"}}},
-                                    std::string("\x22\x00", 2)));
+  EXPECT_EQ(data->entries[0], Entry("uid-a", "init", "example.com/fpga", {{-1, {"fpga-1"}}}, ""));
+  EXPECT_EQ(data->entries[1],
+            Entry("uid-a", "main", "nvidia.com/gpu", {{0, {"GPU-1"}}, {1, {"GPU-5", "GPU-4"}}},
+                  std::string("\x22\x00", 2)));
   EXPECT_EQ(data->entries[2].alloc_response.size(), 34u);
-  EXPECT_EQ(
-      data->registered_devices.at("nvidia.com/gpu"),
-      (std::vector<std::string>{"GPU-0", "GPU-1", "GPU-2", "GPU-4", "GPU-5"}));
+  EXPECT_EQ(data->registered_devices.at("nvidia.com/gpu"),
+            (std::vector<std::string>{"GPU-0", "GPU-1", "GPU-2", "GPU-4", "GPU-5"}));
   EXPECT_EQ(data->boot_id, "");
 }
 
 TEST(KubeletJsonEncode, EncodedOutputAlwaysVerifies) {
   CheckpointData data;
-  data.entries.push_back(Entry("p<1>", "c&\"q\"\n", "r/x",
-                               {{10, {"a"}}, {2, {"b"}}, {-1, {}}},
+  data.entries.push_back(Entry("p<1>", "c&\"q\"\n", "r/x", {{10, {"a"}}, {2, {"b"}}, {-1, {}}},
                                std::string("\x00\xff\x10", 3)));
   data.entries.push_back(Entry("p2", "c", "r/x", {}, ""));
   data.registered_devices["r/x"] = {"a", "b", "\u2028"};
@@ -97,12 +91,10 @@ TEST(KubeletJsonEncode, EncodedOutputAlwaysVerifies) {
 
 TEST(KubeletJsonEncode, WritesWhatGoWrites) {
   CheckpointData data;
-  data.entries.push_back(
-      Entry("u", "c<&>", "r", {{10, {"a"}}, {2, {"b"}}, {-1, {"z"}}}, "\x01"));
+  data.entries.push_back(Entry("u", "c<&>", "r", {{10, {"a"}}, {2, {"b"}}, {-1, {"z"}}}, "\x01"));
   std::string text = EncodeKubeletCheckpoint(data);
   // Map keys sorted as strings, HTML characters escaped, base64 padded.
-  EXPECT_THAT(text,
-              HasSubstr(R"("DeviceIDs":{"-1":["z"],"10":["a"],"2":["b"]})"));
+  EXPECT_THAT(text, HasSubstr(R"("DeviceIDs":{"-1":["z"],"10":["a"],"2":["b"]})"));
   EXPECT_THAT(text, HasSubstr(R"("ContainerName":"c\u003c\u0026\u003e")"));
   EXPECT_THAT(text, HasSubstr(R"("AllocResp":"AQ==")"));
   EXPECT_THAT(text, HasSubstr(R"("RegisteredDevices":{})"));
@@ -112,10 +104,8 @@ TEST(KubeletJsonEncode, EmptyStateIsNullEntriesAndEmptyRegistered) {
   std::string text = EncodeKubeletCheckpoint(CheckpointData{});
   KubeletData expected;
   expected.registered_devices.emplace();
-  EXPECT_EQ(
-      text,
-      R"({"Data":{"PodDeviceEntries":null,"RegisteredDevices":{}},"Checksum":)" +
-          std::to_string(KubeletChecksum(expected)) + "}");
+  EXPECT_EQ(text, R"({"Data":{"PodDeviceEntries":null,"RegisteredDevices":{}},"Checksum":)" +
+                      std::to_string(KubeletChecksum(expected)) + "}");
   EXPECT_EQ(RenderKubeletData(expected),
             "(checkpoint.checkpointData){PodDeviceEntries:([]checkpoint."
             "PodDevicesEntry)<nil> "
@@ -144,16 +134,15 @@ TEST(KubeletJsonRender, NullsAndEmptiesRenderDifferently) {
   data.registered_devices.emplace();
   (*data.registered_devices)["b"] = std::nullopt;
   (*data.registered_devices)["a"] = std::vector<std::string>{"x"};
-  EXPECT_EQ(
-      RenderKubeletData(data),
-      "(checkpoint.checkpointData){PodDeviceEntries:([]checkpoint."
-      "PodDevicesEntry)["
-      "{PodUID:(string)u ContainerName:(string) ResourceName:(string) "
-      "DeviceIDs:(checkpoint.DevicesPerNUMA)map[-1:<nil> 3:[]] "
-      "AllocResp:([]uint8)<nil>} "
-      "{PodUID:(string) ContainerName:(string) ResourceName:(string) "
-      "DeviceIDs:(checkpoint.DevicesPerNUMA)<nil> AllocResp:([]uint8)<nil>}] "
-      "RegisteredDevices:(map[string][]string)map[a:[x] b:<nil>]}");
+  EXPECT_EQ(RenderKubeletData(data),
+            "(checkpoint.checkpointData){PodDeviceEntries:([]checkpoint."
+            "PodDevicesEntry)["
+            "{PodUID:(string)u ContainerName:(string) ResourceName:(string) "
+            "DeviceIDs:(checkpoint.DevicesPerNUMA)map[-1:<nil> 3:[]] "
+            "AllocResp:([]uint8)<nil>} "
+            "{PodUID:(string) ContainerName:(string) ResourceName:(string) "
+            "DeviceIDs:(checkpoint.DevicesPerNUMA)<nil> AllocResp:([]uint8)<nil>}] "
+            "RegisteredDevices:(map[string][]string)map[a:[x] b:<nil>]}");
 }
 
 TEST(KubeletJsonDecode, NullsAreKeptForTheChecksum) {
@@ -165,17 +154,16 @@ TEST(KubeletJsonDecode, NullsAreKeptForTheChecksum) {
   EXPECT_FALSE(file->data.registered_devices.has_value());
   EXPECT_FALSE((*file->data.entries)[0].alloc_response.has_value());
   EXPECT_FALSE((*file->data.entries)[0].device_ids->at(0).has_value());
-  std::string fixed = json.substr(0, json.size() - 2) +
-                      std::to_string(KubeletChecksum(file->data)) + "}";
+  std::string fixed =
+      json.substr(0, json.size() - 2) + std::to_string(KubeletChecksum(file->data)) + "}";
   StatusOr<CheckpointData> data = DecodeKubeletCheckpoint(fixed);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->entries[0].device_ids.at(0), std::vector<std::string>{});
 }
 
 TEST(KubeletJsonDecode, NullFileIsEmpty) {
-  std::string json =
-      R"({"Data":{"PodDeviceEntries":null,"RegisteredDevices":null},"Checksum":)" +
-      std::to_string(KubeletChecksum(KubeletData{})) + "}";
+  std::string json = R"({"Data":{"PodDeviceEntries":null,"RegisteredDevices":null},"Checksum":)" +
+                     std::to_string(KubeletChecksum(KubeletData{})) + "}";
   StatusOr<CheckpointData> data = DecodeKubeletCheckpoint(json);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(*data, CheckpointData{});
@@ -207,12 +195,10 @@ TEST(KubeletJsonDecode, BadBase64NamesTheEntryAndTheByte) {
   std::string json = Vector("multi.json");
   size_t at = json.find("\"IgA=\"");
   json.replace(at, 6, "\"Ig!=\"");
-  StatusOr<CheckpointData> data =
-      DecodeKubeletCheckpoint(json, /*verify_checksum=*/false);
+  StatusOr<CheckpointData> data = DecodeKubeletCheckpoint(json, /*verify_checksum=*/false);
   ASSERT_FALSE(data.ok());
   EXPECT_EQ(data.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(data.status().message(),
-              HasSubstr("Data.PodDeviceEntries[1].AllocResp"));
+  EXPECT_THAT(data.status().message(), HasSubstr("Data.PodDeviceEntries[1].AllocResp"));
   EXPECT_THAT(data.status().message(), HasSubstr("byte 2"));
 }
 
@@ -225,8 +211,7 @@ struct BadCase {
 TEST(KubeletJsonDecode, WrongTypesNameTheField) {
   const BadCase cases[] = {
       {"top level array", "[1]", "top level: expected an object, got array"},
-      {"Data string", R"({"Data":"x"})",
-       "Data: expected an object, got string"},
+      {"Data string", R"({"Data":"x"})", "Data: expected an object, got string"},
       {"entries object", R"({"Data":{"PodDeviceEntries":{}}})",
        "Data.PodDeviceEntries: expected a list"},
       {"entry number", R"({"Data":{"PodDeviceEntries":[5]}})",
@@ -235,35 +220,28 @@ TEST(KubeletJsonDecode, WrongTypesNameTheField) {
        "Data.PodDeviceEntries[0].PodUID: expected a string, got number"},
       {"DeviceIDs list", R"({"Data":{"PodDeviceEntries":[{"DeviceIDs":[]}]}})",
        "Data.PodDeviceEntries[0].DeviceIDs: expected an object"},
-      {"NUMA key",
-       R"({"Data":{"PodDeviceEntries":[{"DeviceIDs":{"zero":["a"]}}]}})",
+      {"NUMA key", R"({"Data":{"PodDeviceEntries":[{"DeviceIDs":{"zero":["a"]}}]}})",
        "key \"zero\" is not a NUMA node number"},
-      {"ids string",
-       R"({"Data":{"PodDeviceEntries":[{"DeviceIDs":{"0":"a"}}]}})",
+      {"ids string", R"({"Data":{"PodDeviceEntries":[{"DeviceIDs":{"0":"a"}}]}})",
        "Data.PodDeviceEntries[0].DeviceIDs[\"0\"]: expected a list of strings, "
        "got string"},
-      {"id number",
-       R"({"Data":{"PodDeviceEntries":[{"DeviceIDs":{"0":["a",7]}}]}})",
+      {"id number", R"({"Data":{"PodDeviceEntries":[{"DeviceIDs":{"0":["a",7]}}]}})",
        "Data.PodDeviceEntries[0].DeviceIDs[\"0\"][1]: expected a string, got "
        "number"},
-      {"AllocResp number",
-       R"({"Data":{"PodDeviceEntries":[{"AllocResp":12}]}})",
+      {"AllocResp number", R"({"Data":{"PodDeviceEntries":[{"AllocResp":12}]}})",
        "Data.PodDeviceEntries[0].AllocResp: expected a base64 string"},
       {"registered list", R"({"Data":{"RegisteredDevices":[]}})",
        "Data.RegisteredDevices: expected an object"},
       {"registered id", R"({"Data":{"RegisteredDevices":{"r":[true]}}})",
        "Data.RegisteredDevices[\"r\"][0]: expected a string, got boolean"},
-      {"checksum negative", R"({"Checksum":-1})",
-       "Checksum: expected an unsigned integer"},
-      {"checksum float", R"({"Checksum":1.5})",
-       "Checksum: expected an unsigned integer"},
+      {"checksum negative", R"({"Checksum":-1})", "Checksum: expected an unsigned integer"},
+      {"checksum float", R"({"Checksum":1.5})", "Checksum: expected an unsigned integer"},
       {"checksum string", R"({"Checksum":"1"})",
        "Checksum: expected an unsigned integer, got string"},
   };
   for (const BadCase& c : cases) {
     SCOPED_TRACE(c.name);
-    StatusOr<CheckpointData> data =
-        DecodeKubeletCheckpoint(c.json, /*verify_checksum=*/false);
+    StatusOr<CheckpointData> data = DecodeKubeletCheckpoint(c.json, /*verify_checksum=*/false);
     ASSERT_FALSE(data.ok());
     EXPECT_EQ(data.status().code(), StatusCode::kInvalidArgument);
     EXPECT_THAT(data.status().message(), HasSubstr(c.want));
@@ -277,22 +255,20 @@ TEST(KubeletJsonDecode, TruncatedFilesAreRejectedAtEveryLength) {
     StatusOr<CheckpointData> data = DecodeKubeletCheckpoint(json.substr(0, n));
     ASSERT_FALSE(data.ok()) << "length " << n;
     if (n > 0) {
-      EXPECT_THAT(data.status().message(), HasSubstr("not valid JSON"))
-          << "length " << n;
+      EXPECT_THAT(data.status().message(), HasSubstr("not valid JSON")) << "length " << n;
     }
   }
 }
 
 TEST(KubeletJsonDecode, GarbageIsAClearError) {
-  StatusOr<CheckpointData> data =
-      DecodeKubeletCheckpoint(std::string("\x00\x01\xfe garbage", 11));
+  StatusOr<CheckpointData> data = DecodeKubeletCheckpoint(std::string("\x00\x01\xfe garbage", 11));
   ASSERT_FALSE(data.ok());
   EXPECT_THAT(data.status().message(), HasSubstr("not valid JSON"));
 }
 
 TEST(KubeletJsonDecode, FieldNamesMatchCaseInsensitivelyAsInGo) {
-  StatusOr<KubeletFile> file = ParseKubeletCheckpoint(
-      R"({"data":{"poddeviceentries":[{"poduid":"u"}]},"checksum":7})");
+  StatusOr<KubeletFile> file =
+      ParseKubeletCheckpoint(R"({"data":{"poddeviceentries":[{"poduid":"u"}]},"checksum":7})");
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ((*file->data.entries)[0].pod_uid, "u");
   EXPECT_EQ(file->checksum, 7u);

@@ -5,7 +5,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,16 +50,14 @@ class StoreTest : public ::testing::TestWithParam<Kind> {
         store_ = NewMemoryStore();
         return;
       case Kind::kSqlite: {
-        StatusOr<OpenResult> r =
-            OpenSqliteStore({.path = dir_.File("checkpoint.db")});
+        StatusOr<OpenResult> r = OpenSqliteStore({.path = dir_.File("checkpoint.db")});
         ASSERT_TRUE(r.ok()) << r.status();
         ASSERT_TRUE(r->recovered.ok()) << r->recovered;
         store_ = std::move(r->store);
         return;
       }
       case Kind::kKubeletJson: {
-        StatusOr<OpenResult> r =
-            OpenKubeletJsonStore(dir_.File("kubelet_internal_checkpoint"));
+        StatusOr<OpenResult> r = OpenKubeletJsonStore(dir_.File("kubelet_internal_checkpoint"));
         ASSERT_TRUE(r.ok()) << r.status();
         ASSERT_TRUE(r->recovered.ok()) << r->recovered;
         store_ = std::move(r->store);
@@ -89,8 +86,7 @@ TEST_P(StoreTest, StartsEmpty) { EXPECT_EQ(Load(), CheckpointData{}); }
 TEST_P(StoreTest, ApplyUpsertsRemovesAndKeepsEntriesSorted) {
   Change c;
   c.upserts = {Entry("pod-b", "main", "r/gpu", {{0, {"g1"}}}),
-               Entry("pod-a", "main", "r/gpu", {{-1, {"g0", "g2"}}},
-                     std::string("\0\x01", 2)),
+               Entry("pod-a", "main", "r/gpu", {{-1, {"g0", "g2"}}}, std::string("\0\x01", 2)),
                Entry("pod-a", "init", "r/fpga", {{1, {"f0"}}})};
   c.registered_devices = {{"r/gpu", {"g0", "g1", "g2"}}, {"r/fpga", {"f0"}}};
   ASSERT_TRUE(store_->Apply(c).ok());
@@ -100,8 +96,7 @@ TEST_P(StoreTest, ApplyUpsertsRemovesAndKeepsEntriesSorted) {
   EXPECT_EQ(d.entries[0].key(), (ContainerKey{"pod-a", "init", "r/fpga"}));
   EXPECT_EQ(d.entries[1].alloc_response, std::string("\0\x01", 2));
   EXPECT_EQ(d.entries[2].key(), (ContainerKey{"pod-b", "main", "r/gpu"}));
-  EXPECT_EQ(d.registered_devices.at("r/gpu"),
-            (std::vector<std::string>{"g0", "g1", "g2"}));
+  EXPECT_EQ(d.registered_devices.at("r/gpu"), (std::vector<std::string>{"g0", "g1", "g2"}));
 
   Change remove;
   remove.removals = {{"pod-a", "init", "r/fpga"}};
@@ -136,9 +131,7 @@ TEST_P(StoreTest, ApplyFollowsTheDocumentedOrder) {
 TEST_P(StoreTest, RandomChangesMatchTheModelAcrossReopens) {
   std::mt19937 rng(42);
   CheckpointData model;
-  auto pick = [&](int n) {
-    return static_cast<int>(rng() % static_cast<unsigned>(n));
-  };
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
   for (int step = 0; step < 300; ++step) {
     Change c;
     int ops = 1 + pick(3);
@@ -156,17 +149,15 @@ TEST_P(StoreTest, RandomChangesMatchTheModelAcrossReopens) {
           DevicesPerNuma ids;
           int numa = pick(3) - 1;
           ids[numa] = {"dev-" + std::to_string(pick(100))};
-          c.upserts.push_back(
-              Entry(pod, "c" + std::to_string(pick(2)), "r/gpu", ids,
-                    std::string(static_cast<size_t>(pick(5)), '\0')));
+          c.upserts.push_back(Entry(pod, "c" + std::to_string(pick(2)), "r/gpu", ids,
+                                    std::string(static_cast<size_t>(pick(5)), '\0')));
           break;
         }
         default:
           if (pick(2) == 0) {
             c.removed_resources.push_back("r/" + std::to_string(pick(3)));
           } else {
-            c.registered_devices["r/" + std::to_string(pick(3))] = {
-                "d" + std::to_string(pick(9))};
+            c.registered_devices["r/" + std::to_string(pick(3))] = {"d" + std::to_string(pick(9))};
           }
       }
     }
@@ -186,8 +177,7 @@ TEST_P(StoreTest, ReplaceReplacesEverythingAndTheLastRepeatedKeyWins) {
   c.registered_devices = {{"r/old", {"z"}}};
   ASSERT_TRUE(store_->Apply(c).ok());
   CheckpointData next;
-  next.entries = {Entry("p", "c", "r/x", {{0, {"first"}}}),
-                  Entry("a", "c", "r/x", {{0, {"b"}}}),
+  next.entries = {Entry("p", "c", "r/x", {{0, {"first"}}}), Entry("a", "c", "r/x", {{0, {"b"}}}),
                   Entry("p", "c", "r/x", {{0, {"second"}}})};
   next.registered_devices = {{"r/x", {"b", "second"}}};
   next.boot_id = "boot-2";
@@ -219,17 +209,14 @@ TEST_P(StoreTest, EmptyChangeIsANoOp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllStores, StoreTest,
-                         ::testing::Values(Kind::kMemory, Kind::kSqlite,
-                                           Kind::kKubeletJson),
+                         ::testing::Values(Kind::kMemory, Kind::kSqlite, Kind::kKubeletJson),
                          KindName);
 
 // Runs one query on a raw connection and returns the first column of each row.
-std::vector<std::string> Query(const std::string& path,
-                               const std::string& sql) {
+std::vector<std::string> Query(const std::string& path, const std::string& sql) {
   sqlite3* db = nullptr;
   std::vector<std::string> rows;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) !=
-      SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
     sqlite3_close(db);
     ADD_FAILURE() << "cannot open " << path;
     return rows;
@@ -255,8 +242,7 @@ TEST(SqliteStore, RecordsSchemaVersionAndUsesWal) {
   EXPECT_EQ(r->store->Describe(), "sqlite:" + path);
   EXPECT_EQ(Query(path, "SELECT version FROM schema_version"),
             std::vector<std::string>{std::to_string(kSqliteSchemaVersion)});
-  EXPECT_EQ(Query(path, "PRAGMA journal_mode"),
-            std::vector<std::string>{"wal"});
+  EXPECT_EQ(Query(path, "PRAGMA journal_mode"), std::vector<std::string>{"wal"});
 }
 
 TEST(SqliteStore, AnEmptySqliteFileIsMigratedNotQuarantined) {
@@ -267,8 +253,7 @@ TEST(SqliteStore, AnEmptySqliteFileIsMigratedNotQuarantined) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->recovered.ok()) << r->recovered;
   EXPECT_TRUE(r->quarantined_path.empty());
-  EXPECT_EQ(Query(path, "SELECT version FROM schema_version"),
-            std::vector<std::string>{"1"});
+  EXPECT_EQ(Query(path, "SELECT version FROM schema_version"), std::vector<std::string>{"1"});
 }
 
 TEST(SqliteStore, ChangesAreVisibleToASecondConnection) {
@@ -276,8 +261,7 @@ TEST(SqliteStore, ChangesAreVisibleToASecondConnection) {
   std::string path = dir.File("checkpoint.db");
   StatusOr<OpenResult> a = OpenSqliteStore({.path = path});
   ASSERT_TRUE(a.ok()) << a.status();
-  StatusOr<OpenResult> b =
-      OpenSqliteStore({.path = path, .synchronous_full = false});
+  StatusOr<OpenResult> b = OpenSqliteStore({.path = path, .synchronous_full = false});
   ASSERT_TRUE(b.ok()) << b.status();
   Change c;
   c.upserts = {Entry("p", "c", "r/x", {{0, {"a"}}})};
@@ -290,12 +274,10 @@ TEST(SqliteStore, ChangesAreVisibleToASecondConnection) {
 TEST(SqliteStore, ErrorsThatAreNotCorruptionAreReturned) {
   TempDir dir;
   testing::WriteFile(dir.File("plain-file"), "x");
-  StatusOr<OpenResult> under_file =
-      OpenSqliteStore({.path = dir.File("plain-file/checkpoint.db")});
+  StatusOr<OpenResult> under_file = OpenSqliteStore({.path = dir.File("plain-file/checkpoint.db")});
   ASSERT_FALSE(under_file.ok());
   EXPECT_NE(under_file.status().code(), StatusCode::kDataLoss);
-  EXPECT_THAT(under_file.status().message(),
-              HasSubstr("plain-file/checkpoint.db"));
+  EXPECT_THAT(under_file.status().message(), HasSubstr("plain-file/checkpoint.db"));
 
   StatusOr<OpenResult> missing_dir =
       OpenSqliteStore({.path = dir.File("no/such/dir/checkpoint.db")});
@@ -307,8 +289,8 @@ TEST(SqliteStore, ErrorsThatAreNotCorruptionAreReturned) {
   EXPECT_EQ(is_dir.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(is_dir.status().message(), HasSubstr("is a directory"));
 
-  StatusOr<OpenResult> no_create = OpenSqliteStore(
-      {.path = dir.File("absent.db"), .create_if_missing = false});
+  StatusOr<OpenResult> no_create =
+      OpenSqliteStore({.path = dir.File("absent.db"), .create_if_missing = false});
   ASSERT_FALSE(no_create.ok());
   EXPECT_EQ(no_create.status().code(), StatusCode::kNotFound);
   EXPECT_FALSE(testing::Exists(dir.File("absent.db")));
@@ -331,9 +313,7 @@ TEST(KubeletJsonStore, WritesAFileTheKubeletAccepts) {
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->entries, r->store->Load()->entries);
   EXPECT_EQ(r->store->Describe(), "kubelet-json:" + path);
-  EXPECT_TRUE(
-      testing::ListWithPrefix(dir.path(), "kubelet_internal_checkpoint.tmp")
-          .empty());
+  EXPECT_TRUE(testing::ListWithPrefix(dir.path(), "kubelet_internal_checkpoint.tmp").empty());
 }
 
 // Issue 16: a kill -9 between creating "<file>.tmp-<pid>" and renaming it
@@ -350,8 +330,11 @@ TEST(KubeletJsonStore, StaleTempFilesOfDeadWritersAreRemovedAtOpen) {
   const std::vector<std::string> stale = {path + ".tmp-" + gone, path + ".boot-id.tmp-" + gone};
   const std::vector<std::string> kept = {
       path + ".tmp-" + std::to_string(::getpid()),  // a live writer
-      path + ".tmp-" + gone + "x", path + ".tmp-", path + ".tmp-0" + gone,
-      dir.File("other.tmp-" + gone), path + ".corrupt-20260101T000000Z"};
+      path + ".tmp-" + gone + "x",
+      path + ".tmp-",
+      path + ".tmp-0" + gone,
+      dir.File("other.tmp-" + gone),
+      path + ".corrupt-20260101T000000Z"};
   for (const auto& f : stale) std::ofstream(f) << "partial";
   for (const auto& f : kept) std::ofstream(f) << "keep";
   StatusOr<OpenResult> r = OpenKubeletJsonStore(path);
@@ -366,8 +349,7 @@ TEST(KubeletJsonStore, OpensEveryTestVector) {
     SCOPED_TRACE(name);
     TempDir dir;
     std::string path = dir.File("kubelet_internal_checkpoint");
-    testing::WriteFile(
-        path, testing::ReadFile(testing::TestdataDir() + "/" + name + ".json"));
+    testing::WriteFile(path, testing::ReadFile(testing::TestdataDir() + "/" + name + ".json"));
     StatusOr<OpenResult> r = OpenKubeletJsonStore(path);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(r->recovered.ok()) << r->recovered;
@@ -380,8 +362,8 @@ TEST(KubeletJsonStore, ErrorsThatAreNotCorruptionAreReturned) {
   StatusOr<OpenResult> is_dir = OpenKubeletJsonStore(dir.path());
   ASSERT_FALSE(is_dir.ok());
   EXPECT_EQ(is_dir.status().code(), StatusCode::kFailedPrecondition);
-  StatusOr<OpenResult> absent = OpenKubeletJsonStore(KubeletJsonOptions{
-      .path = dir.File("absent"), .create_if_missing = false});
+  StatusOr<OpenResult> absent = OpenKubeletJsonStore(
+      KubeletJsonOptions{.path = dir.File("absent"), .create_if_missing = false});
   ASSERT_FALSE(absent.ok());
   EXPECT_EQ(absent.status().code(), StatusCode::kNotFound);
 
@@ -401,10 +383,8 @@ TEST(KubeletJsonStore, ErrorsThatAreNotCorruptionAreReturned) {
 }
 
 TEST(Paths, FileNamesUnderTheRoot) {
-  EXPECT_EQ(CheckpointPath("/var/lib/kdm", StoreKind::kSqlite),
-            "/var/lib/kdm/state/checkpoint.db");
-  EXPECT_EQ(CheckpointPath("/r/", StoreKind::kKubeletJson),
-            "/r/state/kubelet_internal_checkpoint");
+  EXPECT_EQ(CheckpointPath("/var/lib/kdm", StoreKind::kSqlite), "/var/lib/kdm/state/checkpoint.db");
+  EXPECT_EQ(CheckpointPath("/r/", StoreKind::kKubeletJson), "/r/state/kubelet_internal_checkpoint");
   EXPECT_EQ(*ParseStoreKind("sqlite"), StoreKind::kSqlite);
   EXPECT_EQ(*ParseStoreKind("kubelet-json"), StoreKind::kKubeletJson);
   StatusOr<StoreKind> bad = ParseStoreKind("yaml");
@@ -416,8 +396,7 @@ TEST(Paths, OpenStoreForRootCreatesTheStateDirectory) {
   TempDir dir;
   for (StoreKind kind : {StoreKind::kSqlite, StoreKind::kKubeletJson}) {
     std::string root = dir.File(std::string(StoreKindName(kind)));
-    StatusOr<OpenResult> missing =
-        OpenStoreForRoot(root, kind, {.create_if_missing = false});
+    StatusOr<OpenResult> missing = OpenStoreForRoot(root, kind, {.create_if_missing = false});
     ASSERT_FALSE(missing.ok());
     EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
     StatusOr<OpenResult> r = OpenStoreForRoot(root, kind);

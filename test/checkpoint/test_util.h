@@ -25,12 +25,10 @@ class TempDir {
   TempDir() {
     const char* base = std::getenv("TMPDIR");
     std::string tmpl =
-        std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
-        "/kdm-ckpt-XXXXXX";
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/kdm-ckpt-XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
-    if (mkdtemp(buf.data()) == nullptr)
-      throw std::runtime_error("mkdtemp failed");
+    if (mkdtemp(buf.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
     path_ = buf.data();
   }
   ~TempDir() { RemoveAll(path_); }
@@ -81,8 +79,7 @@ inline bool Exists(const std::string& path) {
 }
 
 // Names in `dir` that start with `prefix`.
-inline std::vector<std::string> ListWithPrefix(const std::string& dir,
-                                               const std::string& prefix) {
+inline std::vector<std::string> ListWithPrefix(const std::string& dir, const std::string& prefix) {
   std::vector<std::string> out;
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
@@ -112,11 +109,10 @@ inline std::vector<std::string> TestdataCheckpoints() {
   return out;
 }
 
-inline PodDevicesEntry Entry(std::string uid, std::string container,
-                             std::string resource, DevicesPerNuma ids,
-                             std::string resp = "") {
-  return PodDevicesEntry{std::move(uid), std::move(container),
-                         std::move(resource), std::move(ids), std::move(resp)};
+inline PodDevicesEntry Entry(std::string uid, std::string container, std::string resource,
+                             DevicesPerNuma ids, std::string resp = "") {
+  return PodDevicesEntry{std::move(uid), std::move(container), std::move(resource), std::move(ids),
+                         std::move(resp)};
 }
 
 }  // namespace kdm::checkpoint::testing

@@ -110,9 +110,9 @@ TEST_P(FaultMatrixTest, BreaksExactlyItsCheck) {
     if (r.info.id == broken) {
       EXPECT_EQ(r.verdict, Verdict::kFail) << fault << " should break " << broken << "\n" << text;
     } else {
-      EXPECT_NE(r.verdict, Verdict::kFail)
-          << fault << " should break only " << broken << ", but " << r.info.id
-          << " failed: " << r.reason << "\n" << text;
+      EXPECT_NE(r.verdict, Verdict::kFail) << fault << " should break only " << broken << ", but "
+                                           << r.info.id << " failed: " << r.reason << "\n"
+                                           << text;
     }
   }
   EXPECT_EQ(report->failed(), 1) << text;

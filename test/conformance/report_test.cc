@@ -19,8 +19,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-CheckResult Result(const std::string& id, Verdict v, const std::string& reason,
-                   int ms = 0) {
+CheckResult Result(const std::string& id, Verdict v, const std::string& reason, int ms = 0) {
   const CheckInfo* info = FindCheck(id);
   return CheckResult{info ? *info : CheckInfo{id, "", ""}, v, reason,
                      std::chrono::milliseconds(ms)};
@@ -95,8 +94,8 @@ TEST(ReportTest, JUnitShape) {
 
 TEST(ReportTest, JUnitEscapesEverythingMarkupCouldBreakOn) {
   Report r;
-  r.results.push_back(Result("alloc.env-names", Verdict::kFail,
-                             "env <\"1 BAD=NAME\"> & 'x'\x01\x1f\ttab"));
+  r.results.push_back(
+      Result("alloc.env-names", Verdict::kFail, "env <\"1 BAD=NAME\"> & 'x'\x01\x1f\ttab"));
   std::string xml = RenderJUnit(r);
   EXPECT_THAT(xml, HasSubstr("message=\"env &lt;&quot;1 BAD=NAME&quot;&gt; &amp; "
                              "&apos;x&apos;??\ttab\""));

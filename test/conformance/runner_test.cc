@@ -20,8 +20,8 @@
 namespace kdm::conformance {
 namespace {
 
-using ::testing::HasSubstr;
 using kdm::testing::TempSocketDir;
+using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
 constexpr char kFpga[] = "example.com/fpga";
@@ -137,8 +137,8 @@ TEST(RunnerTest, PluginSocketModeSkipsRegistrationChecks) {
   o.snapshot_window = 300ms;
   StatusOr<Report> report = Runner::Run(o);
   ASSERT_TRUE(report.ok()) << report.status();
-  ExpectVerdicts(*report, {"reg.version", "reg.resource-name", "reg.endpoint",
-                           "reg.options-match", "reg.restart"});
+  ExpectVerdicts(*report, {"reg.version", "reg.resource-name", "reg.endpoint", "reg.options-match",
+                           "reg.restart"});
   EXPECT_EQ(report->Find("reg.version")->reason, "no registration: --plugin-socket");
   plugin->Stop();
 }
@@ -201,7 +201,8 @@ TEST(RunnerTest, RootThatCannotHoldTheSocket) {
   Runner::Options o = Options(dir.path() + "/" + std::string(120, 'x'), kFpga);
   StatusOr<Report> report = Runner::Run(o);
   ASSERT_FALSE(report.ok());
-  EXPECT_THAT(report.status().message(), HasSubstr("longer than the 107 bytes a unix socket path allows"));
+  EXPECT_THAT(report.status().message(),
+              HasSubstr("longer than the 107 bytes a unix socket path allows"));
   // A regular file where the directory should be.
   std::string file = dir.path() + "/file";
   FILE* f = std::fopen(file.c_str(), "w");

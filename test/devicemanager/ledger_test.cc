@@ -40,8 +40,7 @@ using ::testing::UnorderedElementsAre;
 constexpr char kGpu[] = "vendor.com/gpu";
 constexpr char kNic[] = "vendor.com/nic";
 
-Container MakeContainer(const std::string& name, int64_t gpus,
-                        bool restartable = false) {
+Container MakeContainer(const std::string& name, int64_t gpus, bool restartable = false) {
   Container c;
   c.name = name;
   c.restartable = restartable;
@@ -52,8 +51,7 @@ Container MakeContainer(const std::string& name, int64_t gpus,
   return c;
 }
 
-Pod MakePod(const std::string& uid, std::vector<Container> inits,
-            std::vector<Container> apps) {
+Pod MakePod(const std::string& uid, std::vector<Container> inits, std::vector<Container> apps) {
   Pod pod;
   pod.uid = uid;
   pod.namespace_name = "default";
@@ -70,17 +68,13 @@ Pod OneContainerPod(const std::string& uid, int64_t gpus) {
 // gpu0..gpu{n-1}, healthy, without topology.
 std::vector<LedgerDevice> Gpus(int n) {
   std::vector<LedgerDevice> out;
-  for (int i = 0; i < n; ++i)
-    out.push_back({"gpu" + std::to_string(i), true, {}});
+  for (int i = 0; i < n; ++i) out.push_back({"gpu" + std::to_string(i), true, {}});
   return out;
 }
 
 // Two NUMA nodes: gpu0, gpu1 on node 0; gpu2, gpu3 on node 1.
 std::vector<LedgerDevice> NumaGpus() {
-  return {{"gpu0", true, {0}},
-          {"gpu1", true, {0}},
-          {"gpu2", true, {1}},
-          {"gpu3", true, {1}}};
+  return {{"gpu0", true, {0}}, {"gpu1", true, {0}}, {"gpu2", true, {1}}, {"gpu3", true, {1}}};
 }
 
 void Register(Ledger& ledger, const std::string& resource,
@@ -90,19 +84,16 @@ void Register(Ledger& ledger, const std::string& resource,
 }
 
 // Plan + Reserve(default choice) + Commit; returns the devices recorded.
-std::vector<std::string> Admit(
-    Ledger& ledger, const Pod& pod, const std::string& container, int64_t count,
-    const std::optional<NumaHint>& hint = std::nullopt,
-    const std::string& resource = kGpu) {
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, container, resource, count, hint);
+std::vector<std::string> Admit(Ledger& ledger, const Pod& pod, const std::string& container,
+                               int64_t count, const std::optional<NumaHint>& hint = std::nullopt,
+                               const std::string& resource = kGpu) {
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, container, resource, count, hint);
   EXPECT_TRUE(plan.ok()) << plan.status();
   if (!plan.ok()) return {};
   if (plan->reuse) return plan->reuse_ids;
   Status s = ledger.Reserve(*plan, ledger.DefaultChoice(*plan));
   EXPECT_TRUE(s.ok()) << s;
-  StatusOr<checkpoint::Change> change =
-      ledger.Commit(plan->key, "resp-" + container);
+  StatusOr<checkpoint::Change> change = ledger.Commit(plan->key, "resp-" + container);
   EXPECT_TRUE(change.ok()) << change.status();
   EXPECT_TRUE(ledger.CheckInvariants().ok()) << ledger.CheckInvariants();
   std::optional<checkpoint::PodDevicesEntry> e = ledger.Entry(plan->key);
@@ -112,17 +103,14 @@ std::vector<std::string> Admit(
 // ------------------------------------------------------------------ helpers
 
 TEST(NaturalLessTest, OrdersDigitRunsAsNumbers) {
-  std::vector<std::string> ids = {"gpu10", "gpu2", "gpu1", "a",
-                                  "gpu02", "gpu",  "b1"};
+  std::vector<std::string> ids = {"gpu10", "gpu2", "gpu1", "a", "gpu02", "gpu", "b1"};
   std::sort(ids.begin(), ids.end(), NaturalLess);
-  EXPECT_THAT(ids,
-              ElementsAre("a", "b1", "gpu", "gpu1", "gpu02", "gpu2", "gpu10"));
+  EXPECT_THAT(ids, ElementsAre("a", "b1", "gpu", "gpu1", "gpu02", "gpu2", "gpu10"));
   EXPECT_FALSE(NaturalLess("x", "x"));
 }
 
 TEST(FlattenDeviceIdsTest, UniqueAcrossNumaNodesInNaturalOrder) {
-  checkpoint::DevicesPerNuma by_numa = {{0, {"gpu10", "gpu1"}},
-                                        {1, {"gpu1", "gpu2"}}};
+  checkpoint::DevicesPerNuma by_numa = {{0, {"gpu10", "gpu1"}}, {1, {"gpu1", "gpu2"}}};
   EXPECT_THAT(FlattenDeviceIds(by_numa), ElementsAre("gpu1", "gpu2", "gpu10"));
 }
 
@@ -130,8 +118,7 @@ TEST(FlattenDeviceIdsTest, UniqueAcrossNumaNodesInNaturalOrder) {
 
 TEST(LedgerDevicesTest, CapacityIsHealthyPlusUnhealthyAllocatableIsHealthy) {
   Ledger ledger;
-  Register(ledger, kGpu,
-           {{"gpu0", true, {}}, {"gpu1", false, {}}, {"gpu2", true, {}}});
+  Register(ledger, kGpu, {{"gpu0", true, {}}, {"gpu1", false, {}}, {"gpu2", true, {}}});
   Capacity cap = ledger.GetCapacity();
   EXPECT_EQ(cap.resources.at(kGpu), (ResourceCapacity{3, 2}));
   EXPECT_THAT(cap.deleted, IsEmpty());
@@ -152,8 +139,7 @@ TEST(LedgerDevicesTest, SnapshotIsCompleteMissingIdsAreForgotten) {
 
 TEST(LedgerDevicesTest, SnapshotReportsRegisteredDevicesChange) {
   Ledger ledger;
-  StatusOr<SnapshotReport> r =
-      ledger.SetDevices(kGpu, {{"gpu1", true, {}}, {"gpu0", false, {}}});
+  StatusOr<SnapshotReport> r = ledger.SetDevices(kGpu, {{"gpu1", true, {}}, {"gpu0", false, {}}});
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->change.registered_devices.at(kGpu), ElementsAre("gpu1"));
   EXPECT_THAT(r->duplicate_ids, IsEmpty());
@@ -186,10 +172,9 @@ TEST(LedgerDevicesTest, SnapshotReportsHealthChangesInNaturalOrder) {
       kGpu, {{"gpu10", true, {}}, {"gpu2", false, {}}, {"gpu1", true, {}}, {"gpu3", true, {}}});
   ASSERT_TRUE(r.ok());
   // All new: every device, natural order.
-  EXPECT_EQ(r->health_changes, (std::vector<LedgerDevice>{{"gpu1", true, {}},
-                                                          {"gpu2", false, {}},
-                                                          {"gpu3", true, {}},
-                                                          {"gpu10", true, {}}}));
+  EXPECT_EQ(r->health_changes,
+            (std::vector<LedgerDevice>{
+                {"gpu1", true, {}}, {"gpu2", false, {}}, {"gpu3", true, {}}, {"gpu10", true, {}}}));
   // Same ids: only the flips (gpu10 before gpu2 in plain order, not here).
   r = ledger.SetDevices(
       kGpu, {{"gpu10", false, {1}}, {"gpu2", true, {0}}, {"gpu1", true, {}}, {"gpu3", true, {}}});
@@ -197,10 +182,10 @@ TEST(LedgerDevicesTest, SnapshotReportsHealthChangesInNaturalOrder) {
   EXPECT_EQ(r->health_changes,
             (std::vector<LedgerDevice>{{"gpu2", true, {}}, {"gpu10", false, {}}}));
   // The kept entries took the new topology and health.
-  EXPECT_EQ(ledger.Devices(kGpu), (std::vector<LedgerDevice>{{"gpu1", true, {}},
-                                                             {"gpu2", true, {0}},
-                                                             {"gpu3", true, {}},
-                                                             {"gpu10", false, {1}}}));
+  EXPECT_EQ(
+      ledger.Devices(kGpu),
+      (std::vector<LedgerDevice>{
+          {"gpu1", true, {}}, {"gpu2", true, {0}}, {"gpu3", true, {}}, {"gpu10", false, {1}}}));
   EXPECT_THAT(r->change.registered_devices.at(kGpu), ElementsAre("gpu1", "gpu2", "gpu3"));
   // Nothing changed: no event.
   r = ledger.SetDevices(
@@ -213,17 +198,17 @@ TEST(LedgerDevicesTest, SnapshotReportsHealthChangesInNaturalOrder) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->health_changes,
             (std::vector<LedgerDevice>{{"gpu9", true, {}}, {"gpu3", false, {}}}));
-  EXPECT_EQ(ledger.Devices(kGpu), (std::vector<LedgerDevice>{{"gpu1", true, {}},
-                                                             {"gpu2", true, {0}},
-                                                             {"gpu9", true, {}}}));
+  EXPECT_EQ(
+      ledger.Devices(kGpu),
+      (std::vector<LedgerDevice>{{"gpu1", true, {}}, {"gpu2", true, {0}}, {"gpu9", true, {}}}));
   // Same count, other ids: a full re-sort, not the kept order.
   r = ledger.SetDevices(kGpu, {{"gpu20", true, {}}, {"gpu2", true, {0}}, {"gpu1", true, {}}});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->health_changes,
             (std::vector<LedgerDevice>{{"gpu20", true, {}}, {"gpu9", false, {}}}));
-  EXPECT_EQ(ledger.Devices(kGpu), (std::vector<LedgerDevice>{{"gpu1", true, {}},
-                                                             {"gpu2", true, {0}},
-                                                             {"gpu20", true, {}}}));
+  EXPECT_EQ(
+      ledger.Devices(kGpu),
+      (std::vector<LedgerDevice>{{"gpu1", true, {}}, {"gpu2", true, {0}}, {"gpu20", true, {}}}));
 }
 
 TEST(LedgerDevicesTest, EmptyResourceNameIsRejected) {
@@ -237,10 +222,8 @@ TEST(LedgerDevicesTest, EmptyResourceNameIsRejected) {
 
 TEST(LedgerDevicesTest, DuplicateIdsAreMergedAndReported) {
   Ledger ledger;
-  StatusOr<SnapshotReport> r = ledger.SetDevices(kGpu, {{"gpu0", true, {0}},
-                                                        {"gpu1", true, {}},
-                                                        {"gpu0", false, {1}},
-                                                        {"gpu1", true, {}}});
+  StatusOr<SnapshotReport> r = ledger.SetDevices(
+      kGpu, {{"gpu0", true, {0}}, {"gpu1", true, {}}, {"gpu0", false, {1}}, {"gpu1", true, {}}});
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->duplicate_ids, ElementsAre("gpu0", "gpu1"));
   // Counted once; healthy only if every copy says so; first topology wins.
@@ -256,8 +239,7 @@ TEST(LedgerDevicesTest, EmptyIdsSkippedAndNegativeNumaIgnored) {
       ledger.SetDevices(kGpu, {{"", true, {0}}, {"gpu0", true, {1, -1, 1, 0}}});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->empty_ids, 1);
-  EXPECT_EQ(ledger.Devices(kGpu),
-            (std::vector<LedgerDevice>{{"gpu0", true, {0, 1}}}));
+  EXPECT_EQ(ledger.Devices(kGpu), (std::vector<LedgerDevice>{{"gpu0", true, {0, 1}}}));
 }
 
 TEST(LedgerDevicesTest, UnhealthyWhenEndpointStopsCapacityKept) {
@@ -318,9 +300,8 @@ TEST(LedgerRequestsTest, RequestMustEqualLimit) {
   StatusOr<std::map<std::string, int64_t>> r = ledger.ContainerRequests(c);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(),
-              HasSubstr("container \"main\" requests 1 of resource "
-                        "\"vendor.com/gpu\" but its limit is 2"));
+  EXPECT_THAT(r.status().message(), HasSubstr("container \"main\" requests 1 of resource "
+                                              "\"vendor.com/gpu\" but its limit is 2"));
   // A limit alone is fine (Kubernetes defaults the request to the limit) ...
   c.requests.clear();
   EXPECT_TRUE(ledger.ContainerRequests(c).ok());
@@ -342,10 +323,8 @@ TEST(LedgerRequestsTest, FractionalNegativeHugeQuantitiesRejectedNamingValue) {
     StatusOr<std::map<std::string, int64_t>> r = ledger.ContainerRequests(c);
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_THAT(r.status().message(),
-                HasSubstr("container \"main\" resource \"vendor.com/gpu\""));
-    EXPECT_THAT(r.status().message(),
-                HasSubstr(std::string("\"") + text + "\""));
+    EXPECT_THAT(r.status().message(), HasSubstr("container \"main\" resource \"vendor.com/gpu\""));
+    EXPECT_THAT(r.status().message(), HasSubstr(std::string("\"") + text + "\""));
   }
 }
 
@@ -353,21 +332,16 @@ TEST(LedgerRequestsTest, PodRequestsWithSidecars) {
   Ledger ledger;
   Register(ledger, kGpu, Gpus(8));
   // sidecar 1 + init 3 at once = 4; apps 2 + sidecar 1 = 3 → 4.
-  Pod pod =
-      MakePod("p", {MakeContainer("side", 1, true), MakeContainer("init", 3)},
-              {MakeContainer("a", 1), MakeContainer("b", 1)});
-  EXPECT_EQ(*ledger.PodRequests(pod),
-            (std::map<std::string, int64_t>{{kGpu, 4}}));
+  Pod pod = MakePod("p", {MakeContainer("side", 1, true), MakeContainer("init", 3)},
+                    {MakeContainer("a", 1), MakeContainer("b", 1)});
+  EXPECT_EQ(*ledger.PodRequests(pod), (std::map<std::string, int64_t>{{kGpu, 4}}));
   // Bigger apps win.
   pod.containers.push_back(MakeContainer("c", 3));
-  EXPECT_EQ(*ledger.PodRequests(pod),
-            (std::map<std::string, int64_t>{{kGpu, 6}}));
+  EXPECT_EQ(*ledger.PodRequests(pod), (std::map<std::string, int64_t>{{kGpu, 6}}));
   // An init container after a sidecar needs room next to it; one before does
   // not.
-  Pod early = MakePod(
-      "q", {MakeContainer("init", 3), MakeContainer("side", 1, true)}, {});
-  EXPECT_EQ(*ledger.PodRequests(early),
-            (std::map<std::string, int64_t>{{kGpu, 3}}));
+  Pod early = MakePod("q", {MakeContainer("init", 3), MakeContainer("side", 1, true)}, {});
+  EXPECT_EQ(*ledger.PodRequests(early), (std::map<std::string, int64_t>{{kGpu, 3}}));
   Pod bad = MakePod("r", {}, {MakeContainer("a", 1)});
   bad.containers[0].limits[kGpu] = *Quantity::Parse("1.5");
   EXPECT_FALSE(ledger.PodRequests(bad).ok());
@@ -379,8 +353,7 @@ TEST(LedgerAllocateTest, FirstFitInNaturalOrderAndCommitChange) {
   Ledger ledger;
   Register(ledger, kGpu, Gpus(12));
   Pod pod = OneContainerPod("p1", 3);
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 3, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 3, std::nullopt);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_FALSE(plan->reuse);
   EXPECT_EQ(plan->size, 3);
@@ -392,29 +365,23 @@ TEST(LedgerAllocateTest, FirstFitInNaturalOrderAndCommitChange) {
   EXPECT_TRUE(plan->real_choice);
   EXPECT_THAT(ledger.DefaultChoice(*plan), ElementsAre("gpu0", "gpu1", "gpu2"));
   ASSERT_TRUE(ledger.Reserve(*plan, ledger.DefaultChoice(*plan)).ok());
-  EXPECT_EQ(ledger.GetCapacity().resources.at(kGpu),
-            (ResourceCapacity{12, 12}));
+  EXPECT_EQ(ledger.GetCapacity().resources.at(kGpu), (ResourceCapacity{12, 12}));
   StatusOr<checkpoint::Change> change = ledger.Commit(plan->key, "bytes");
   ASSERT_TRUE(change.ok());
   ASSERT_EQ(change->upserts.size(), 1u);
-  EXPECT_EQ(change->upserts[0], (checkpoint::PodDevicesEntry{
-                                    "p1",
-                                    "main",
-                                    kGpu,
-                                    {{kNoNumaNode, {"gpu0", "gpu1", "gpu2"}}},
-                                    "bytes"}));
+  EXPECT_EQ(change->upserts[0],
+            (checkpoint::PodDevicesEntry{
+                "p1", "main", kGpu, {{kNoNumaNode, {"gpu0", "gpu1", "gpu2"}}}, "bytes"}));
   EXPECT_FALSE(ledger.Reservation(plan->key).has_value());
   EXPECT_TRUE(ledger.CheckInvariants().ok());
 }
 
 TEST(LedgerAllocateTest, CommitGroupsDevicesByNumaNode) {
   Ledger ledger;
-  Register(ledger, kGpu,
-           {{"gpu0", true, {0}}, {"gpu1", true, {0, 1}}, {"gpu2", true, {}}});
+  Register(ledger, kGpu, {{"gpu0", true, {0}}, {"gpu1", true, {0, 1}}, {"gpu2", true, {}}});
   Pod pod = OneContainerPod("p1", 3);
   Admit(ledger, pod, "main", 3);
-  checkpoint::DevicesPerNuma want = {
-      {kNoNumaNode, {"gpu2"}}, {0, {"gpu0", "gpu1"}}, {1, {"gpu1"}}};
+  checkpoint::DevicesPerNuma want = {{kNoNumaNode, {"gpu2"}}, {0, {"gpu0", "gpu1"}}, {1, {"gpu1"}}};
   EXPECT_EQ(ledger.Entry({"p1", "main", kGpu})->device_ids, want);
 }
 
@@ -423,8 +390,7 @@ TEST(LedgerAllocateTest, RestartedContainerReusesRecordedDevices) {
   Register(ledger, kGpu, Gpus(4));
   Pod pod = OneContainerPod("p1", 2);
   std::vector<std::string> first = Admit(ledger, pod, "main", 2);
-  StatusOr<AllocationPlan> again =
-      ledger.Plan(pod, "main", kGpu, 2, std::nullopt);
+  StatusOr<AllocationPlan> again = ledger.Plan(pod, "main", kGpu, 2, std::nullopt);
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->reuse);
   EXPECT_EQ(again->reuse_ids, first);
@@ -440,8 +406,7 @@ TEST(LedgerAllocateTest, ChangedRequestIsAnError) {
   Register(ledger, kGpu, Gpus(4));
   Pod pod = OneContainerPod("p1", 2);
   Admit(ledger, pod, "main", 2);
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 3, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 3, std::nullopt);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(plan.status().message(),
@@ -455,9 +420,8 @@ TEST(LedgerAllocateTest, ChangedRequestCheckedBeforeRegistration) {
   Pod pod = OneContainerPod("p1", 2);
   Admit(ledger, pod, "main", 2);
   (void)ledger.RemoveResource(kGpu);
-  EXPECT_THAT(
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt).status().message(),
-      HasSubstr("changed request"));
+  EXPECT_THAT(ledger.Plan(pod, "main", kGpu, 1, std::nullopt).status().message(),
+              HasSubstr("changed request"));
   EXPECT_EQ(ledger.Plan(pod, "main", kGpu, 2, std::nullopt).status().message(),
             "cannot allocate unregistered device vendor.com/gpu");
 }
@@ -465,20 +429,17 @@ TEST(LedgerAllocateTest, ChangedRequestCheckedBeforeRegistration) {
 TEST(LedgerAllocateTest, UnregisteredDevice) {
   Ledger ledger;
   Pod pod = OneContainerPod("p1", 1);
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(plan.status().message(),
-            "cannot allocate unregistered device vendor.com/gpu");
+  EXPECT_EQ(plan.status().message(), "cannot allocate unregistered device vendor.com/gpu");
 }
 
 TEST(LedgerAllocateTest, NoHealthyDevicesPresent) {
   Ledger ledger;
   Register(ledger, kGpu, {{"gpu0", false, {}}});
   Pod pod = OneContainerPod("p1", 1);
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kUnavailable);
   EXPECT_EQ(plan.status().message(),
@@ -487,13 +448,11 @@ TEST(LedgerAllocateTest, NoHealthyDevicesPresent) {
   // The same after the endpoint stops, and for an empty snapshot.
   Register(ledger, kGpu, Gpus(2));
   (void)ledger.MarkAllUnhealthy(kGpu);
-  EXPECT_THAT(
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt).status().message(),
-      HasSubstr("no healthy devices present"));
+  EXPECT_THAT(ledger.Plan(pod, "main", kGpu, 1, std::nullopt).status().message(),
+              HasSubstr("no healthy devices present"));
   Register(ledger, kGpu, {});
-  EXPECT_THAT(
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt).status().message(),
-      HasSubstr("no healthy devices present"));
+  EXPECT_THAT(ledger.Plan(pod, "main", kGpu, 1, std::nullopt).status().message(),
+              HasSubstr("no healthy devices present"));
 }
 
 TEST(LedgerAllocateTest, PreviouslyAllocatedDevicesNoLongerHealthy) {
@@ -501,10 +460,8 @@ TEST(LedgerAllocateTest, PreviouslyAllocatedDevicesNoLongerHealthy) {
   Register(ledger, kGpu, Gpus(3));
   Pod pod = OneContainerPod("p1", 1);
   EXPECT_THAT(Admit(ledger, pod, "main", 1), ElementsAre("gpu0"));
-  Register(ledger, kGpu,
-           {{"gpu0", false, {}}, {"gpu1", true, {}}, {"gpu2", true, {}}});
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
+  Register(ledger, kGpu, {{"gpu0", false, {}}, {"gpu1", true, {}}, {"gpu2", true, {}}});
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kUnavailable);
   EXPECT_EQ(plan.status().message(),
@@ -513,18 +470,15 @@ TEST(LedgerAllocateTest, PreviouslyAllocatedDevicesNoLongerHealthy) {
             "devices vendor.com/gpu");
   // A device dropped from the snapshot counts as no longer healthy too.
   Register(ledger, kGpu, {{"gpu1", true, {}}});
-  EXPECT_THAT(
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt).status().message(),
-      HasSubstr("previously allocated devices are no longer healthy"));
+  EXPECT_THAT(ledger.Plan(pod, "main", kGpu, 1, std::nullopt).status().message(),
+              HasSubstr("previously allocated devices are no longer healthy"));
 }
 
 TEST(LedgerAllocateTest, RequestedNumberUnavailable) {
   Ledger ledger;
-  Register(ledger, kGpu,
-           {{"gpu0", true, {}}, {"gpu1", true, {}}, {"gpu2", false, {}}});
+  Register(ledger, kGpu, {{"gpu0", true, {}}, {"gpu1", true, {}}, {"gpu2", false, {}}});
   Pod pod = OneContainerPod("p1", 3);
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 3, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 3, std::nullopt);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(plan.status().message(),
@@ -558,10 +512,8 @@ TEST(LedgerAllocateTest, TwoResourcesAreIndependent) {
   Register(ledger, kNic, Gpus(1));  // same ids, different resource
   Pod pod = MakePod("p", {}, {MakeContainer("main", 1)});
   pod.containers[0].limits[kNic] = Quantity::FromInt(1);
-  EXPECT_THAT(Admit(ledger, pod, "main", 1, std::nullopt, kGpu),
-              ElementsAre("gpu0"));
-  EXPECT_THAT(Admit(ledger, pod, "main", 1, std::nullopt, kNic),
-              ElementsAre("gpu0"));
+  EXPECT_THAT(Admit(ledger, pod, "main", 1, std::nullopt, kGpu), ElementsAre("gpu0"));
+  EXPECT_THAT(Admit(ledger, pod, "main", 1, std::nullopt, kNic), ElementsAre("gpu0"));
   EXPECT_EQ(ledger.ContainerEntries("p", "main").size(), 2u);
   EXPECT_TRUE(ledger.CheckInvariants().ok());
 }
@@ -574,8 +526,7 @@ TEST(LedgerHandOverTest, FinishedInitContainerDevicesGoToAppContainer) {
   Register(ledger, kGpu, Gpus(4));
   Pod pod = MakePod("p", {MakeContainer("init", 1)}, {MakeContainer("app", 1)});
   EXPECT_THAT(Admit(ledger, pod, "init", 1), ElementsAre("gpu0"));
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "app", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "app", kGpu, 1, std::nullopt);
   ASSERT_TRUE(plan.ok());
   EXPECT_THAT(plan->must_include, ElementsAre("gpu0"));
   EXPECT_THAT(plan->candidates, IsEmpty());
@@ -585,10 +536,8 @@ TEST(LedgerHandOverTest, FinishedInitContainerDevicesGoToAppContainer) {
   ASSERT_TRUE(ledger.Commit(plan->key, "r").ok());
   EXPECT_TRUE(ledger.CheckInvariants().ok()) << ledger.CheckInvariants();
   // Recorded for both; three devices still free.
-  EXPECT_THAT(FlattenDeviceIds(ledger.Entry({"p", "app", kGpu})->device_ids),
-              ElementsAre("gpu0"));
-  EXPECT_THAT(FlattenDeviceIds(ledger.Entry({"p", "init", kGpu})->device_ids),
-              ElementsAre("gpu0"));
+  EXPECT_THAT(FlattenDeviceIds(ledger.Entry({"p", "app", kGpu})->device_ids), ElementsAre("gpu0"));
+  EXPECT_THAT(FlattenDeviceIds(ledger.Entry({"p", "init", kGpu})->device_ids), ElementsAre("gpu0"));
   Pod other = OneContainerPod("q", 3);
   EXPECT_TRUE(ledger.Plan(other, "main", kGpu, 3, std::nullopt).ok());
 }
@@ -598,8 +547,7 @@ TEST(LedgerHandOverTest, HandOverFirstThenFreeDevices) {
   Register(ledger, kGpu, Gpus(3));
   Pod pod = MakePod("p", {MakeContainer("init", 1)}, {MakeContainer("app", 3)});
   EXPECT_THAT(Admit(ledger, pod, "init", 1), ElementsAre("gpu0"));
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "app", kGpu, 3, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "app", kGpu, 3, std::nullopt);
   ASSERT_TRUE(plan.ok());
   EXPECT_THAT(plan->must_include, ElementsAre("gpu0"));
   EXPECT_THAT(plan->candidates, ElementsAre("gpu1", "gpu2"));
@@ -614,8 +562,8 @@ TEST(LedgerHandOverTest, HandOverFirstThenFreeDevices) {
 TEST(LedgerHandOverTest, LaterInitContainerReusesEarlierOne) {
   Ledger ledger;
   Register(ledger, kGpu, Gpus(3));
-  Pod pod = MakePod("p", {MakeContainer("i1", 2), MakeContainer("i2", 1)},
-                    {MakeContainer("app", 2)});
+  Pod pod =
+      MakePod("p", {MakeContainer("i1", 2), MakeContainer("i2", 1)}, {MakeContainer("app", 2)});
   EXPECT_THAT(Admit(ledger, pod, "i1", 2), ElementsAre("gpu0", "gpu1"));
   EXPECT_THAT(Admit(ledger, pod, "i2", 1), ElementsAre("gpu0"));
   EXPECT_THAT(Admit(ledger, pod, "app", 2), ElementsAre("gpu0", "gpu1"));
@@ -627,26 +575,22 @@ TEST(LedgerHandOverTest, LaterInitContainerReusesEarlierOne) {
 TEST(LedgerHandOverTest, SidecarDevicesAreNeverHandedOver) {
   Ledger ledger;
   Register(ledger, kGpu, Gpus(3));
-  Pod pod =
-      MakePod("p", {MakeContainer("side", 1, true)}, {MakeContainer("app", 1)});
+  Pod pod = MakePod("p", {MakeContainer("side", 1, true)}, {MakeContainer("app", 1)});
   EXPECT_THAT(Admit(ledger, pod, "side", 1), ElementsAre("gpu0"));
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "app", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "app", kGpu, 1, std::nullopt);
   ASSERT_TRUE(plan.ok());
   EXPECT_THAT(plan->must_include, IsEmpty());
   EXPECT_THAT(ledger.DefaultChoice(*plan), ElementsAre("gpu1"));
   // And the sidecar keeps its device.
   EXPECT_THAT(Admit(ledger, pod, "app", 1), ElementsAre("gpu1"));
-  EXPECT_THAT(FlattenDeviceIds(ledger.Entry({"p", "side", kGpu})->device_ids),
-              ElementsAre("gpu0"));
+  EXPECT_THAT(FlattenDeviceIds(ledger.Entry({"p", "side", kGpu})->device_ids), ElementsAre("gpu0"));
 }
 
 TEST(LedgerHandOverTest, SidecarAfterFinishedInitTakesItsDevicesAndKeepsThem) {
   Ledger ledger;
   Register(ledger, kGpu, Gpus(3));
-  Pod pod =
-      MakePod("p", {MakeContainer("init", 1), MakeContainer("side", 1, true)},
-              {MakeContainer("app", 1)});
+  Pod pod = MakePod("p", {MakeContainer("init", 1), MakeContainer("side", 1, true)},
+                    {MakeContainer("app", 1)});
   EXPECT_THAT(Admit(ledger, pod, "init", 1), ElementsAre("gpu0"));
   EXPECT_THAT(Admit(ledger, pod, "side", 1), ElementsAre("gpu0"));
   // gpu0 now runs in the sidecar: the app must not get it.
@@ -657,8 +601,8 @@ TEST(LedgerHandOverTest, SidecarAfterFinishedInitTakesItsDevicesAndKeepsThem) {
 TEST(LedgerHandOverTest, TwoAppContainersNeverShareAHandedOverDevice) {
   Ledger ledger;
   Register(ledger, kGpu, Gpus(3));
-  Pod pod = MakePod("p", {MakeContainer("init", 1)},
-                    {MakeContainer("a", 1), MakeContainer("b", 1)});
+  Pod pod =
+      MakePod("p", {MakeContainer("init", 1)}, {MakeContainer("a", 1), MakeContainer("b", 1)});
   Admit(ledger, pod, "init", 1);
   // a and b plan while the other's admission is in flight.
   StatusOr<AllocationPlan> pa = ledger.Plan(pod, "a", kGpu, 1, std::nullopt);
@@ -673,17 +617,14 @@ TEST(LedgerHandOverTest, TwoAppContainersNeverShareAHandedOverDevice) {
   forged.must_include = {"gpu0"};
   Status s = ledger.Reserve(forged, {"gpu0"});
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(
-      s.message(),
-      HasSubstr(
-          "\"gpu0\" of resource \"vendor.com/gpu\" is reserved by another"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("\"gpu0\" of resource \"vendor.com/gpu\" is reserved by another"));
   ASSERT_TRUE(ledger.Commit(pa->key, "r").ok());
   StatusOr<AllocationPlan> pb2 = ledger.Plan(pod, "b", kGpu, 1, std::nullopt);
   ASSERT_TRUE(pb2.ok());
   EXPECT_THAT(pb2->must_include, IsEmpty());
   Status s2 = ledger.Reserve(forged, {"gpu0"});
-  EXPECT_THAT(s2.message(),
-              HasSubstr("is allocated to pod \"p\" container \"a\""));
+  EXPECT_THAT(s2.message(), HasSubstr("is allocated to pod \"p\" container \"a\""));
   EXPECT_TRUE(ledger.CheckInvariants().ok());
 }
 
@@ -693,8 +634,7 @@ TEST(LedgerHandOverTest, UnhealthyInitDevicesAreNotHandedOver) {
   Pod pod = MakePod("p", {MakeContainer("init", 1)}, {MakeContainer("app", 1)});
   Admit(ledger, pod, "init", 1);
   Register(ledger, kGpu, {{"gpu0", false, {}}, {"gpu1", true, {}}});
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "app", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "app", kGpu, 1, std::nullopt);
   ASSERT_TRUE(plan.ok());
   EXPECT_THAT(plan->must_include, IsEmpty());
   EXPECT_THAT(ledger.DefaultChoice(*plan), ElementsAre("gpu1"));
@@ -705,16 +645,13 @@ TEST(LedgerHandOverTest, OtherPodsNeverReceiveHandOver) {
   Register(ledger, kGpu, Gpus(2));
   Pod pod = MakePod("p", {MakeContainer("init", 1)}, {MakeContainer("app", 1)});
   Admit(ledger, pod, "init", 1);
-  Pod other =
-      MakePod("q", {MakeContainer("init", 1)}, {MakeContainer("app", 1)});
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(other, "app", kGpu, 1, std::nullopt);
+  Pod other = MakePod("q", {MakeContainer("init", 1)}, {MakeContainer("app", 1)});
+  StatusOr<AllocationPlan> plan = ledger.Plan(other, "app", kGpu, 1, std::nullopt);
   ASSERT_TRUE(plan.ok());
   EXPECT_THAT(plan->must_include, IsEmpty());
   AllocationPlan forged = *plan;
   forged.must_include = {"gpu0"};
-  EXPECT_THAT(ledger.Reserve(forged, {"gpu0"}).message(),
-              HasSubstr("is allocated to pod \"p\""));
+  EXPECT_THAT(ledger.Reserve(forged, {"gpu0"}).message(), HasSubstr("is allocated to pod \"p\""));
 }
 
 // ------------------------------------------------------------------ NUMA
@@ -724,15 +661,14 @@ TEST(LedgerNumaTest, AlignedCandidatesOnlyWhenTheySuffice) {
   Ledger ledger;
   Register(ledger, kGpu, NumaGpus());
   Pod pod = OneContainerPod("p", 1);
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 1, NumaHint{{1}, true});
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 1, NumaHint{{1}, true});
   ASSERT_TRUE(plan.ok());
   EXPECT_THAT(plan->candidates, ElementsAre("gpu2", "gpu3"));
   EXPECT_TRUE(plan->real_choice);
   EXPECT_THAT(ledger.DefaultChoice(*plan), ElementsAre("gpu2"));
   // Exactly enough aligned devices: no choice to make.
-  StatusOr<AllocationPlan> two = ledger.Plan(OneContainerPod("q", 2), "main",
-                                             kGpu, 2, NumaHint{{1}, true});
+  StatusOr<AllocationPlan> two =
+      ledger.Plan(OneContainerPod("q", 2), "main", kGpu, 2, NumaHint{{1}, true});
   ASSERT_TRUE(two.ok());
   EXPECT_THAT(two->candidates, ElementsAre("gpu2", "gpu3"));
   EXPECT_FALSE(two->real_choice);
@@ -744,8 +680,7 @@ TEST(LedgerNumaTest, AllAlignedDevicesMustBeIncludedWhenTooFew) {
   devices.push_back({"gpu4", true, {}});
   Register(ledger, kGpu, devices);
   Pod pod = OneContainerPod("p", 3);
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 3, NumaHint{{1}, false});
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 3, NumaHint{{1}, false});
   ASSERT_TRUE(plan.ok());
   EXPECT_THAT(plan->must_include, ElementsAre("gpu2", "gpu3"));
   // Devices on other NUMA nodes before devices without topology.
@@ -775,8 +710,7 @@ TEST(LedgerNumaTest, AlignedHandOverDevicesPreferred) {
   ASSERT_TRUE(pi.ok());
   ASSERT_TRUE(ledger.Reserve(*pi, {"gpu0", "gpu2"}).ok());
   ASSERT_TRUE(ledger.Commit(pi->key, "r").ok());
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "app", kGpu, 1, NumaHint{{1}, true});
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "app", kGpu, 1, NumaHint{{1}, true});
   ASSERT_TRUE(plan.ok());
   EXPECT_THAT(plan->must_include, ElementsAre("gpu2"));
 }
@@ -789,16 +723,14 @@ class LedgerPreferredTest : public ::testing::Test {
   void SetUp() override {
     Register(ledger_, kGpu, Gpus(4));
     Admit(ledger_, pod_, "init", 1);  // gpu0
-    StatusOr<AllocationPlan> plan =
-        ledger_.Plan(pod_, "app", kGpu, 2, std::nullopt);
+    StatusOr<AllocationPlan> plan = ledger_.Plan(pod_, "app", kGpu, 2, std::nullopt);
     ASSERT_TRUE(plan.ok());
     plan_ = *plan;
     ASSERT_THAT(plan_.must_include, ElementsAre("gpu0"));
     ASSERT_THAT(plan_.candidates, ElementsAre("gpu1", "gpu2", "gpu3"));
   }
   Ledger ledger_;
-  Pod pod_ =
-      MakePod("p", {MakeContainer("init", 1)}, {MakeContainer("app", 2)});
+  Pod pod_ = MakePod("p", {MakeContainer("init", 1)}, {MakeContainer("app", 2)});
   AllocationPlan plan_;
 };
 
@@ -810,8 +742,7 @@ TEST_F(LedgerPreferredTest, WrongSizeRejected) {
   Status s = ledger_.ValidatePreferred(plan_, {"gpu0"});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("has 1 devices, want 2"));
-  EXPECT_THAT(ledger_.ValidatePreferred(plan_, {}).message(),
-              HasSubstr("has 0 devices"));
+  EXPECT_THAT(ledger_.ValidatePreferred(plan_, {}).message(), HasSubstr("has 0 devices"));
 }
 
 TEST_F(LedgerPreferredTest, DuplicatesRejected) {
@@ -822,8 +753,7 @@ TEST_F(LedgerPreferredTest, DuplicatesRejected) {
 TEST_F(LedgerPreferredTest, UnknownOrNotOfferedIdsRejected) {
   EXPECT_THAT(ledger_.ValidatePreferred(plan_, {"gpu0", "gpu9"}).message(),
               HasSubstr("names device \"gpu9\", which was not offered"));
-  EXPECT_THAT(ledger_.ValidatePreferred(plan_, {"gpu0", ""}).message(),
-              HasSubstr("not offered"));
+  EXPECT_THAT(ledger_.ValidatePreferred(plan_, {"gpu0", ""}).message(), HasSubstr("not offered"));
 }
 
 TEST_F(LedgerPreferredTest, MissingMustIncludeRejected) {
@@ -855,16 +785,13 @@ TEST_F(LedgerPreferredTest, SwapDefaultReservationForPreferredOne) {
 TEST_F(LedgerPreferredTest, SwapFailsCleanlyWhenAnotherAdmissionTookADevice) {
   ASSERT_TRUE(ledger_.Reserve(plan_, ledger_.DefaultChoice(plan_)).ok());
   Pod q = OneContainerPod("q", 1);
-  StatusOr<AllocationPlan> other =
-      ledger_.Plan(q, "main", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> other = ledger_.Plan(q, "main", kGpu, 1, std::nullopt);
   ASSERT_TRUE(other.ok());
   ASSERT_TRUE(ledger_.Reserve(*other, {"gpu3"}).ok());
   Status s = ledger_.Reserve(plan_, {"gpu0", "gpu3"});
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(
-      s.message(),
-      HasSubstr(
-          "\"gpu3\" of resource \"vendor.com/gpu\" is reserved by another"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("\"gpu3\" of resource \"vendor.com/gpu\" is reserved by another"));
   // The default reservation is kept.
   EXPECT_THAT(*ledger_.Reservation(plan_.key), ElementsAre("gpu0", "gpu1"));
   EXPECT_TRUE(ledger_.CheckInvariants().ok());
@@ -906,18 +833,15 @@ TEST(LedgerReserveTest, ReleaseFreesDevices) {
   // A released reservation cannot be committed.
   StatusOr<checkpoint::Change> c = ledger.Commit(pa->key, "r");
   EXPECT_EQ(c.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(c.status().message(),
-              HasSubstr("no reservation to commit for pod \"a\""));
+  EXPECT_THAT(c.status().message(), HasSubstr("no reservation to commit for pod \"a\""));
   EXPECT_TRUE(ledger.CheckInvariants().ok());
 }
 
 TEST(LedgerReserveTest, BadReservationsChangeNothing) {
   Ledger ledger;
-  Register(ledger, kGpu,
-           {{"gpu0", true, {}}, {"gpu1", true, {}}, {"gpu2", false, {}}});
+  Register(ledger, kGpu, {{"gpu0", true, {}}, {"gpu1", true, {}}, {"gpu2", false, {}}});
   Pod pod = OneContainerPod("p", 2);
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 2, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 2, std::nullopt);
   ASSERT_TRUE(plan.ok());
   struct Case {
     std::vector<std::string> ids;
@@ -926,9 +850,7 @@ TEST(LedgerReserveTest, BadReservationsChangeNothing) {
   };
   for (const Case& c : std::vector<Case>{
            {{"gpu0"}, StatusCode::kInvalidArgument, "has 1 devices, want 2"},
-           {{"gpu0", "gpu0"},
-            StatusCode::kInvalidArgument,
-            "lists a device twice"},
+           {{"gpu0", "gpu0"}, StatusCode::kInvalidArgument, "lists a device twice"},
            {{"gpu0", "gpu9"},
             StatusCode::kFailedPrecondition,
             "\"gpu9\" of resource \"vendor.com/gpu\" is not registered"},
@@ -961,8 +883,7 @@ TEST(LedgerReserveTest, ResourceRemovedBeforeReserve) {
   Ledger ledger;
   Register(ledger, kGpu, Gpus(2));
   Pod pod = OneContainerPod("p", 1);
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
   ASSERT_TRUE(plan.ok());
   (void)ledger.RemoveResource(kGpu);
   EXPECT_EQ(ledger.Reserve(*plan, {"gpu0"}).message(),
@@ -973,12 +894,10 @@ TEST(LedgerReserveTest, SecondAdmissionOfSameContainerIsAborted) {
   Ledger ledger;
   Register(ledger, kGpu, Gpus(2));
   Pod pod = OneContainerPod("p", 1);
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
   ASSERT_TRUE(plan.ok());
   ASSERT_TRUE(ledger.Reserve(*plan, {"gpu0"}).ok());
-  StatusOr<AllocationPlan> again =
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> again = ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
   EXPECT_EQ(again.status().code(), StatusCode::kAborted);
   EXPECT_THAT(again.status().message(), HasSubstr("already in progress"));
 }
@@ -987,28 +906,24 @@ TEST(LedgerReserveTest, RecordedContainerCannotReserveAgain) {
   Ledger ledger;
   Register(ledger, kGpu, Gpus(2));
   Pod pod = OneContainerPod("p", 1);
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
   ASSERT_TRUE(plan.ok());
   Admit(ledger, pod, "main", 1);
-  EXPECT_THAT(ledger.Reserve(*plan, {"gpu1"}).message(),
-              HasSubstr("already has devices recorded"));
+  EXPECT_THAT(ledger.Reserve(*plan, {"gpu1"}).message(), HasSubstr("already has devices recorded"));
 }
 
 TEST(LedgerReserveTest, DeviceForgottenWhileReservedIsStillCommitted) {
   Ledger ledger;
   Register(ledger, kGpu, {{"gpu0", true, {0}}, {"gpu1", true, {0}}});
   Pod pod = OneContainerPod("p", 1);
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
   ASSERT_TRUE(plan.ok());
   ASSERT_TRUE(ledger.Reserve(*plan, {"gpu0"}).ok());
   Register(ledger, kGpu, {{"gpu1", true, {0}}});
   EXPECT_TRUE(ledger.CheckInvariants().ok());
   StatusOr<checkpoint::Change> c = ledger.Commit(plan->key, "r");
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->upserts[0].device_ids,
-            (checkpoint::DevicesPerNuma{{kNoNumaNode, {"gpu0"}}}));
+  EXPECT_EQ(c->upserts[0].device_ids, (checkpoint::DevicesPerNuma{{kNoNumaNode, {"gpu0"}}}));
   EXPECT_TRUE(ledger.CheckInvariants().ok());
 }
 
@@ -1016,23 +931,19 @@ TEST(LedgerReserveTest, UndoCommitWhenCheckpointWriteFails) {
   Ledger ledger;
   Register(ledger, kGpu, Gpus(2));
   Pod pod = OneContainerPod("p", 1);
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
   ASSERT_TRUE(plan.ok());
   ASSERT_TRUE(ledger.Reserve(*plan, {"gpu1"}).ok());
   ASSERT_TRUE(ledger.Commit(plan->key, "r").ok());
-  EXPECT_EQ(ledger.UndoCommit({"p", "other", kGpu}).code(),
-            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ledger.UndoCommit({"p", "other", kGpu}).code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(ledger.UndoCommit(plan->key).ok());
   EXPECT_FALSE(ledger.Entry(plan->key).has_value());
   EXPECT_THAT(*ledger.Reservation(plan->key), ElementsAre("gpu1"));
   EXPECT_TRUE(ledger.CheckInvariants().ok());
-  EXPECT_THAT(ledger.UndoCommit(plan->key).message(),
-              HasSubstr("no commit to revert"));
+  EXPECT_THAT(ledger.UndoCommit(plan->key).message(), HasSubstr("no commit to revert"));
   ledger.ReleaseReservation(plan->key);
   EXPECT_EQ(ledger.GetCapacity().resources.at(kGpu).allocatable, 2);
-  StatusOr<AllocationPlan> again =
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> again = ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE(again->reuse);
 }
@@ -1054,8 +965,7 @@ TEST(LedgerRemoveTest, RemovePodFreesDevicesAndReservations) {
   EXPECT_FALSE(ledger.Reservation(pb->key).has_value());
   // The admission in flight then fails to commit.
   EXPECT_FALSE(ledger.Commit(pb->key, "r").ok());
-  EXPECT_TRUE(
-      ledger.Plan(OneContainerPod("q", 2), "main", kGpu, 2, std::nullopt).ok());
+  EXPECT_TRUE(ledger.Plan(OneContainerPod("q", 2), "main", kGpu, 2, std::nullopt).ok());
   EXPECT_TRUE(ledger.RemovePod("unknown").empty());
   EXPECT_TRUE(ledger.CheckInvariants().ok());
 }
@@ -1067,8 +977,7 @@ TEST(LedgerRemoveTest, GarbageCollectionKeepsActivePodsAndReservations) {
   Admit(ledger, OneContainerPod("b", 1), "main", 1);
   Admit(ledger, OneContainerPod("c", 1), "main", 1);
   Pod pending = OneContainerPod("d", 1);
-  StatusOr<AllocationPlan> pd =
-      ledger.Plan(pending, "main", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> pd = ledger.Plan(pending, "main", kGpu, 1, std::nullopt);
   ASSERT_TRUE(pd.ok());
   ASSERT_TRUE(ledger.Reserve(*pd, ledger.DefaultChoice(*pd)).ok());
   checkpoint::Change c = ledger.RetainOnlyPods({"b"});
@@ -1094,8 +1003,7 @@ TEST(LedgerQueryTest, EntriesByContainerPodAndAll) {
   Admit(ledger, pod, "a", 1, std::nullopt, kNic);
   Admit(ledger, pod, "b", 1, std::nullopt, kGpu);
   Admit(ledger, OneContainerPod("q", 1), "main", 1);
-  std::vector<checkpoint::PodDevicesEntry> a =
-      ledger.ContainerEntries("p", "a");
+  std::vector<checkpoint::PodDevicesEntry> a = ledger.ContainerEntries("p", "a");
   ASSERT_EQ(a.size(), 2u);
   EXPECT_EQ(a[0].resource_name, kGpu);
   EXPECT_EQ(a[1].resource_name, kNic);
@@ -1116,41 +1024,32 @@ TEST(LedgerRestoreTest, RestoredEntriesAreAllocatedResourcesWaitForPlugin) {
   data.registered_devices[kGpu] = {"gpu0", "gpu1", "gpu2"};
   Ledger ledger;
   EXPECT_THAT(ledger.Restore(data).skipped,
-              ElementsAre(SkippedCheckpointEntry{
-                  "", "main", kGpu, "", "",
-                  "empty pod uid, container or resource name"}));
+              ElementsAre(SkippedCheckpointEntry{"", "main", kGpu, "", "",
+                                                 "empty pod uid, container or resource name"}));
   EXPECT_TRUE(ledger.CheckInvariants().ok());
   // Registered but no devices until the plugin comes back
   // (docs/kubelet-rules.md#kubelet-restart).
   EXPECT_EQ(ledger.GetCapacity().resources.at(kGpu), (ResourceCapacity{0, 0}));
   Pod pod = OneContainerPod("p", 1);
-  EXPECT_THAT(
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt).status().message(),
-      HasSubstr("no healthy devices present"));
+  EXPECT_THAT(ledger.Plan(pod, "main", kGpu, 1, std::nullopt).status().message(),
+              HasSubstr("no healthy devices present"));
   Register(ledger, kGpu, {{"gpu0", true, {0}}, {"gpu1", true, {0}}});
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
   ASSERT_TRUE(plan.ok());
   EXPECT_TRUE(plan->reuse);
   EXPECT_THAT(plan->reuse_ids, ElementsAre("gpu1"));
   // gpu1 is held: another pod gets gpu0 only.
   Pod other = OneContainerPod("q", 1);
-  EXPECT_THAT(ledger.Plan(other, "main", kGpu, 1, std::nullopt)->candidates,
-              ElementsAre("gpu0"));
+  EXPECT_THAT(ledger.Plan(other, "main", kGpu, 1, std::nullopt)->candidates, ElementsAre("gpu0"));
 }
 
 TEST(LedgerRestoreTest, DeviceInTwoPodsIsRestoredOnce) {
   checkpoint::CheckpointData data;
   data.entries.push_back({"p", "init", kGpu, {{kNoNumaNode, {"gpu0"}}}, "r"});
-  data.entries.push_back({"p",
-                          "app",
-                          kGpu,
-                          {{kNoNumaNode, {"gpu0"}}},
-                          "r"});  // same pod: hand-over
   data.entries.push_back(
-      {"q", "main", kGpu, {{kNoNumaNode, {"gpu0", "gpu1"}}}, "r"});  // conflict
-  data.entries.push_back(
-      {"q", "main", kNic, {{kNoNumaNode, {"gpu0"}}}, "r"});  // other resource
+      {"p", "app", kGpu, {{kNoNumaNode, {"gpu0"}}}, "r"});  // same pod: hand-over
+  data.entries.push_back({"q", "main", kGpu, {{kNoNumaNode, {"gpu0", "gpu1"}}}, "r"});  // conflict
+  data.entries.push_back({"q", "main", kNic, {{kNoNumaNode, {"gpu0"}}}, "r"});  // other resource
   data.registered_devices[kGpu] = {};
   Ledger ledger;
   // Issue 16: the skipped entry used to be only counted (`skipped=1` in the
@@ -1172,8 +1071,7 @@ TEST(LedgerRestoreTest, CheckpointDataRoundTrip) {
   Admit(ledger, pod, "app", 2);
   checkpoint::CheckpointData data = ledger.ToCheckpointData();
   EXPECT_EQ(data.entries.size(), 2u);
-  EXPECT_THAT(data.registered_devices.at(kGpu),
-              ElementsAre("gpu0", "gpu1", "gpu2", "gpu3"));
+  EXPECT_THAT(data.registered_devices.at(kGpu), ElementsAre("gpu0", "gpu1", "gpu2", "gpu3"));
   Ledger restored;
   EXPECT_THAT(restored.Restore(data).skipped, IsEmpty());
   EXPECT_EQ(restored.AllEntries(), ledger.AllEntries());
@@ -1194,17 +1092,14 @@ TEST(LedgerBadInputTest, PlanRejectsBadArguments) {
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(r.status().message(), "pod \"p\" has no container \"nope\"");
   Pod no_uid = OneContainerPod("", 1);
-  EXPECT_THAT(
-      ledger.Plan(no_uid, "main", kGpu, 1, std::nullopt).status().message(),
-      HasSubstr("empty uid"));
+  EXPECT_THAT(ledger.Plan(no_uid, "main", kGpu, 1, std::nullopt).status().message(),
+              HasSubstr("empty uid"));
   EXPECT_THAT(ledger.Plan(pod, "main", "", 1, std::nullopt).status().message(),
               HasSubstr("empty resource name"));
   for (int64_t n : {int64_t{0}, int64_t{-1}, int64_t{1} << 40}) {
-    StatusOr<AllocationPlan> bad =
-        ledger.Plan(pod, "main", kGpu, n, std::nullopt);
+    StatusOr<AllocationPlan> bad = ledger.Plan(pod, "main", kGpu, n, std::nullopt);
     EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << n;
-    EXPECT_THAT(bad.status().message(),
-                HasSubstr("invalid device count " + std::to_string(n)));
+    EXPECT_THAT(bad.status().message(), HasSubstr("invalid device count " + std::to_string(n)));
   }
   EXPECT_TRUE(ledger.CheckInvariants().ok());
 }
@@ -1214,9 +1109,7 @@ TEST(LedgerBadInputTest, HugeRequestIsUnavailableNotACrash) {
   Register(ledger, kGpu, Gpus(2));
   Pod pod = OneContainerPod("p", 1);
   EXPECT_EQ(
-      ledger.Plan(pod, "main", kGpu, Quantity::kMaxDeviceCount, std::nullopt)
-          .status()
-          .message(),
+      ledger.Plan(pod, "main", kGpu, Quantity::kMaxDeviceCount, std::nullopt).status().message(),
       "requested number of devices unavailable for vendor.com/gpu. Requested: "
       "2147483647, Available: 2");
 }
@@ -1225,8 +1118,7 @@ TEST(LedgerBadInputTest, ContainerHintsForUnknownContainer) {
   Ledger ledger;
   Register(ledger, kGpu, NumaGpus());
   Pod pod = OneContainerPod("p", 1);
-  EXPECT_EQ(ledger.ContainerTopologyHints(pod, "nope").status().code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(ledger.ContainerTopologyHints(pod, "nope").status().code(), StatusCode::kNotFound);
 }
 
 // ---------------------------------------------------------- the checker
@@ -1246,12 +1138,10 @@ TEST(LedgerInvariantTest, CatchesADeviceInTwoPods) {
 TEST(LedgerInvariantTest, CatchesTwoRunningContainersSharingADevice) {
   Ledger ledger;
   Register(ledger, kGpu, Gpus(2));
-  ledger.ForceRecordForTest({"p", "a", kGpu, {{kNoNumaNode, {"gpu1"}}}, "r"},
-                            ContainerKind::kApp);
+  ledger.ForceRecordForTest({"p", "a", kGpu, {{kNoNumaNode, {"gpu1"}}}, "r"}, ContainerKind::kApp);
   ledger.ForceRecordForTest({"p", "init", kGpu, {{kNoNumaNode, {"gpu1"}}}, "r"},
                             ContainerKind::kInit);
-  EXPECT_TRUE(
-      ledger.CheckInvariants().ok());  // hand-over from an init container
+  EXPECT_TRUE(ledger.CheckInvariants().ok());  // hand-over from an init container
   ledger.ForceRecordForTest({"p", "side", kGpu, {{kNoNumaNode, {"gpu1"}}}, "r"},
                             ContainerKind::kSidecar);
   EXPECT_THAT(ledger.CheckInvariants().message(),
@@ -1262,8 +1152,7 @@ TEST(LedgerInvariantTest, CatchesAReservedDeviceThatIsAlsoAllocated) {
   Ledger ledger;
   Register(ledger, kGpu, Gpus(2));
   Pod pod = OneContainerPod("p", 1);
-  StatusOr<AllocationPlan> plan =
-      ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger.Plan(pod, "main", kGpu, 1, std::nullopt);
   ASSERT_TRUE(plan.ok());
   ASSERT_TRUE(ledger.Reserve(*plan, {"gpu1"}).ok());
   ledger.ForceRecordForTest({"q", "main", kGpu, {{kNoNumaNode, {"gpu1"}}}, "r"},
@@ -1281,9 +1170,7 @@ class LedgerPropertyTest : public ::testing::TestWithParam<uint32_t> {};
 
 TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
   std::mt19937 rng(GetParam());
-  auto pick = [&](int n) {
-    return static_cast<int>(rng() % static_cast<uint32_t>(n));
-  };
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
   Ledger ledger;
   const std::vector<std::string> resources = {kGpu, kNic};
   const int kDevices = 8;
@@ -1330,8 +1217,7 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
         if (pods.empty() || pick(3) == 0) {
           std::vector<Container> inits;
           for (int i = 0, n = pick(3); i < n; ++i) {
-            inits.push_back(MakeContainer("i" + std::to_string(i), 1 + pick(2),
-                                          pick(3) == 0));
+            inits.push_back(MakeContainer("i" + std::to_string(i), 1 + pick(2), pick(3) == 0));
           }
           std::vector<Container> apps;
           for (int i = 0, n = 1 + pick(2); i < n; ++i)
@@ -1360,19 +1246,16 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
         int64_t count = c->limits.at(kGpu).FloorUnits();
         std::optional<NumaHint> hint;
         if (pick(2) == 0) hint = NumaHint{{pick(2)}, true};
-        StatusOr<AllocationPlan> plan =
-            ledger.Plan(pod, c->name, resource, count, hint);
+        StatusOr<AllocationPlan> plan = ledger.Plan(pod, c->name, resource, count, hint);
         if (!plan.ok()) {
           ++errors;
           break;
         }
         if (plan->reuse) break;
         for (const std::string& id : plan->must_include) {
-          for (const checkpoint::PodDevicesEntry& e :
-               ledger.PodEntries(pod.uid)) {
+          for (const checkpoint::PodDevicesEntry& e : ledger.PodEntries(pod.uid)) {
             std::vector<std::string> held = FlattenDeviceIds(e.device_ids);
-            if (e.resource_name == resource &&
-                std::count(held.begin(), held.end(), id))
+            if (e.resource_name == resource && std::count(held.begin(), held.end(), id))
               ++handovers;
           }
         }
@@ -1383,8 +1266,7 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
           std::shuffle(offer.begin(), offer.end(), rng);
           std::vector<std::string> answer = plan->must_include;
           for (const std::string& id : offer) {
-            if (static_cast<int64_t>(answer.size()) < plan->size)
-              answer.push_back(id);
+            if (static_cast<int64_t>(answer.size()) < plan->size) answer.push_back(id);
           }
           if (pick(4) == 0) answer.push_back("bogus");
           if (ledger.ValidatePreferred(*plan, answer).ok()) {
@@ -1399,11 +1281,9 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
           AllocationPlan forged = *plan;
           std::vector<std::string> ids;
           while (static_cast<int64_t>(ids.size()) < plan->size) {
-            std::string id = pick(10) == 0
-                                 ? std::string("bogus")
-                                 : "dev" + std::to_string(pick(kDevices));
-            if (std::find(ids.begin(), ids.end(), id) == ids.end())
-              ids.push_back(id);
+            std::string id =
+                pick(10) == 0 ? std::string("bogus") : "dev" + std::to_string(pick(kDevices));
+            if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
           }
           forged.must_include.clear();
           for (const std::string& id : ids) {
@@ -1426,8 +1306,7 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
       }
       case 4: {  // finish an admission in flight
         if (in_flight.empty()) break;
-        size_t i =
-            static_cast<size_t>(pick(static_cast<int>(in_flight.size())));
+        size_t i = static_cast<size_t>(pick(static_cast<int>(in_flight.size())));
         InFlight f = in_flight[i];
         in_flight.erase(in_flight.begin() + static_cast<std::ptrdiff_t>(i));
         if (pick(3) == 0) {
@@ -1437,8 +1316,7 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
           if (pick(5) == 0) {
             ASSERT_TRUE(ledger.UndoCommit(f.plan.key).ok());
           }
-          if (ledger.Reservation(f.plan.key))
-            ledger.ReleaseReservation(f.plan.key);
+          if (ledger.Reservation(f.plan.key)) ledger.ReleaseReservation(f.plan.key);
         }
         break;
       }
@@ -1469,8 +1347,7 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
           auto it = pods.begin();
           std::advance(it, pick(static_cast<int>(pods.size())));
           const Container& c = it->second.containers[0];
-          ResourceHints h =
-              ledger.TopologyHints(it->second, c.name, resource, 1 + pick(3));
+          ResourceHints h = ledger.TopologyHints(it->second, c.name, resource, 1 + pick(3));
           if (h && !h->empty()) {
             size_t smallest = h->front().nodes.size();
             for (const NumaHint& hint : *h) {
@@ -1498,15 +1375,13 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
     for (const checkpoint::PodDevicesEntry& e : ledger.AllEntries()) {
       auto pod = pods.find(e.pod_uid);
       std::optional<ContainerKind> kind =
-          pod == pods.end() ? std::nullopt
-                            : pod->second.KindOf(e.container_name);
+          pod == pods.end() ? std::nullopt : pod->second.KindOf(e.container_name);
       if (kind == ContainerKind::kInit) continue;
       for (const std::string& id : FlattenDeviceIds(e.device_ids)) {
-        auto [it, inserted] = running_holder.try_emplace(
-            {e.resource_name, id}, e.pod_uid + "/" + e.container_name);
-        ASSERT_TRUE(inserted)
-            << "step " << step << ": " << id << " held by " << it->second
-            << " and " << e.pod_uid << "/" << e.container_name;
+        auto [it, inserted] =
+            running_holder.try_emplace({e.resource_name, id}, e.pod_uid + "/" + e.container_name);
+        ASSERT_TRUE(inserted) << "step " << step << ": " << id << " held by " << it->second
+                              << " and " << e.pod_uid << "/" << e.container_name;
       }
     }
   }
@@ -1524,8 +1399,7 @@ TEST_P(LedgerPropertyTest, InvariantsHoldAfterEveryStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, LedgerPropertyTest,
-                         ::testing::Values(1u, 2u, 3u, 4u, 5u, 42u, 2026u,
-                                           90210u));
+                         ::testing::Values(1u, 2u, 3u, 4u, 5u, 42u, 2026u, 90210u));
 
 }  // namespace
 }  // namespace kdm::devicemanager

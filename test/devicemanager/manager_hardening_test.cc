@@ -203,8 +203,9 @@ class ManagerHardeningTest : public ::testing::Test {
 
   void MakeManager() {
     manager_ = std::make_unique<ManagerImpl>(
-        BaseOptions(), [this](const std::string& path, std::chrono::milliseconds)
-                           -> StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> {
+        BaseOptions(),
+        [this](const std::string& path, std::chrono::milliseconds)
+            -> StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> {
           auto it = plugins_.find(path);
           if (it == plugins_.end()) return UnavailableError("no plugin at " + path);
           return std::shared_ptr<v1beta1::DevicePlugin::StubInterface>(it->second.stub);
@@ -218,11 +219,11 @@ class ManagerHardeningTest : public ::testing::Test {
     opts.set_get_preferred_allocation_available(preferred);
     opts.set_pre_start_required(pre_start);
     EXPECT_CALL(*p.stub, GetDevicePluginOptions(_, _, _))
-        .WillOnce(Invoke([opts](grpc::ClientContext*, const v1beta1::Empty&,
-                                v1beta1::DevicePluginOptions* out) {
-          *out = opts;
-          return grpc::Status::OK;
-        }));
+        .WillOnce(Invoke(
+            [opts](grpc::ClientContext*, const v1beta1::Empty&, v1beta1::DevicePluginOptions* out) {
+              *out = opts;
+              return grpc::Status::OK;
+            }));
     auto stream = p.stream;
     EXPECT_CALL(*p.stub, ListAndWatchRaw(_, _)).WillOnce(Invoke([stream](auto*, const auto&) {
       return stream->NewReader();

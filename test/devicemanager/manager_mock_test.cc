@@ -11,7 +11,6 @@
 
 #include <cstdio>
 #include <cstring>
-
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -22,8 +21,8 @@
 #include "kdm/base/sync.h"
 #include "kdm/checkpoint/store.h"
 #include "kdm/devicemanager/manager_impl.h"
-#include "kdm/test/mocks/mock_device_plugin.h"
 #include "kdm/test/devicemanager/test_pods.h"
+#include "kdm/test/mocks/mock_device_plugin.h"
 
 namespace kdm::devicemanager {
 namespace {
@@ -118,8 +117,9 @@ class ManagerMockTest : public ::testing::Test {
 
   void MakeManager(Manager::Options o) {
     manager_ = std::make_unique<ManagerImpl>(
-        std::move(o), [this](const std::string& path, std::chrono::milliseconds)
-                          -> StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> {
+        std::move(o),
+        [this](const std::string& path, std::chrono::milliseconds)
+            -> StatusOr<std::shared_ptr<v1beta1::DevicePlugin::StubInterface>> {
           auto it = plugins_.find(path);
           if (it == plugins_.end()) return UnavailableError("no plugin at " + path);
           return std::shared_ptr<v1beta1::DevicePlugin::StubInterface>(it->second.stub);
@@ -135,11 +135,11 @@ class ManagerMockTest : public ::testing::Test {
     opts.set_get_preferred_allocation_available(preferred);
     opts.set_pre_start_required(pre_start);
     EXPECT_CALL(*p.stub, GetDevicePluginOptions(_, _, _))
-        .WillOnce(Invoke([opts](grpc::ClientContext*, const v1beta1::Empty&,
-                                v1beta1::DevicePluginOptions* out) {
-          *out = opts;
-          return grpc::Status::OK;
-        }));
+        .WillOnce(Invoke(
+            [opts](grpc::ClientContext*, const v1beta1::Empty&, v1beta1::DevicePluginOptions* out) {
+              *out = opts;
+              return grpc::Status::OK;
+            }));
     auto stream = p.stream;
     EXPECT_CALL(*p.stub, ListAndWatchRaw(_, _)).WillOnce(Invoke([stream](auto*, const auto&) {
       return stream->NewReader();
@@ -207,7 +207,8 @@ TEST_F(ManagerMockTest, CreateRejectsBadOptions) {
   EXPECT_THAT(Manager::Create(o).status().message(), HasSubstr("plugin_dir is empty"));
   o = BaseOptions();
   o.plugin_dir = "/tmp/" + std::string(120, 'x');
-  EXPECT_THAT(Manager::Create(o).status().message(), HasSubstr("longer than the 107 bytes a unix socket path allows"));
+  EXPECT_THAT(Manager::Create(o).status().message(),
+              HasSubstr("longer than the 107 bytes a unix socket path allows"));
   o = BaseOptions();
   o.rpc_timeout = std::chrono::milliseconds(0);
   EXPECT_THAT(Manager::Create(o).status().message(), HasSubstr("rpc_timeout must be positive"));
@@ -307,13 +308,13 @@ TEST_F(ManagerMockTest, CheckResourcesRegisteredAnswersWithTheLedgersText) {
   ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
   // Registered, restored without devices, not extended (cpu), zero limits:
   // nothing is missing.
-  EXPECT_TRUE(manager_->CheckResourcesRegistered(
-                          MakePod("a", {{"main", {{kGpu, 1}, {"cpu", 2}, {kNic, 0}}},
-                                        {"side", {{"vendor.com/restored", 1}}}}))
-                  .ok());
+  EXPECT_TRUE(
+      manager_
+          ->CheckResourcesRegistered(MakePod("a", {{"main", {{kGpu, 1}, {"cpu", 2}, {kNic, 0}}},
+                                                   {"side", {{"vendor.com/restored", 1}}}}))
+          .ok());
   // The first unregistered resource in name order, init containers too.
-  Pod pod = MakePod("b", {{"main", {{kGpu, 1}, {"vendor.com/zz", 1}}}},
-                    {{"init", {{kNic, 1}}}});
+  Pod pod = MakePod("b", {{"main", {{kGpu, 1}, {"vendor.com/zz", 1}}}}, {{"init", {{kNic, 1}}}});
   EXPECT_EQ(manager_->CheckResourcesRegistered(pod),
             FailedPreconditionError("cannot allocate unregistered device vendor.com/nic"));
   // Allocate itself skips what no plugin registered, as the kubelet's device
@@ -321,8 +322,9 @@ TEST_F(ManagerMockTest, CheckResourcesRegisteredAnswersWithTheLedgersText) {
   EXPECT_TRUE(manager_->Allocate(pod, "init").ok());
   // A resource whose grace period expired is unregistered again.
   clock_->Advance(std::chrono::minutes(5));
-  EXPECT_EQ(manager_->CheckResourcesRegistered(MakePod("c", {{"main", {{"vendor.com/restored", 1}}}})),
-            FailedPreconditionError("cannot allocate unregistered device vendor.com/restored"));
+  EXPECT_EQ(
+      manager_->CheckResourcesRegistered(MakePod("c", {{"main", {{"vendor.com/restored", 1}}}})),
+      FailedPreconditionError("cannot allocate unregistered device vendor.com/restored"));
 }
 
 TEST_F(ManagerMockTest, AlignNumaTakesDevicesOfThePreferredNumaNodeFirst) {
@@ -596,8 +598,8 @@ TEST_F(ManagerMockTest, StreamEndMarksUnhealthyAndGraceExpiryDeletes) {
   EXPECT_EQ(manager_->GetStats().rpc_errors.at("ListAndWatch"), 1);
   // RPCs to a stopped endpoint fail with the kubelet's text.
   Status s = manager_->Allocate(MakePod("x", {{"main", {{kGpu, 1}}}}), "main");
-  EXPECT_EQ(s.message(), "no healthy devices present; cannot allocate unhealthy devices " +
-                             std::string(kGpu));
+  EXPECT_EQ(s.message(),
+            "no healthy devices present; cannot allocate unhealthy devices " + std::string(kGpu));
   clock_->Advance(std::chrono::minutes(5) - std::chrono::milliseconds(1));
   EXPECT_EQ(manager_->GetCapacity().resources.count(kGpu), 1u);
   clock_->Advance(std::chrono::milliseconds(1));
@@ -660,8 +662,8 @@ TEST_F(ManagerMockTest, HealthFlipsAreVisibleInCapacityAndSubscriptions) {
   EXPECT_TRUE(WaitUntil([&] { return Seen().size() >= 3; }));
   manager_->Unsubscribe(id);
   EXPECT_THAT(Seen(), ElementsAre(DeviceHealthEvent{kGpu, "gpu0", true},
-                                DeviceHealthEvent{kGpu, "gpu1", true},
-                                DeviceHealthEvent{kGpu, "gpu1", false}));
+                                  DeviceHealthEvent{kGpu, "gpu1", true},
+                                  DeviceHealthEvent{kGpu, "gpu1", false}));
 }
 
 TEST_F(ManagerMockTest, CheckpointWriteFailureRollsTheAllocationBack) {
@@ -735,7 +737,10 @@ TEST_F(ManagerMockTest, RestartRestoresAllocationsAndNeverReallocatesThem) {
     ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
     ::close(fd);
   }
-  { std::FILE* f = std::fopen((dir_ + "/notes.txt").c_str(), "w"); std::fclose(f); }
+  {
+    std::FILE* f = std::fopen((dir_ + "/notes.txt").c_str(), "w");
+    std::fclose(f);
+  }
   MakeManager();
   ASSERT_TRUE(manager_->Start().ok());
   EXPECT_FALSE(std::filesystem::exists(stale));
@@ -820,9 +825,9 @@ TEST_F(ManagerMockTest, TopologyHintsComeFromTheLedger) {
   auto hints = manager_->GetTopologyHints(MakePod("p", {{"main", {{kGpu, 2}}}}), "main");
   ASSERT_TRUE(hints.ok()) << hints.status();
   ASSERT_TRUE(hints->at(kGpu).has_value());
-  EXPECT_THAT(*hints->at(kGpu), UnorderedElementsAre(TopologyHint{{0}, true},
-                                                      TopologyHint{{1}, true},
-                                                      TopologyHint{{0, 1}, false}));
+  EXPECT_THAT(*hints->at(kGpu),
+              UnorderedElementsAre(TopologyHint{{0}, true}, TopologyHint{{1}, true},
+                                   TopologyHint{{0, 1}, false}));
   auto pod_hints = manager_->GetPodTopologyHints(MakePod("p", {{"main", {{kGpu, 3}}}}));
   ASSERT_TRUE(pod_hints.ok());
   EXPECT_THAT(*pod_hints->at(kGpu), ElementsAre(TopologyHint{{0, 1}, true}));

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "kdm/base/env.h"
 #include "kdm/base/sync.h"
 #include "kdm/devicemanager/clock.h"
-#include "kdm/base/env.h"
 
 namespace kdm::devicemanager {
 namespace {
@@ -96,9 +96,11 @@ class OsTest : public ::testing::Test {
 
 TEST_F(OsTest, ReadBootIdTrimsAndNamesBadFiles) {
   MakeFile(dir_ + "/boot_id", "1f2e3d4c-0000-4000-8000-000000000001\n");
-  EXPECT_EQ(*ReadBootIdFile(*Env::Default(), dir_ + "/boot_id"), "1f2e3d4c-0000-4000-8000-000000000001");
+  EXPECT_EQ(*ReadBootIdFile(*Env::Default(), dir_ + "/boot_id"),
+            "1f2e3d4c-0000-4000-8000-000000000001");
   MakeFile(dir_ + "/empty", "");
-  EXPECT_THAT(ReadBootIdFile(*Env::Default(), dir_ + "/empty").status().message(), HasSubstr("is empty"));
+  EXPECT_THAT(ReadBootIdFile(*Env::Default(), dir_ + "/empty").status().message(),
+              HasSubstr("is empty"));
   EXPECT_THAT(ReadBootIdFile(*Env::Default(), dir_ + "/missing").status().message(),
               HasSubstr("cannot read boot id from " + dir_ + "/missing"));
   // The real one exists on Linux.

@@ -4,6 +4,8 @@
 #include "kdm/devicemanager/metrics.h"
 
 #include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -14,17 +16,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "kdm/devicemanager/manager.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
@@ -35,9 +34,9 @@ namespace {
 
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
+using testing::MakePod;
 using ::testing::Not;
 using ::testing::StartsWith;
-using testing::MakePod;
 
 constexpr char kGpu[] = "example.com/gpu";
 
@@ -121,11 +120,16 @@ TEST(MetricsTest, RendersTheKubeletNamesAndKdmsOwn) {
   m->ObserveCheckpointWrite(0.0004);
   std::string text = m->Render(nullptr);
   EXPECT_THAT(text, HasSubstr("# TYPE kubelet_device_plugin_registration_total counter"));
-  EXPECT_THAT(text, HasSubstr("kubelet_device_plugin_registration_total{resource_name=\"example.com/gpu\"} 2"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("kubelet_device_plugin_registration_total{resource_name=\"example.com/gpu\"} 2"));
   EXPECT_THAT(text, HasSubstr("# TYPE kubelet_device_plugin_alloc_duration_seconds histogram"));
-  EXPECT_THAT(text, HasSubstr("kubelet_device_plugin_alloc_duration_seconds_bucket{resource_name=\"example.com/gpu\",le=\"0.025\"} 1"));
-  EXPECT_THAT(text, HasSubstr("kubelet_device_plugin_alloc_duration_seconds_bucket{resource_name=\"example.com/gpu\",le=\"5\"} 2"));
-  EXPECT_THAT(text, HasSubstr("kubelet_device_plugin_alloc_duration_seconds_count{resource_name=\"example.com/gpu\"} 2"));
+  EXPECT_THAT(text, HasSubstr("kubelet_device_plugin_alloc_duration_seconds_bucket{resource_name="
+                              "\"example.com/gpu\",le=\"0.025\"} 1"));
+  EXPECT_THAT(text, HasSubstr("kubelet_device_plugin_alloc_duration_seconds_bucket{resource_name="
+                              "\"example.com/gpu\",le=\"5\"} 2"));
+  EXPECT_THAT(text, HasSubstr("kubelet_device_plugin_alloc_duration_seconds_count{resource_name="
+                              "\"example.com/gpu\"} 2"));
   EXPECT_THAT(text, HasSubstr("# TYPE kdm_checkpoint_write_seconds histogram"));
   EXPECT_THAT(text, HasSubstr("kdm_checkpoint_write_seconds_bucket{le=\"0.0005\"} 1"));
   EXPECT_THAT(text, HasSubstr("kdm_preferred_allocation_total{outcome=\"invalid\"} 0"));
@@ -191,8 +195,11 @@ TEST_F(MetricsWithManagerTest, TheManagerReportsRegistrationsAllocationsAndCheck
   Pod pod = MakePod("uid-1", {{"main", {{kGpu, 2}}}});
   ASSERT_TRUE(manager_->Allocate(pod, "main").ok());
   std::string text = wired_->Render(manager_.get());
-  EXPECT_THAT(text, HasSubstr("kubelet_device_plugin_registration_total{resource_name=\"example.com/gpu\"} 1"));
-  EXPECT_THAT(text, HasSubstr("kubelet_device_plugin_alloc_duration_seconds_count{resource_name=\"example.com/gpu\"} 1"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("kubelet_device_plugin_registration_total{resource_name=\"example.com/gpu\"} 1"));
+  EXPECT_THAT(text, HasSubstr("kubelet_device_plugin_alloc_duration_seconds_count{resource_name="
+                              "\"example.com/gpu\"} 1"));
   // The allocation is one checkpoint transaction (the in-memory store).
   EXPECT_THAT(text, ::testing::ContainsRegex("kdm_checkpoint_write_seconds_count [1-9]"));
   auto [rc, out] = Promtool(text);
@@ -205,8 +212,10 @@ TEST_F(MetricsWithManagerTest, KdmMetricsFollowTheManagersState) {
 
   auto m = Metrics::Create();
   std::string text = m->Render(manager_.get());
-  EXPECT_THAT(text, HasSubstr("kdm_resource_capacity_devices{resource_name=\"example.com/gpu\"} 3"));
-  EXPECT_THAT(text, HasSubstr("kdm_resource_allocatable_devices{resource_name=\"example.com/gpu\"} 3"));
+  EXPECT_THAT(text,
+              HasSubstr("kdm_resource_capacity_devices{resource_name=\"example.com/gpu\"} 3"));
+  EXPECT_THAT(text,
+              HasSubstr("kdm_resource_allocatable_devices{resource_name=\"example.com/gpu\"} 3"));
   EXPECT_THAT(text, HasSubstr("kdm_device_resources{state=\"serving\"} 1"));
   EXPECT_THAT(text, HasSubstr("kdm_registrations_total{result=\"accepted\"} 1"));
   EXPECT_THAT(text, HasSubstr("kdm_preferred_allocation_total{outcome=\"invalid\"} 1"));
@@ -239,7 +248,8 @@ TEST_F(MetricsWithManagerTest, KdmMetricsFollowTheManagersState) {
   manager_->Unsubscribe(id);
   ASSERT_TRUE(arrived);
   text = m->Render(manager_.get());
-  EXPECT_THAT(text, HasSubstr("kdm_resource_allocatable_devices{resource_name=\"example.com/gpu\"} 0"));
+  EXPECT_THAT(text,
+              HasSubstr("kdm_resource_allocatable_devices{resource_name=\"example.com/gpu\"} 0"));
   EXPECT_THAT(text, HasSubstr("kdm_device_resources{state=\"unhealthy\"} 1"));
 }
 
@@ -269,7 +279,8 @@ TEST_F(MetricsWithManagerTest, RefusedSnapshotsAndRestrictedRejectionsAreCounted
   text = m->Render(manager_.get());
   EXPECT_THAT(text, HasSubstr("kdm_snapshots_refused_total 1"));
   EXPECT_THAT(text, HasSubstr("kdm_restricted_rejections_total 1"));
-  EXPECT_THAT(text, HasSubstr("kdm_resource_capacity_devices{resource_name=\"example.com/gpu\"} 3"));
+  EXPECT_THAT(text,
+              HasSubstr("kdm_resource_capacity_devices{resource_name=\"example.com/gpu\"} 3"));
   // Mirrored, not added up, across scrapes.
   text = m->Render(manager_.get());
   EXPECT_THAT(text, HasSubstr("kdm_snapshots_refused_total 1"));
@@ -300,7 +311,9 @@ TEST_F(MetricsServerTest, ServesMetricsThatPromtoolAccepts) {
   EXPECT_THAT(r, StartsWith("HTTP/1.1 200 OK\r\n"));
   EXPECT_THAT(r, HasSubstr("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"));
   std::string body = Body(r);
-  EXPECT_THAT(body, HasSubstr("kubelet_device_plugin_registration_total{resource_name=\"example.com/gpu\"} 1"));
+  EXPECT_THAT(
+      body,
+      HasSubstr("kubelet_device_plugin_registration_total{resource_name=\"example.com/gpu\"} 1"));
   auto [rc, out] = Promtool(body);
   EXPECT_EQ(rc, 0) << out << "\n--- exposition ---\n" << body;
 }
@@ -315,8 +328,9 @@ TEST_F(MetricsServerTest, UnknownPathIs404AndOtherMethodsAre405) {
   std::string r = Exchange(server_->port(), GetRequest("/nope"));
   EXPECT_THAT(r, StartsWith("HTTP/1.1 404 Not Found\r\n"));
   EXPECT_THAT(Body(r), HasSubstr("/metrics"));
-  r = Exchange(server_->port(),
-               "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi");
+  r = Exchange(
+      server_->port(),
+      "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi");
   EXPECT_THAT(r, StartsWith("HTTP/1.1 405 Method Not Allowed\r\n"));
   EXPECT_THAT(r, HasSubstr("Allow: GET\r\n"));
 }
@@ -388,8 +402,8 @@ TEST_F(MetricsServerTest, ConcurrentScrapesAllSucceed) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(ok.load(), 60);
-  EXPECT_THAT(metrics_->Render(nullptr),
-              HasSubstr("kubelet_device_plugin_alloc_duration_seconds_count{resource_name=\"example.com/gpu\"} 60"));
+  EXPECT_THAT(metrics_->Render(nullptr), HasSubstr("kubelet_device_plugin_alloc_duration_seconds_"
+                                                   "count{resource_name=\"example.com/gpu\"} 60"));
 }
 
 TEST_F(MetricsServerTest, StopIsIdempotentAndClosesThePort) {
@@ -401,8 +415,8 @@ TEST_F(MetricsServerTest, StopIsIdempotentAndClosesThePort) {
 
 TEST(MetricsServerStartTest, BadAddressesAreRefusedWithClearErrors) {
   auto m = Metrics::Create();
-  for (const char* bad : {"nonsense", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:9x",
-                          "[::1", "[::1]", "::1:80"}) {
+  for (const char* bad :
+       {"nonsense", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:9x", "[::1", "[::1]", "::1:80"}) {
     auto s = MetricsServer::Start(bad, m, nullptr);
     EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(s.status().message(), HasSubstr(std::string("\"") + bad + "\"")) << bad;

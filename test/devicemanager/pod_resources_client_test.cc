@@ -3,6 +3,8 @@
 // against sockets that misbehave (nobody listening, nobody answering).
 #include "kdm/devicemanager/pod_resources_client.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -17,9 +19,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "kdm/devicemanager/manager.h"
 #include "kdm/devicemanager/pod_resources_server.h"
@@ -47,14 +46,15 @@ Container MakeContainer(const std::string& name, std::map<std::string, int64_t> 
   return c;
 }
 
-std::unique_ptr<plugin::PluginServer> StartPlugin(const std::string& dir, const std::string& resource,
+std::unique_ptr<plugin::PluginServer> StartPlugin(const std::string& dir,
+                                                  const std::string& resource,
                                                   std::vector<plugin::Device> devices) {
   plugin::PluginServer::Options o;
   o.resource_name = resource;
   o.plugin_dir = dir;
   o.devices = std::move(devices);
-  o.allocate = [](const v1beta1::ContainerAllocateRequest&)
-      -> StatusOr<v1beta1::ContainerAllocateResponse> {
+  o.allocate =
+      [](const v1beta1::ContainerAllocateRequest&) -> StatusOr<v1beta1::ContainerAllocateResponse> {
     return v1beta1::ContainerAllocateResponse();
   };
   o.register_backoff_initial = 10ms;
@@ -178,7 +178,8 @@ class PodResourcesClientTest : public ::testing::Test {
   std::vector<Pod> pods_;
 };
 
-Pod MakePod(const std::string& name, std::vector<Container> app, const std::string& ns = "default") {
+Pod MakePod(const std::string& name, std::vector<Container> app,
+            const std::string& ns = "default") {
   Pod p;
   p.uid = "uid-" + ns + "-" + name;
   p.namespace_name = ns;
@@ -188,7 +189,8 @@ Pod MakePod(const std::string& name, std::vector<Container> app, const std::stri
 }
 
 TEST_F(PodResourcesClientTest, ListReportsPodsContainersAndOneEntryPerDevicePerNumaNode) {
-  Admit(MakePod("train", {MakeContainer("main", {{kGpu, 3}, {kNic, 1}}), MakeContainer("log", {})}));
+  Admit(
+      MakePod("train", {MakeContainer("main", {{kGpu, 3}, {kNic, 1}}), MakeContainer("log", {})}));
   Admit(MakePod("idle", {MakeContainer("app", {})}, "batch"));
   auto client = Client();
   ASSERT_NE(client, nullptr);
@@ -202,12 +204,11 @@ TEST_F(PodResourcesClientTest, ListReportsPodsContainersAndOneEntryPerDevicePerN
   EXPECT_EQ(train.name, "train");
   ASSERT_EQ(train.containers.size(), 2u);
   EXPECT_EQ(train.containers[0].name, "main");
-  EXPECT_THAT(train.containers[0].devices,
-              UnorderedElementsAre(ContainerDevices{kGpu, {"gpu0"}, 0},
-                                   ContainerDevices{kGpu, {"gpu1"}, 1},
-                                   ContainerDevices{kGpu, {"gpu2"}, 0},
-                                   ContainerDevices{kGpu, {"gpu2"}, 1},
-                                   ContainerDevices{kNic, {"nic0"}, std::nullopt}));
+  EXPECT_THAT(
+      train.containers[0].devices,
+      UnorderedElementsAre(ContainerDevices{kGpu, {"gpu0"}, 0}, ContainerDevices{kGpu, {"gpu1"}, 1},
+                           ContainerDevices{kGpu, {"gpu2"}, 0}, ContainerDevices{kGpu, {"gpu2"}, 1},
+                           ContainerDevices{kNic, {"nic0"}, std::nullopt}));
   EXPECT_EQ(train.containers[1].name, "log");
   EXPECT_THAT(train.containers[1].devices, IsEmpty());
   EXPECT_EQ((*pods)[1].namespace_name, "batch");
@@ -219,11 +220,11 @@ TEST_F(PodResourcesClientTest, GetAllocatableResourcesReportsTheHealthyDevices) 
   ASSERT_NE(client, nullptr);
   auto devices = client->GetAllocatableResources();
   ASSERT_TRUE(devices.ok()) << devices.status();
-  EXPECT_THAT(*devices, UnorderedElementsAre(ContainerDevices{kGpu, {"gpu0"}, 0},
-                                             ContainerDevices{kGpu, {"gpu1"}, 1},
-                                             ContainerDevices{kGpu, {"gpu2"}, 0},
-                                             ContainerDevices{kGpu, {"gpu2"}, 1},
-                                             ContainerDevices{kNic, {"nic0"}, std::nullopt}));
+  EXPECT_THAT(
+      *devices,
+      UnorderedElementsAre(ContainerDevices{kGpu, {"gpu0"}, 0}, ContainerDevices{kGpu, {"gpu1"}, 1},
+                           ContainerDevices{kGpu, {"gpu2"}, 0}, ContainerDevices{kGpu, {"gpu2"}, 1},
+                           ContainerDevices{kNic, {"nic0"}, std::nullopt}));
   // The same answer through another client: the calls hold no state.
   auto again = Client()->GetAllocatableResources();
   ASSERT_TRUE(again.ok()) << again.status();
@@ -242,8 +243,7 @@ TEST_F(PodResourcesClientTest, ConnectRefusesBadOptionsAndMissingSockets) {
 
   const std::string missing = dir_.path() + "/none.sock";
   bad = PodResourcesClient::Connect({.socket_path = missing});
-  EXPECT_EQ(bad.status(),
-            NotFoundError("pod-resources socket " + missing + " does not exist"));
+  EXPECT_EQ(bad.status(), NotFoundError("pod-resources socket " + missing + " does not exist"));
   const std::string file = dir_.path() + "/file.sock";
   std::ofstream(file) << "x";
   bad = PodResourcesClient::Connect({.socket_path = file});

@@ -2,6 +2,9 @@
 // SDK plugins (kdm::plugin::PluginServer) registered to it.
 #include "kdm/devicemanager/pod_resources_server.h"
 
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -16,10 +19,6 @@
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "kdm/devicemanager/manager.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
@@ -76,14 +75,15 @@ Container MakeContainer(const std::string& name, std::map<std::string, int64_t> 
   return c;
 }
 
-std::unique_ptr<plugin::PluginServer> StartPlugin(const std::string& dir, const std::string& resource,
+std::unique_ptr<plugin::PluginServer> StartPlugin(const std::string& dir,
+                                                  const std::string& resource,
                                                   std::vector<plugin::Device> devices) {
   plugin::PluginServer::Options o;
   o.resource_name = resource;
   o.plugin_dir = dir;
   o.devices = std::move(devices);
-  o.allocate = [](const v1beta1::ContainerAllocateRequest&)
-      -> StatusOr<v1beta1::ContainerAllocateResponse> {
+  o.allocate =
+      [](const v1beta1::ContainerAllocateRequest&) -> StatusOr<v1beta1::ContainerAllocateResponse> {
     return v1beta1::ContainerAllocateResponse();
   };
   o.register_backoff_initial = 10ms;
@@ -237,7 +237,8 @@ Pod MakePod(const std::string& name, std::vector<Container> init, std::vector<Co
 
 TEST_F(PodResourcesServerTest, ListReportsActivePodsWithOneEntryPerDevicePerNumaNode) {
   StartServer();
-  Admit(MakePod("train", {}, {MakeContainer("main", {{kGpu, 5}, {kNic, 2}}), MakeContainer("log", {})}));
+  Admit(MakePod("train", {},
+                {MakeContainer("main", {{kGpu, 5}, {kNic, 2}}), MakeContainer("log", {})}));
   Admit(MakePod("idle", {}, {MakeContainer("app", {})}, "batch"));
 
   v1::ListPodResourcesResponse list;
@@ -420,7 +421,8 @@ TEST_F(PodResourcesServerTest, StartRefusesBadOptionsWithClearErrors) {
   o.socket_path = root_ + "/" + std::string(120, 'a') + ".sock";
   s = PodResourcesServer::Start(o);
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.status().message(), HasSubstr("longer than the 107 bytes a unix socket path allows"));
+  EXPECT_THAT(s.status().message(),
+              HasSubstr("longer than the 107 bytes a unix socket path allows"));
 
   o.socket_path = socket();
   o.manager = nullptr;

@@ -31,73 +31,62 @@ TEST_P(QuantityParseTest, ParsesToExactValue) {
 INSTANTIATE_TEST_SUITE_P(
     Grammar, QuantityParseTest,
     ::testing::Values(
-        ParseCase{"0", 0, 0}, ParseCase{"2", 2, 0}, ParseCase{"+3", 3, 0},
-        ParseCase{"-2", -2, 0}, ParseCase{"007", 7, 0},
-        ParseCase{"500m", 0, 500000000}, ParseCase{"1500m", 1, 500000000},
-        ParseCase{"-500m", -1, 500000000}, ParseCase{"1n", 0, 1},
-        ParseCase{"1u", 0, 1000}, ParseCase{"1k", 1000, 0},
-        ParseCase{"1.5k", 1500, 0}, ParseCase{"1M", 1000000, 0},
+        ParseCase{"0", 0, 0}, ParseCase{"2", 2, 0}, ParseCase{"+3", 3, 0}, ParseCase{"-2", -2, 0},
+        ParseCase{"007", 7, 0}, ParseCase{"500m", 0, 500000000}, ParseCase{"1500m", 1, 500000000},
+        ParseCase{"-500m", -1, 500000000}, ParseCase{"1n", 0, 1}, ParseCase{"1u", 0, 1000},
+        ParseCase{"1k", 1000, 0}, ParseCase{"1.5k", 1500, 0}, ParseCase{"1M", 1000000, 0},
         ParseCase{"1G", 1000000000, 0}, ParseCase{"1T", 1000000000000, 0},
-        ParseCase{"1P", 1000000000000000, 0},
-        ParseCase{"1E", 1000000000000000000, 0}, ParseCase{"1Ki", 1024, 0},
-        ParseCase{"1.5Ki", 1536, 0}, ParseCase{"1Mi", 1048576, 0},
+        ParseCase{"1P", 1000000000000000, 0}, ParseCase{"1E", 1000000000000000000, 0},
+        ParseCase{"1Ki", 1024, 0}, ParseCase{"1.5Ki", 1536, 0}, ParseCase{"1Mi", 1048576, 0},
         ParseCase{"1Gi", 1073741824, 0}, ParseCase{"1Ti", 1099511627776, 0},
-        ParseCase{"1Pi", 1125899906842624, 0},
-        ParseCase{"1Ei", 1152921504606846976, 0},
+        ParseCase{"1Pi", 1125899906842624, 0}, ParseCase{"1Ei", 1152921504606846976, 0},
         ParseCase{"7Ei", 8070450532247928832, 0}, ParseCase{"1e3", 1000, 0},
-        ParseCase{"1E3", 1000, 0}, ParseCase{"1e+2", 100, 0},
-        ParseCase{"1e-3", 0, 1000000}, ParseCase{"25e-1", 2, 500000000},
-        ParseCase{".5", 0, 500000000}, ParseCase{"5.", 5, 0},
+        ParseCase{"1E3", 1000, 0}, ParseCase{"1e+2", 100, 0}, ParseCase{"1e-3", 0, 1000000},
+        ParseCase{"25e-1", 2, 500000000}, ParseCase{".5", 0, 500000000}, ParseCase{"5.", 5, 0},
         ParseCase{"1.0", 1, 0}, ParseCase{"0.000000001", 0, 1},
         ParseCase{"9223372036854775807", INT64_MAX, 0},
         // Finer than a nano unit rounds up, as Kubernetes does.
         ParseCase{"1e-12", 0, 1}, ParseCase{"0.0000000001", 0, 1},
         ParseCase{"1.0000000001", 1, 1}));
 
-class QuantityRejectTest
-    : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+class QuantityRejectTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(QuantityRejectTest, RejectsWithReason) {
   const auto& [text, why] = GetParam();
   StatusOr<Quantity> q = Quantity::Parse(text);
   ASSERT_FALSE(q.ok()) << text;
   EXPECT_EQ(q.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(q.status().message(),
-              HasSubstr("invalid quantity \"" + text + "\""));
+  EXPECT_THAT(q.status().message(), HasSubstr("invalid quantity \"" + text + "\""));
   EXPECT_THAT(q.status().message(), HasSubstr(why));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     BadInput, QuantityRejectTest,
-    ::testing::Values(
-        std::pair<std::string, std::string>{"", "empty"},
-        std::pair<std::string, std::string>{" 1", "no digits"},
-        std::pair<std::string, std::string>{"1 ", "unknown suffix \" \""},
-        std::pair<std::string, std::string>{"abc", "no digits"},
-        std::pair<std::string, std::string>{"1x", "unknown suffix \"x\""},
-        std::pair<std::string, std::string>{"1ki", "unknown suffix \"ki\""},
-        std::pair<std::string, std::string>{"1KI", "unknown suffix \"KI\""},
-        std::pair<std::string, std::string>{"1Ki2", "unknown suffix"},
-        std::pair<std::string, std::string>{"1.2.3",
-                                            "more than one decimal point"},
-        std::pair<std::string, std::string>{"+", "no digits"},
-        std::pair<std::string, std::string>{"-", "no digits"},
-        std::pair<std::string, std::string>{".", "no digits"},
-        std::pair<std::string, std::string>{"--1", "no digits"},
-        std::pair<std::string, std::string>{"1e", "exponent has no digits"},
-        std::pair<std::string, std::string>{"1e+", "exponent has no digits"},
-        std::pair<std::string, std::string>{"1e1.5", "is not an integer"},
-        std::pair<std::string, std::string>{"1e99999", "exponent out of range"},
-        std::pair<std::string, std::string>{"8Ei", "out of range"},
-        std::pair<std::string, std::string>{"9223372036854775808",
-                                            "out of range"},
-        std::pair<std::string, std::string>{"-9223372036854775809",
-                                            "out of range"},
-        std::pair<std::string, std::string>{"1e19", "out of range"},
-        std::pair<std::string, std::string>{
-            "100000000000000000000000000000000000000000", "out of range"},
-        std::pair<std::string, std::string>{"1.0000000000000000000000000000001",
-                                            "significant digits"}));
+    ::testing::Values(std::pair<std::string, std::string>{"", "empty"},
+                      std::pair<std::string, std::string>{" 1", "no digits"},
+                      std::pair<std::string, std::string>{"1 ", "unknown suffix \" \""},
+                      std::pair<std::string, std::string>{"abc", "no digits"},
+                      std::pair<std::string, std::string>{"1x", "unknown suffix \"x\""},
+                      std::pair<std::string, std::string>{"1ki", "unknown suffix \"ki\""},
+                      std::pair<std::string, std::string>{"1KI", "unknown suffix \"KI\""},
+                      std::pair<std::string, std::string>{"1Ki2", "unknown suffix"},
+                      std::pair<std::string, std::string>{"1.2.3", "more than one decimal point"},
+                      std::pair<std::string, std::string>{"+", "no digits"},
+                      std::pair<std::string, std::string>{"-", "no digits"},
+                      std::pair<std::string, std::string>{".", "no digits"},
+                      std::pair<std::string, std::string>{"--1", "no digits"},
+                      std::pair<std::string, std::string>{"1e", "exponent has no digits"},
+                      std::pair<std::string, std::string>{"1e+", "exponent has no digits"},
+                      std::pair<std::string, std::string>{"1e1.5", "is not an integer"},
+                      std::pair<std::string, std::string>{"1e99999", "exponent out of range"},
+                      std::pair<std::string, std::string>{"8Ei", "out of range"},
+                      std::pair<std::string, std::string>{"9223372036854775808", "out of range"},
+                      std::pair<std::string, std::string>{"-9223372036854775809", "out of range"},
+                      std::pair<std::string, std::string>{"1e19", "out of range"},
+                      std::pair<std::string, std::string>{
+                          "100000000000000000000000000000000000000000", "out of range"},
+                      std::pair<std::string, std::string>{"1.0000000000000000000000000000001",
+                                                          "significant digits"}));
 
 TEST(QuantityTest, ComparesValuesNotSpellings) {
   auto p = [](const char* s) { return *Quantity::Parse(s); };
@@ -125,16 +114,14 @@ TEST(QuantityTest, DeviceCountOfWholeNumbers) {
   EXPECT_EQ(*Quantity::Parse("0")->DeviceCount(), 0);
   EXPECT_EQ(*Quantity::Parse("1e1")->DeviceCount(), 10);
   EXPECT_EQ(*Quantity::Parse("2000m")->DeviceCount(), 2);
-  EXPECT_EQ(*Quantity::Parse("2147483647")->DeviceCount(),
-            Quantity::kMaxDeviceCount);
+  EXPECT_EQ(*Quantity::Parse("2147483647")->DeviceCount(), Quantity::kMaxDeviceCount);
 }
 
 TEST(QuantityTest, DeviceCountRejectsFractionNamingTheValue) {
   StatusOr<int64_t> n = Quantity::Parse("500m")->DeviceCount();
   ASSERT_FALSE(n.ok());
   EXPECT_EQ(n.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(n.status().message(),
-              HasSubstr("\"500m\" is not a whole number"));
+  EXPECT_THAT(n.status().message(), HasSubstr("\"500m\" is not a whole number"));
   EXPECT_FALSE(Quantity::Parse("1.5")->DeviceCount().ok());
   EXPECT_FALSE(Quantity::Parse("1n")->DeviceCount().ok());
 }
@@ -143,15 +130,13 @@ TEST(QuantityTest, DeviceCountRejectsNegative) {
   StatusOr<int64_t> n = Quantity::Parse("-1")->DeviceCount();
   ASSERT_FALSE(n.ok());
   EXPECT_THAT(n.status().message(), HasSubstr("\"-1\" is negative"));
-  EXPECT_THAT(Quantity::Parse("-500m")->DeviceCount().status().message(),
-              HasSubstr("negative"));
+  EXPECT_THAT(Quantity::Parse("-500m")->DeviceCount().status().message(), HasSubstr("negative"));
 }
 
 TEST(QuantityTest, DeviceCountRejectsHuge) {
   StatusOr<int64_t> n = Quantity::Parse("3Gi")->DeviceCount();
   ASSERT_FALSE(n.ok());
-  EXPECT_THAT(n.status().message(),
-              HasSubstr("\"3Gi\" is too large for a device count"));
+  EXPECT_THAT(n.status().message(), HasSubstr("\"3Gi\" is too large for a device count"));
   EXPECT_FALSE(Quantity::Parse("2147483648")->DeviceCount().ok());
   EXPECT_FALSE(Quantity::Parse("7Ei")->DeviceCount().ok());
 }

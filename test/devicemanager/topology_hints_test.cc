@@ -30,8 +30,7 @@ Container Gpus(const std::string& name, int64_t n, bool restartable = false) {
   return c;
 }
 
-Pod MakePod(const std::string& uid, std::vector<Container> inits,
-            std::vector<Container> apps) {
+Pod MakePod(const std::string& uid, std::vector<Container> inits, std::vector<Container> apps) {
   Pod pod;
   pod.uid = uid;
   pod.name = uid;
@@ -43,22 +42,17 @@ Pod MakePod(const std::string& uid, std::vector<Container> inits,
 
 // gpu0, gpu1 on node 0; gpu2, gpu3 on node 1.
 std::vector<LedgerDevice> TwoNodes() {
-  return {{"gpu0", true, {0}},
-          {"gpu1", true, {0}},
-          {"gpu2", true, {1}},
-          {"gpu3", true, {1}}};
+  return {{"gpu0", true, {0}}, {"gpu1", true, {0}}, {"gpu2", true, {1}}, {"gpu3", true, {1}}};
 }
 
 class TopologyHintsTest : public ::testing::Test {
  protected:
-  void SetDevices(const std::vector<LedgerDevice>& devices,
-                  const std::string& resource = kGpu) {
+  void SetDevices(const std::vector<LedgerDevice>& devices, const std::string& resource = kGpu) {
     ASSERT_TRUE(ledger_.SetDevices(resource, devices).ok());
   }
-  void AdmitIds(const Pod& pod, const std::string& container,
-                const std::vector<std::string>& ids) {
-    StatusOr<AllocationPlan> plan = ledger_.Plan(
-        pod, container, kGpu, static_cast<int64_t>(ids.size()), std::nullopt);
+  void AdmitIds(const Pod& pod, const std::string& container, const std::vector<std::string>& ids) {
+    StatusOr<AllocationPlan> plan =
+        ledger_.Plan(pod, container, kGpu, static_cast<int64_t>(ids.size()), std::nullopt);
     ASSERT_TRUE(plan.ok()) << plan.status();
     ASSERT_TRUE(ledger_.Reserve(*plan, ids).ok());
     ASSERT_TRUE(ledger_.Commit(plan->key, "r").ok());
@@ -83,10 +77,10 @@ TEST_F(TopologyHintsTest, UnknownResourceOrZeroCountMeansNoPreference) {
 
 TEST_F(TopologyHintsTest, SingleNodeHintsArePreferred) {
   SetDevices(TwoNodes());
-  EXPECT_THAT(*Hints(1), ElementsAre(NumaHint{{0}, true}, NumaHint{{1}, true},
-                                     NumaHint{{0, 1}, false}));
-  EXPECT_THAT(*Hints(2), ElementsAre(NumaHint{{0}, true}, NumaHint{{1}, true},
-                                     NumaHint{{0, 1}, false}));
+  EXPECT_THAT(*Hints(1),
+              ElementsAre(NumaHint{{0}, true}, NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
+  EXPECT_THAT(*Hints(2),
+              ElementsAre(NumaHint{{0}, true}, NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
 }
 
 TEST_F(TopologyHintsTest, RequestSpanningNodesPrefersTheSmallestSpan) {
@@ -97,8 +91,8 @@ TEST_F(TopologyHintsTest, RequestSpanningNodesPrefersTheSmallestSpan) {
 
 TEST_F(TopologyHintsTest, NodesAreThoseHoldingDevices) {
   SetDevices({{"gpu0", true, {3}}, {"gpu1", true, {7}}});
-  EXPECT_THAT(*Hints(1), ElementsAre(NumaHint{{3}, true}, NumaHint{{7}, true},
-                                     NumaHint{{3, 7}, false}));
+  EXPECT_THAT(*Hints(1),
+              ElementsAre(NumaHint{{3}, true}, NumaHint{{7}, true}, NumaHint{{3, 7}, false}));
 }
 
 TEST_F(TopologyHintsTest, MoreRequestedThanExistSatisfiesNoHint) {
@@ -112,29 +106,23 @@ TEST_F(TopologyHintsTest, AllocatedAndReservedDevicesAreNotAvailable) {
   SetDevices(TwoNodes());
   AdmitIds(MakePod("other", {}, {Gpus("main", 1)}), "main", {"gpu0"});
   Pod reserving = MakePod("r", {}, {Gpus("main", 1)});
-  StatusOr<AllocationPlan> plan =
-      ledger_.Plan(reserving, "main", kGpu, 1, std::nullopt);
+  StatusOr<AllocationPlan> plan = ledger_.Plan(reserving, "main", kGpu, 1, std::nullopt);
   ASSERT_TRUE(plan.ok());
   ASSERT_TRUE(ledger_.Reserve(*plan, {"gpu1"}).ok());
   // Node 0 has no free device left, but still counts for the minimum size.
-  EXPECT_THAT(*Hints(2),
-              ElementsAre(NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
+  EXPECT_THAT(*Hints(2), ElementsAre(NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
   EXPECT_THAT(*Hints(3), IsEmpty());
 }
 
 TEST_F(TopologyHintsTest, UnhealthyDevicesCountForTheMinimumOnly) {
-  SetDevices({{"gpu0", false, {0}},
-              {"gpu1", false, {0}},
-              {"gpu2", true, {1}},
-              {"gpu3", true, {1}}});
-  EXPECT_THAT(*Hints(2),
-              ElementsAre(NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
+  SetDevices(
+      {{"gpu0", false, {0}}, {"gpu1", false, {0}}, {"gpu2", true, {1}}, {"gpu3", true, {1}}});
+  EXPECT_THAT(*Hints(2), ElementsAre(NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
 }
 
 TEST_F(TopologyHintsTest, DeviceOnTwoNodesCountsForBoth) {
   SetDevices({{"gpu0", true, {0, 1}}, {"gpu1", true, {1}}});
-  EXPECT_THAT(*Hints(2),
-              ElementsAre(NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
+  EXPECT_THAT(*Hints(2), ElementsAre(NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
 }
 
 TEST_F(TopologyHintsTest, DevicesWithoutTopologyDoNotCount) {
@@ -146,8 +134,7 @@ TEST_F(TopologyHintsTest, DevicesWithoutTopologyDoNotCount) {
 TEST_F(TopologyHintsTest, RecordedContainerRegeneratesFromItsDevices) {
   SetDevices(TwoNodes());
   AdmitIds(pod_, "main", {"gpu2"});
-  EXPECT_THAT(*Hints(1),
-              ElementsAre(NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
+  EXPECT_THAT(*Hints(1), ElementsAre(NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
   // Recorded with another count: nothing fits.
   EXPECT_THAT(*Hints(2), IsEmpty());
 }
@@ -169,17 +156,15 @@ TEST_F(TopologyHintsTest, HandOverDevicesMustLieInsideTheHint) {
 
 TEST_F(TopologyHintsTest, TooManyNumaNodesMeansNoPreference) {
   std::vector<LedgerDevice> devices;
-  for (int i = 0; i < 17; ++i)
-    devices.push_back({"gpu" + std::to_string(i), true, {i}});
+  for (int i = 0; i < 17; ++i) devices.push_back({"gpu" + std::to_string(i), true, {i}});
   SetDevices(devices);
   EXPECT_EQ(Hints(1), std::nullopt);
   devices.pop_back();
   SetDevices(devices);
   ResourceHints h = Hints(16);
   ASSERT_TRUE(h.has_value());
-  EXPECT_THAT(
-      *h, ElementsAre(NumaHint{
-              {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, true}));
+  EXPECT_THAT(*h,
+              ElementsAre(NumaHint{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, true}));
 }
 
 TEST_F(TopologyHintsTest, ContainerHintsPerResource) {
@@ -194,8 +179,7 @@ TEST_F(TopologyHintsTest, ContainerHintsPerResource) {
   ASSERT_TRUE(hints.ok()) << hints.status();
   ASSERT_EQ(hints->size(), 2u);
   EXPECT_THAT(*hints->at(kGpu),
-              ElementsAre(NumaHint{{0}, true}, NumaHint{{1}, true},
-                          NumaHint{{0, 1}, false}));
+              ElementsAre(NumaHint{{0}, true}, NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
   EXPECT_EQ(hints->at(kNic), std::nullopt);
   // Bad limits are reported, not guessed around.
   pod.containers[0].limits[kGpu] = *Quantity::Parse("1500m");
@@ -206,19 +190,16 @@ TEST_F(TopologyHintsTest, ContainerHintsPerResource) {
 TEST_F(TopologyHintsTest, PodHintsUseThePodsEffectiveRequest) {
   SetDevices(TwoNodes());
   Pod pod = MakePod("p", {Gpus("init", 1)}, {Gpus("a", 1), Gpus("b", 1)});
-  StatusOr<std::map<std::string, ResourceHints>> hints =
-      ledger_.PodTopologyHints(pod);
+  StatusOr<std::map<std::string, ResourceHints>> hints = ledger_.PodTopologyHints(pod);
   ASSERT_TRUE(hints.ok());
   EXPECT_THAT(*hints->at(kGpu),
-              ElementsAre(NumaHint{{0}, true}, NumaHint{{1}, true},
-                          NumaHint{{0, 1}, false}));
+              ElementsAre(NumaHint{{0}, true}, NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
   // Once the pod holds its devices, hints come from them.
   AdmitIds(pod, "a", {"gpu2"});
   AdmitIds(pod, "b", {"gpu3"});
   hints = ledger_.PodTopologyHints(pod);
   ASSERT_TRUE(hints.ok());
-  EXPECT_THAT(*hints->at(kGpu),
-              ElementsAre(NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
+  EXPECT_THAT(*hints->at(kGpu), ElementsAre(NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
   // Holding a different number than the pod asks for: nothing fits.
   pod.containers.push_back(Gpus("c", 1));
   hints = ledger_.PodTopologyHints(pod);
@@ -232,8 +213,7 @@ TEST_F(TopologyHintsTest, PodHintsWithoutTopologyOrEnoughDevices) {
   Container c = Gpus("main", 5);
   c.limits[kNic] = Quantity::FromInt(1);
   Pod pod = MakePod("p", {}, {c});
-  StatusOr<std::map<std::string, ResourceHints>> hints =
-      ledger_.PodTopologyHints(pod);
+  StatusOr<std::map<std::string, ResourceHints>> hints = ledger_.PodTopologyHints(pod);
   ASSERT_TRUE(hints.ok());
   EXPECT_EQ(hints->at(kNic), std::nullopt);
   EXPECT_THAT(*hints->at(kGpu), IsEmpty());

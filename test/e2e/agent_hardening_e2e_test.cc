@@ -9,11 +9,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <set>
-#include <filesystem>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -152,11 +152,11 @@ TEST_F(AgentHardeningE2eTest, RegressionPreStartTimeoutFlagBoundsAHungPreStartCo
 }
 
 TEST_F(AgentHardeningE2eTest, NewDurationFlagsRefuseBadValues) {
-  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
-           {"--pre-start-timeout", "0"},
-           {"--pre-start-timeout", "soon"},
-           {"--registration-grace", "-1s"},
-           {"--registration-grace", "forever"}}) {
+  for (const auto& [flag, value] :
+       std::vector<std::pair<std::string, std::string>>{{"--pre-start-timeout", "0"},
+                                                        {"--pre-start-timeout", "soon"},
+                                                        {"--registration-grace", "-1s"},
+                                                        {"--registration-grace", "forever"}}) {
     Process p({"kubelet", "--root", root_, flag, value}, root_ + "/usage.log");
     auto code = p.Wait();
     ASSERT_TRUE(code.has_value());
@@ -170,8 +170,8 @@ TEST_F(AgentHardeningE2eTest, NewDurationFlagsRefuseBadValues) {
 TEST_F(AgentHardeningE2eTest, RegressionHealthFlapNeitherStarvesAdmissionNorFloodsTheLog) {
   StartKubelet();
   StartPlugin({"--resource", kDev, "--count", "2"});
-  Process& flappy = StartHostile(
-      {"--resource", "example.com/flappy", "--flap-ms", "1", "--flap-for", "10"});
+  Process& flappy =
+      StartHostile({"--resource", "example.com/flappy", "--flap-ms", "1", "--flap-for", "10"});
   ASSERT_TRUE(WaitFor([&] { return flappy.Log().find("flap_started") != std::string::npos; }))
       << flappy.Log();
   ASSERT_TRUE(WaitFor([&] { return Allocatable(kDev, 2); })) << kubelet_->Log();
@@ -204,9 +204,8 @@ TEST_F(AgentHardeningE2eTest, RegressionHostilePluginTextCannotForgeOrFloodLogLi
   })) << kubelet_->Log();
   WriteFileAtomically(Manifests() + "/p.yaml", Pod("p", "example.com/forge", 2));
   json p = WaitPhase("default_p", "Rejected");
-  ASSERT_TRUE(WaitFor([&] {
-    return kubelet_->Log().find("event=allocate_failed") != std::string::npos;
-  }));
+  ASSERT_TRUE(
+      WaitFor([&] { return kubelet_->Log().find("event=allocate_failed") != std::string::npos; }));
   const std::string log = kubelet_->Log();
   EXPECT_THAT(log, HasSubstr("event=preferred_allocation_fallback"));
   std::istringstream lines(log);
@@ -215,8 +214,8 @@ TEST_F(AgentHardeningE2eTest, RegressionHostilePluginTextCannotForgeOrFloodLogLi
   int n = 0;
   while (std::getline(lines, line)) {
     ++n;
-    EXPECT_TRUE(std::regex_search(line, prefix)) << "a line the agent did not write: "
-                                                 << line.substr(0, 200);
+    EXPECT_TRUE(std::regex_search(line, prefix))
+        << "a line the agent did not write: " << line.substr(0, 200);
     EXPECT_LT(line.size(), 8u << 10) << line.substr(0, 200);
   }
   EXPECT_GT(n, 5);
@@ -247,8 +246,8 @@ TEST_F(AgentHardeningE2eTest, RegressionAdmittedPodsWaitForTheirPluginAfterCheck
     corrupt << "this is not an SQLite database";
   }
   StartKubelet();
-  ASSERT_TRUE(WaitFor([&] { return kubelet_->Log().find("event=checkpoint_quarantined") !=
-                                   std::string::npos; }));
+  ASSERT_TRUE(WaitFor(
+      [&] { return kubelet_->Log().find("event=checkpoint_quarantined") != std::string::npos; }));
   ASSERT_TRUE(WaitFor([&] {
     return CountOf(kubelet_->Log(), "event=pod_waiting_for_plugins") == 4;
   })) << kubelet_->Log();
@@ -261,7 +260,8 @@ TEST_F(AgentHardeningE2eTest, RegressionAdmittedPodsWaitForTheirPluginAfterCheck
   std::set<std::string> devices;
   for (int i = 0; i < 4; ++i) {
     json p = WaitPhase("default_p" + std::to_string(i), "Admitted");
-    for (const auto& id : p["containers"][0]["devices"][kDev]) devices.insert(id.get<std::string>());
+    for (const auto& id : p["containers"][0]["devices"][kDev])
+      devices.insert(id.get<std::string>());
   }
   EXPECT_EQ(devices.size(), 4u) << "each pod has a device nobody else holds";
   EXPECT_EQ(kubelet_->Log().find("event=pod_rejected"), std::string::npos);

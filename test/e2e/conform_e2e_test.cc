@@ -23,14 +23,13 @@ namespace kdm {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using kdm::e2e::KdmBinary;
 using kdm::e2e::Process;
 using kdm::e2e::ReadFile;
 using kdm::e2e::WaitFor;
+using ::testing::HasSubstr;
 
 constexpr char kFpga[] = "example.com/fpga";
-
 
 size_t CountOf(const std::string& text, const std::string& needle) {
   size_t n = 0;
@@ -52,8 +51,8 @@ class ConformE2eTest : public ::testing::Test {
   }
 
   void StartPlugin(std::vector<std::string> extra) {
-    std::vector<std::string> args = {"plugin", "--root", root_, "--resource", kFpga,
-                                     "--count", "4"};
+    std::vector<std::string> args = {"plugin", "--root",  root_, "--resource",
+                                     kFpga,    "--count", "4"};
     args.insert(args.end(), extra.begin(), extra.end());
     plugin_ = std::make_unique<Process>(args, root_ + "/plugin.out", root_ + "/plugin.err");
     ASSERT_TRUE(plugin_->started());
@@ -111,9 +110,9 @@ TEST_F(ConformE2eTest, OnlyAndAnUnwritableJUnitPath) {
   StartPlugin({});
   std::string out, err;
   std::string junit = root_ + "/no-such-dir/junit.xml";
-  int code = Conform({"--root", root_, "--resource", kFpga, "--only", "lw.health,alloc.paths",
-                      "--junit", junit},
-                     &out, &err);
+  int code = Conform(
+      {"--root", root_, "--resource", kFpga, "--only", "lw.health,alloc.paths", "--junit", junit},
+      &out, &err);
   EXPECT_EQ(code, 3) << out << err;
   EXPECT_THAT(out, HasSubstr("2 passed, 0 failed, 0 skipped"));  // still printed
   EXPECT_THAT(err, HasSubstr(junit));
@@ -123,8 +122,8 @@ TEST_F(ConformE2eTest, OnlyAndAnUnwritableJUnitPath) {
 TEST_F(ConformE2eTest, UsageErrorsExit2) {
   std::string out, err;
   const std::vector<std::vector<std::string>> cases = {
-      {"--root", root_},                                                    // no --resource
-      {"--resource", kFpga},                                                // no target
+      {"--root", root_},      // no --resource
+      {"--resource", kFpga},  // no target
       {"--root", root_, "--plugin-socket", root_ + "/p.sock", "--resource", kFpga},  // both
       {"--root", root_, "--resource", kFpga, "--timeout", "ten"},
       {"--root", root_, "--resource", kFpga, "--timeout", "0s"},
@@ -149,8 +148,8 @@ TEST_F(ConformE2eTest, NoPluginExits3) {
   EXPECT_EQ(Conform({"--root", root_, "--resource", kFpga, "--timeout", "300ms"}, &out, &err), 3)
       << out << err;
   EXPECT_THAT(err, HasSubstr("no plugin registered"));
-  EXPECT_EQ(Conform({"--plugin-socket", root_ + "/missing.sock", "--resource", kFpga,
-                     "--timeout", "300ms"},
+  EXPECT_EQ(Conform({"--plugin-socket", root_ + "/missing.sock", "--resource", kFpga, "--timeout",
+                     "300ms"},
                     &out, &err),
             3)
       << out << err;

@@ -2,6 +2,8 @@
 // PodResourcesServer + Manager (with an SDK plugin) running in this test
 // process, and against bad roots.
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -20,14 +22,10 @@
 #include <string>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
-#include "kdm/test/e2e/e2e_util.h"
-
 #include "kdm/devicemanager/manager.h"
 #include "kdm/devicemanager/pod_resources_server.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
+#include "kdm/test/e2e/e2e_util.h"
 
 extern char** environ;
 
@@ -125,7 +123,8 @@ class GetE2eTest : public ::testing::Test {
     plugin::PluginServer::Options o;
     o.resource_name = kGpu;
     o.plugin_dir = root_ + "/device-plugins";
-    o.devices = {{"gpu0", true, {0}}, {"gpu1", true, {0}}, {"gpu2", true, {1}}, {"gpu3", true, {1}}};
+    o.devices = {
+        {"gpu0", true, {0}}, {"gpu1", true, {0}}, {"gpu2", true, {1}}, {"gpu3", true, {1}}};
     o.allocate = [](const v1beta1::ContainerAllocateRequest&)
         -> StatusOr<v1beta1::ContainerAllocateResponse> {
       return v1beta1::ContainerAllocateResponse();
@@ -187,12 +186,14 @@ Pod MakePod(const std::string& ns, const std::string& name, std::vector<Containe
 TEST_F(GetE2eTest, GetPodsPrintsAnAlignedTable) {
   StartNode();
   Admit(MakePod("default", "train", {}, {MakeContainer("main", 2), MakeContainer("logger", 0)}));
-  Admit(MakePod("ml", "infer-long-name", {MakeContainer("proxy", 1, true)}, {MakeContainer("srv", 1)}));
+  Admit(MakePod("ml", "infer-long-name", {MakeContainer("proxy", 1, true)},
+                {MakeContainer("srv", 1)}));
   Result r = Kdm({"get", "pods", "--root", root_});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<std::string> lines = Lines(r.out);
   ASSERT_EQ(lines.size(), 5u) << r.out;
-  EXPECT_THAT(lines[0], StartsWith("NAMESPACE  NAME             CONTAINER  RESOURCE         DEVICES"));
+  EXPECT_THAT(lines[0],
+              StartsWith("NAMESPACE  NAME             CONTAINER  RESOURCE         DEVICES"));
   EXPECT_EQ(lines[1], "default    train            main       example.com/gpu  gpu0,gpu1  0");
   EXPECT_EQ(lines[2], "default    train            logger     -                -          -");
   // Every column starts at the same offset on every line.
@@ -314,8 +315,8 @@ TEST_F(GetE2eTest, AMissingRootIsExit1NamingIt) {
   for (const char* what : {"pods", "devices", "capacity"}) {
     Result r = Kdm({"get", what, "--root", missing});
     EXPECT_EQ(r.exit_code, 1) << what;
-    EXPECT_EQ(r.err, std::string("kdm get ") + what + ": root directory " + missing +
-                         " does not exist\n");
+    EXPECT_EQ(r.err,
+              std::string("kdm get ") + what + ": root directory " + missing + " does not exist\n");
     EXPECT_EQ(r.out, "");
   }
 }

@@ -20,10 +20,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kdm/checkpoint/paths.h"
 #include "kdm/test/e2e/e2e_util.h"
@@ -33,13 +32,13 @@ namespace kdm {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
-using ::testing::HasSubstr;
-using ::testing::Not;
 using kdm::e2e::Process;
 using kdm::e2e::ReadFile;
 using kdm::e2e::WaitFor;
 using kdm::e2e::WriteFileAtomically;
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kGpu[] = "nvidia.com/gpu";
 
@@ -182,8 +181,8 @@ TEST_F(HardeningE2eTest, StaleTempFilesAreRemovedAtStart) {
   };
   const std::vector<std::string> kept = {
       root_ + "/status/keep.txt",
-      root_ + "/status/.default_a.json.tmp-short",   // not mkostemp's 6 characters
-      root_ + "/status/default_a.json.tmp-Ab12Cd",   // not a dot file
+      root_ + "/status/.default_a.json.tmp-short",  // not mkostemp's 6 characters
+      root_ + "/status/default_a.json.tmp-Ab12Cd",  // not a dot file
       ckpt + ".tmp-" + std::to_string(::getpid()),  // its writer is alive
       ckpt + ".tmp-x" + std::to_string(dead),
       root_ + "/state/other.tmp-" + std::to_string(dead),
@@ -209,8 +208,8 @@ TEST_F(HardeningE2eTest, CheckpointEntrySkippedIsNamed) {
     auto opened = checkpoint::OpenStoreForRoot(root_, checkpoint::StoreKind::kSqlite);
     ASSERT_TRUE(opened.ok()) << opened.status();
     checkpoint::CheckpointData data;
-    data.entries.push_back({"uid-a", "main", kGpu, {{checkpoint::kNoNumaNode, {"gpu0", "gpu1"}}},
-                            ""});
+    data.entries.push_back(
+        {"uid-a", "main", kGpu, {{checkpoint::kNoNumaNode, {"gpu0", "gpu1"}}}, ""});
     data.entries.push_back({"uid-b", "main", kGpu, {{checkpoint::kNoNumaNode, {"gpu1"}}}, ""});
     data.registered_devices[kGpu] = {"gpu0", "gpu1"};
     ASSERT_TRUE(opened->store->Replace(data).ok());

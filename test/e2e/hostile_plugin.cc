@@ -145,8 +145,8 @@ class HostilePlugin final : public v1beta1::DevicePlugin::Service {
     }
     for (int i = 0; i < request->container_requests_size(); ++i) {
       auto* c = response->add_container_responses();
-      (*c->mutable_envs())["HOSTILE_DEVICES"] = std::to_string(
-          request->container_requests(i).devices_ids_size());
+      (*c->mutable_envs())["HOSTILE_DEVICES"] =
+          std::to_string(request->container_requests(i).devices_ids_size());
     }
     return grpc::Status::OK;
   }
@@ -265,7 +265,8 @@ int main(int argc, char** argv) {
       return Usage(("bad argument: " + a).c_str());
     }
   }
-  if (f.plugin_dir.empty() || f.resource.empty()) return Usage("--plugin-dir and --resource needed");
+  if (f.plugin_dir.empty() || f.resource.empty())
+    return Usage("--plugin-dir and --resource needed");
   if (f.count < 1 || f.count > 1000) return Usage("--count must be 1..1000");
   if (f.lifetime_s < 1) return Usage("--lifetime must be 1 or more seconds");
   if (f.hang != "" && f.hang != "allocate" && f.hang != "prestart") return Usage("bad --hang");
@@ -291,8 +292,7 @@ int main(int argc, char** argv) {
     // a fresh one, as a real plugin does.
     // No recorded identity (the socket went between bind and stat) counts
     // as lost too.
-    if (!serving.server || serving.socket_id == FileId{} ||
-        !(IdOf(socket) == serving.socket_id)) {
+    if (!serving.server || serving.socket_id == FileId{} || !(IdOf(socket) == serving.socket_id)) {
       const bool again = serving.server != nullptr;
       serving.Stop();
       if (Serve(f, socket, &serving)) {

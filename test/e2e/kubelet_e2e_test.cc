@@ -10,9 +10,6 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include "kdm/test/e2e/e2e_util.h"
-#include "kdm/test/e2e/kubelet_fixture.h"
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -25,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
 #include <set>
@@ -33,7 +31,8 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "kdm/test/e2e/e2e_util.h"
+#include "kdm/test/e2e/kubelet_fixture.h"
 
 extern char** environ;
 
@@ -44,18 +43,17 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
+using kdm::e2e::Gpus;
 using kdm::e2e::KdmBinary;
+using kdm::e2e::kFpga;
+using kdm::e2e::kGpu;
+using kdm::e2e::KubeletE2eTest;
+using kdm::e2e::PodYaml;
 using kdm::e2e::Process;
 using kdm::e2e::ReadFile;
 using kdm::e2e::WaitFor;
 using kdm::e2e::WriteFileAtomically;
-using kdm::e2e::KubeletE2eTest;
-using kdm::e2e::PodYaml;
-using kdm::e2e::Gpus;
-using kdm::e2e::kGpu;
-using kdm::e2e::kFpga;
 constexpr auto kBound = 30s;  // upper bound of every wait
-
 
 TEST_F(KubeletE2eTest, AdmitRejectDeleteAndChange) {
   StartKubelet();
@@ -144,8 +142,9 @@ TEST_F(KubeletE2eTest, BadManifestsAreRejectedAndTheAgentKeepsRunning) {
   StartKubelet();
   StartGpuPlugin();
   ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu, 8); }));
-  const std::string pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: NAME}\nspec:\n"
-                          "  containers:\n  - name: c\n    resources:\n";
+  const std::string pod =
+      "apiVersion: v1\nkind: Pod\nmetadata: {name: NAME}\nspec:\n"
+      "  containers:\n  - name: c\n    resources:\n";
   auto named = [&](const std::string& name, const std::string& resources) {
     return std::regex_replace(pod, std::regex("NAME"), name) + resources;
   };
@@ -161,8 +160,7 @@ TEST_F(KubeletE2eTest, BadManifestsAreRejectedAndTheAgentKeepsRunning) {
       {"noname.json", "manifest_noname.json",
        R"({"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {"containers": []}})",
        "noname.json: metadata.name: missing"},
-      {"nolimit.yaml", "default_nolimit",
-       named("nolimit", "      requests: {nvidia.com/gpu: 1}\n"),
+      {"nolimit.yaml", "default_nolimit", named("nolimit", "      requests: {nvidia.com/gpu: 1}\n"),
        "nolimit.yaml: spec.containers[0].resources.requests[nvidia.com/gpu]: device resource "
        "\"nvidia.com/gpu\" is requested without a limit"},
       {"neq.yaml", "default_neq",
@@ -193,7 +191,8 @@ TEST_F(KubeletE2eTest, BadManifestsAreRejectedAndTheAgentKeepsRunning) {
   bad.push_back({"huge.yaml", "manifest_huge.yaml", "",
                  "huge.yaml: file is larger than the 1048576-byte manifest limit"});
   // A pod asking for a resource no plugin registered.
-  WriteFileAtomically(Manifests() + "/unreg.yaml", named("unreg", "      limits: {example.com/nic: 1}\n"));
+  WriteFileAtomically(Manifests() + "/unreg.yaml",
+                      named("unreg", "      limits: {example.com/nic: 1}\n"));
   bad.push_back({"unreg.yaml", "default_unreg", "",
                  "Allocate failed due to cannot allocate unregistered device example.com/nic, "
                  "which is unexpected"});
@@ -207,7 +206,8 @@ TEST_F(KubeletE2eTest, BadManifestsAreRejectedAndTheAgentKeepsRunning) {
   // Still admitting, and fixing a bad file admits it.
   WriteFileAtomically(Manifests() + "/good.yaml", PodYaml("good", 1));
   WaitPhase("default_good", "Admitted");
-  WriteFileAtomically(Manifests() + "/frac.yaml", named("frac", "      limits: {nvidia.com/gpu: 1}\n"));
+  WriteFileAtomically(Manifests() + "/frac.yaml",
+                      named("frac", "      limits: {nvidia.com/gpu: 1}\n"));
   WaitPhase("default_frac", "Admitted");
   // Removing a bad manifest removes its status.
   fs::remove(Manifests() + "/yaml.yaml");
@@ -231,8 +231,8 @@ TEST_F(KubeletE2eTest, NodeJsonHealthDropAndGraceDeletion) {
   })) << Node().dump();
   json node = Node();
   EXPECT_EQ(node["capacity"][kGpu], 8);
-  EXPECT_EQ(node["plugins"][1], json({{"resource", kGpu}, {"state", "Healthy"}, {"devices", 8},
-                                      {"healthy", 8}}));
+  EXPECT_EQ(node["plugins"][1],
+            json({{"resource", kGpu}, {"state", "Healthy"}, {"devices", 8}, {"healthy", 8}}));
   EXPECT_EQ(node["deleted_resources"], json::array());
 
   WriteFileAtomically(root_ + "/health.json", R"({"GPU3": "Unhealthy"})");
@@ -286,8 +286,7 @@ TEST_P(KubeletRestartTest, SigkillAndRestartRecoversEveryAllocation) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, KubeletRestartTest,
-                         ::testing::Values("sqlite", "kubelet-json"),
-                         [](const auto& info) {
+                         ::testing::Values("sqlite", "kubelet-json"), [](const auto& info) {
                            return std::string(info.param) == "sqlite" ? "Sqlite" : "KubeletJson";
                          });
 
@@ -375,14 +374,17 @@ TEST_F(KubeletE2eTest, MetricsServedWhenAsked) {
   WaitPhase("default_a", "Admitted");
   EXPECT_THAT(HttpGet(port, "/healthz"), HasSubstr("ok"));
   std::string metrics = HttpGet(port, "/metrics");
-  EXPECT_THAT(metrics, HasSubstr("kdm_resource_allocatable_devices{resource_name=\"nvidia.com/gpu\"} 8"));
+  EXPECT_THAT(metrics,
+              HasSubstr("kdm_resource_allocatable_devices{resource_name=\"nvidia.com/gpu\"} 8"));
   EXPECT_THAT(metrics, HasSubstr("kdm_allocations_total 1"));
   EXPECT_THAT(metrics, HasSubstr("kdm_plugin_endpoints{state=\"connected\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("kdm_plugin_endpoints{state=\"stopped\"} 0"));
   // The kubelet's own metric names, fed by the Manager as events happen.
-  EXPECT_THAT(metrics,
-              HasSubstr("kubelet_device_plugin_registration_total{resource_name=\"nvidia.com/gpu\"} 1"));
-  EXPECT_THAT(metrics, HasSubstr("kubelet_device_plugin_alloc_duration_seconds_count{resource_name=\"nvidia.com/gpu\"} 1"));
+  EXPECT_THAT(
+      metrics,
+      HasSubstr("kubelet_device_plugin_registration_total{resource_name=\"nvidia.com/gpu\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("kubelet_device_plugin_alloc_duration_seconds_count{resource_name="
+                                 "\"nvidia.com/gpu\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("kdm_checkpoint_write_seconds_count"));
   EXPECT_THAT(HttpGet(port, "/nope"), HasSubstr("404"));
   // The live agent's exposition passes promtool (Debian package prometheus,
@@ -390,8 +392,8 @@ TEST_F(KubeletE2eTest, MetricsServedWhenAsked) {
   size_t body = metrics.find("\r\n\r\n");
   ASSERT_NE(body, std::string::npos);
   std::ofstream(root_ + "/metrics.txt") << metrics.substr(body + 4);
-  std::string cmd = "promtool check metrics < " + root_ + "/metrics.txt > " + root_ +
-                    "/promtool.out 2>&1";
+  std::string cmd =
+      "promtool check metrics < " + root_ + "/metrics.txt > " + root_ + "/promtool.out 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << ReadFile(root_ + "/promtool.out");
 }
 

@@ -13,10 +13,9 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kdm/test/e2e/e2e_util.h"
 
@@ -28,7 +27,6 @@ using namespace std::chrono_literals;
 
 inline constexpr char kGpu[] = "nvidia.com/gpu";
 inline constexpr char kFpga[] = "example.com/fpga";
-
 
 class KubeletE2eTest : public ::testing::Test {
  protected:
@@ -77,8 +75,8 @@ class KubeletE2eTest : public ::testing::Test {
     return *plugins_.back();
   }
   void StartGpuPlugin() {
-    StartPlugin({"--resource", kGpu, "--preset", "dgx1-v100", "--policy", "packed",
-                 "--health-file", root_ + "/health.json"});
+    StartPlugin({"--resource", kGpu, "--preset", "dgx1-v100", "--policy", "packed", "--health-file",
+                 root_ + "/health.json"});
   }
 
   json Node() {

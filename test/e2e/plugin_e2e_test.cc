@@ -4,8 +4,6 @@
 // with its exit code and a clear message.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-
-#include "kdm/test/e2e/e2e_util.h"
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -26,6 +24,7 @@
 #include <vector>
 
 #include "kdm/devicemanager/manager.h"
+#include "kdm/test/e2e/e2e_util.h"
 #include "kdm/test/pluginapi/fake_registration_server.h"
 #include "kdm/topology/allocator.h"
 #include "kdm/topology/parse.h"
@@ -227,7 +226,8 @@ TEST(PluginE2ETest, RegistersServesPreferredAnswerAndExitsZeroOnSigterm) {
   EXPECT_EQ(manager->GetStats().preferred_ok, 1);
   auto run = manager->GetDeviceRunContainerOptions(pod, "main");
   ASSERT_TRUE(run.ok()) << run.status();
-  EXPECT_EQ(run->envs["NVIDIA_VISIBLE_DEVICES"].size(), want->at(0).size() + 1 + want->at(1).size());
+  EXPECT_EQ(run->envs["NVIDIA_VISIBLE_DEVICES"].size(),
+            want->at(0).size() + 1 + want->at(1).size());
   std::vector<std::string> paths;
   for (const auto& d : run->devices) paths.push_back(d.container_path);
   for (const char* ctl : {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}) {
@@ -248,8 +248,7 @@ TEST(PluginE2ETest, RegistersServesPreferredAnswerAndExitsZeroOnSigterm) {
   EXPECT_NE(err.find("event=preferred_allocation resource=nvidia.com/gpu policy=packed"),
             std::string::npos)
       << err;
-  EXPECT_NE(err.find("event=stopping resource=nvidia.com/gpu signal=SIGTERM"),
-            std::string::npos)
+  EXPECT_NE(err.find("event=stopping resource=nvidia.com/gpu signal=SIGTERM"), std::string::npos)
       << err;
   manager->Stop();
 }
@@ -259,8 +258,8 @@ TEST(PluginE2ETest, ReRegistersWhenTheKubeletRestartsAndSigintExitsZero) {
   const std::string plugin_dir = root.path() + "/device-plugins";
   auto manager = StartManager(plugin_dir);
   ASSERT_TRUE(manager);
-  KdmProcess kdm({"plugin", "--plugin-dir", plugin_dir, "--resource", "example.com/fpga",
-                  "--count", "4", "--policy", "none"},
+  KdmProcess kdm({"plugin", "--plugin-dir", plugin_dir, "--resource", "example.com/fpga", "--count",
+                  "4", "--policy", "none"},
                  root.path() + "/plugin.err");
   ASSERT_TRUE(kdm.WaitForLine("ready ").has_value()) << kdm.Stderr();
   ASSERT_TRUE(WaitFor([&] { return Allocatable(*manager, "example.com/fpga") == 4; }))
@@ -339,9 +338,8 @@ TEST(PluginE2ETest, CdiPreStartAndSocketNameAgainstTheFakeKubelet) {
   TempSocketDir dir;
   FakeRegistrationServer kubelet(dir.path());
   ASSERT_TRUE(kubelet.Start());
-  KdmProcess kdm({"plugin", "--plugin-dir", dir.path(), "--resource", kGpu, "--preset",
-                  "dgx-a100", "--cdi", "--pre-start", "--socket-name", "gpus.sock", "--policy",
-                  "best-set"},
+  KdmProcess kdm({"plugin", "--plugin-dir", dir.path(), "--resource", kGpu, "--preset", "dgx-a100",
+                  "--cdi", "--pre-start", "--socket-name", "gpus.sock", "--policy", "best-set"},
                  dir.path() + "/plugin.err");
   ASSERT_TRUE(kdm.WaitForLine("ready ").has_value()) << kdm.Stderr();
   ASSERT_FALSE(kubelet.WaitForSnapshots(1).empty()) << kdm.Stderr();
@@ -438,13 +436,13 @@ const std::string kLong(120, 'r');
 INSTANTIATE_TEST_SUITE_P(
     Flags, PluginBadFlagsTest,
     ::testing::Values(
-        BadFlagsCase{"NoDeviceSource", {"--root", "{ROOT}", "--resource", kGpu}, 2,
-                     "no device source"},
-        BadFlagsCase{"TwoSources",
-                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100", "--count",
-                      "2"},
-                     2,
-                     "more than one device source"},
+        BadFlagsCase{
+            "NoDeviceSource", {"--root", "{ROOT}", "--resource", kGpu}, 2, "no device source"},
+        BadFlagsCase{
+            "TwoSources",
+            {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100", "--count", "2"},
+            2,
+            "more than one device source"},
         BadFlagsCase{"ThreeSources",
                      {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100", "--count",
                       "2", "--topology", "{ROOT}/garbage.txt"},
@@ -459,20 +457,21 @@ INSTANTIATE_TEST_SUITE_P(
                      1,
                      "nope.json"},
         BadFlagsCase{"GarbageTopologyFile",
-                     {"--root", "{ROOT}", "--resource", kGpu, "--topology",
-                      "{ROOT}/garbage.txt"},
+                     {"--root", "{ROOT}", "--resource", kGpu, "--topology", "{ROOT}/garbage.txt"},
                      1,
                      "garbage.txt"},
-        BadFlagsCase{"BadPolicy",
-                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100",
-                      "--policy", "greedy"},
-                     2,
-                     "unknown policy \"greedy\""},
+        BadFlagsCase{
+            "BadPolicy",
+            {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100", "--policy", "greedy"},
+            2,
+            "unknown policy \"greedy\""},
         BadFlagsCase{"EmptyResource",
                      {"--root", "{ROOT}", "--resource", "", "--preset", "dgx1-v100"},
                      2,
                      "--resource NAME is required"},
-        BadFlagsCase{"NoResource", {"--root", "{ROOT}", "--preset", "dgx1-v100"}, 2,
+        BadFlagsCase{"NoResource",
+                     {"--root", "{ROOT}", "--preset", "dgx1-v100"},
+                     2,
                      "--resource NAME is required"},
         BadFlagsCase{"ResourceWithoutVendor",
                      {"--root", "{ROOT}", "--resource", "gpu", "--preset", "dgx1-v100"},
@@ -490,11 +489,13 @@ INSTANTIATE_TEST_SUITE_P(
                      {"--root", "{ROOT}", "--resource", "example.com/fpga", "--count", "0"},
                      2,
                      "--count must be between 1 and 1024, got 0"},
-        BadFlagsCase{"NoDirectory", {"--resource", kGpu, "--preset", "dgx1-v100"}, 2,
+        BadFlagsCase{"NoDirectory",
+                     {"--resource", kGpu, "--preset", "dgx1-v100"},
+                     2,
                      "give exactly one of --root DIR"},
         BadFlagsCase{"RootAndPluginDir",
-                     {"--root", "{ROOT}", "--plugin-dir", "{ROOT}", "--resource", kGpu,
-                      "--preset", "dgx1-v100"},
+                     {"--root", "{ROOT}", "--plugin-dir", "{ROOT}", "--resource", kGpu, "--preset",
+                      "dgx1-v100"},
                      2,
                      "give exactly one of --root DIR"},
         BadFlagsCase{"SocketNameWithSlash",
@@ -512,33 +513,33 @@ INSTANTIATE_TEST_SUITE_P(
                       "--health-file", "{ROOT}/no/such/dir/health.json"},
                      1,
                      "{ROOT}/no/such/dir"},
-        BadFlagsCase{"UnknownFlag",
-                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100",
-                      "--gpus", "8"},
-                     2,
-                     "unknown arguments '--gpus', '8'"},
+        BadFlagsCase{
+            "UnknownFlag",
+            {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100", "--gpus", "8"},
+            2,
+            "unknown arguments '--gpus', '8'"},
         BadFlagsCase{"CountWithoutValue",
                      {"--root", "{ROOT}", "--resource", "example.com/fpga", "--count"},
                      2,
                      "--count"},
-        BadFlagsCase{"PluginDirMissing",
-                     {"--plugin-dir", "{ROOT}/missing", "--resource", kGpu, "--preset",
-                      "dgx1-v100"},
-                     1,
-                     "missing"},
-        BadFlagsCase{"UnknownFault",
-                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100",
-                      "--fault", "nope"},
-                     2,
-                     "unknown fault \"nope\" (known: reg-bad-version, reg-bad-resource-name"},
-        BadFlagsCase{"EmptyFault",
-                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100",
-                      "--fault", ""},
-                     2,
-                     "unknown fault \"\""},
+        BadFlagsCase{
+            "PluginDirMissing",
+            {"--plugin-dir", "{ROOT}/missing", "--resource", kGpu, "--preset", "dgx1-v100"},
+            1,
+            "missing"},
+        BadFlagsCase{
+            "UnknownFault",
+            {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100", "--fault", "nope"},
+            2,
+            "unknown fault \"nope\" (known: reg-bad-version, reg-bad-resource-name"},
+        BadFlagsCase{
+            "EmptyFault",
+            {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100", "--fault", ""},
+            2,
+            "unknown fault \"\""},
         BadFlagsCase{"FaultWithHealthFile",
-                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100",
-                      "--fault", "pref-slow", "--health-file", "{ROOT}/health.json"},
+                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100", "--fault",
+                      "pref-slow", "--health-file", "{ROOT}/health.json"},
                      2,
                      "--health-file is not supported together with --fault"}),
     [](const ::testing::TestParamInfo<BadFlagsCase>& info) { return info.param.name; });
@@ -546,22 +547,39 @@ INSTANTIATE_TEST_SUITE_P(
 // `kdm plugin --fault nope` names every known fault.
 TEST(PluginE2ETest, UnknownFaultListsEveryKnownFault) {
   TempSocketDir root;
-  KdmProcess kdm({"plugin", "--root", root.path(), "--resource", "example.com/gpu", "--count",
-                  "4", "--fault", "nope"},
+  KdmProcess kdm({"plugin", "--root", root.path(), "--resource", "example.com/gpu", "--count", "4",
+                  "--fault", "nope"},
                  root.path() + "/plugin.err");
   ASSERT_TRUE(kdm.started());
   auto code = kdm.Wait();
   ASSERT_TRUE(code.has_value());
   EXPECT_EQ(*code, 2);
   std::string err = kdm.Stderr();
-  for (const char* fault :
-       {"reg-bad-version", "reg-bad-resource-name", "reg-endpoint-path", "reg-options-mismatch",
-        "lw-no-snapshot", "lw-duplicate-ids", "lw-bad-health", "lw-negative-numa",
-        "lw-delta-updates", "alloc-two-responses", "alloc-accept-unknown",
-        "alloc-relative-path", "alloc-bad-permissions", "alloc-bad-env", "alloc-bad-cdi",
-        "alloc-not-concurrent", "pref-wrong-size", "pref-not-subset", "pref-drop-must-include",
-        "pref-duplicates", "pref-random", "pref-slow", "prestart-unimplemented",
-        "lw-drop-breaks", "no-reregister"}) {
+  for (const char* fault : {"reg-bad-version",
+                            "reg-bad-resource-name",
+                            "reg-endpoint-path",
+                            "reg-options-mismatch",
+                            "lw-no-snapshot",
+                            "lw-duplicate-ids",
+                            "lw-bad-health",
+                            "lw-negative-numa",
+                            "lw-delta-updates",
+                            "alloc-two-responses",
+                            "alloc-accept-unknown",
+                            "alloc-relative-path",
+                            "alloc-bad-permissions",
+                            "alloc-bad-env",
+                            "alloc-bad-cdi",
+                            "alloc-not-concurrent",
+                            "pref-wrong-size",
+                            "pref-not-subset",
+                            "pref-drop-must-include",
+                            "pref-duplicates",
+                            "pref-random",
+                            "pref-slow",
+                            "prestart-unimplemented",
+                            "lw-drop-breaks",
+                            "no-reregister"}) {
     EXPECT_NE(err.find(fault), std::string::npos) << fault << " missing from: " << err;
   }
 }
@@ -573,8 +591,8 @@ TEST(PluginE2ETest, FaultModeStartsLogsAndBreaksOnlyItsCheck) {
   TempSocketDir dir;
   FakeRegistrationServer kubelet(dir.path());
   ASSERT_TRUE(kubelet.Start());
-  KdmProcess kdm({"plugin", "--plugin-dir", dir.path(), "--resource", "example.com/gpu",
-                  "--count", "8", "--policy", "none", "--fault", "pref-wrong-size"},
+  KdmProcess kdm({"plugin", "--plugin-dir", dir.path(), "--resource", "example.com/gpu", "--count",
+                  "8", "--policy", "none", "--fault", "pref-wrong-size"},
                  dir.path() + "/plugin.err");
   auto ready = kdm.WaitForLine("ready ");
   ASSERT_TRUE(ready.has_value()) << kdm.Stderr();

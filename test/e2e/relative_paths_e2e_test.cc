@@ -18,11 +18,10 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kdm/test/e2e/e2e_util.h"
 
@@ -30,14 +29,14 @@ namespace kdm {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
-using ::testing::HasSubstr;
-using ::testing::Not;
 using kdm::e2e::InDir;
 using kdm::e2e::Process;
 using kdm::e2e::ReadFile;
 using kdm::e2e::WaitFor;
 using kdm::e2e::WriteFileAtomically;
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kResource[] = "example.com/x";
 
@@ -119,8 +118,9 @@ TEST_F(RelativePathsE2eTest, KubeletPluginGetAndConformFromAWorkingDirectory) {
   // kdm kubelet --root node: the issue's own command.
   kubelet_ = Start("kubelet", {"kubelet", "--root", "node", "--rpc-timeout", "5s", "-v", "1"});
   const std::string node = cwd_ + "/node";
-  ASSERT_TRUE(WaitFor([&] { return fs::exists(node + "/status/node.json") || !kubelet_->Running(); }))
-      << kubelet_->Log();
+  ASSERT_TRUE(WaitFor([&] {
+    return fs::exists(node + "/status/node.json") || !kubelet_->Running();
+  })) << kubelet_->Log();
   ASSERT_TRUE(kubelet_->Running()) << kubelet_->Log();
 
   // kdm plugin with a --plugin-dir that takes a detour through "..", a
@@ -131,10 +131,9 @@ TEST_F(RelativePathsE2eTest, KubeletPluginGetAndConformFromAWorkingDirectory) {
   fs::create_directories(cwd_ + "/topo dir");
   std::ofstream(cwd_ + "/topo dir/t.json") << out;
   std::ofstream(cwd_ + "/health x.json") << "{}";
-  plugins_.push_back(Start("plugin", {"plugin", "--plugin-dir", "./node/../node/device-plugins",
-                                      "--resource", kResource, "--topology",
-                                      "topo dir/../topo dir/t.json", "--health-file",
-                                      "health x.json"}));
+  plugins_.push_back(Start(
+      "plugin", {"plugin", "--plugin-dir", "./node/../node/device-plugins", "--resource", kResource,
+                 "--topology", "topo dir/../topo dir/t.json", "--health-file", "health x.json"}));
   ASSERT_TRUE(WaitFor([&] {
     json n = ReadJson(node + "/status/node.json");
     return n.contains("allocatable") && n["allocatable"].value(kResource, -1) == 8;
@@ -147,7 +146,9 @@ TEST_F(RelativePathsE2eTest, KubeletPluginGetAndConformFromAWorkingDirectory) {
   EXPECT_TRUE(WaitFor([&] {
     status = ReadJson(node + "/status/default_p.json");
     return status.value("phase", "") == "Admitted";
-  })) << status.dump() << "\n" << kubelet_->Log();
+  })) << status.dump()
+      << "\n"
+      << kubelet_->Log();
 
   // kdm get --root with "./" in front reads the same agent.
   EXPECT_EQ(Run("get", {"get", "pods", "--root", "./node", "-o", "json"}, &out, &err), 0)
@@ -157,10 +158,11 @@ TEST_F(RelativePathsE2eTest, KubeletPluginGetAndConformFromAWorkingDirectory) {
 
   // kdm conform acts as the kubelet of its own directory (a space in it)
   // toward a second plugin, and writes its JUnit file to a relative path.
-  plugins_.push_back(
-      Start("plugin2", {"plugin", "--root", "conform root", "--resource", kResource, "--count", "2"}));
-  EXPECT_EQ(Run("conform", {"conform", "--root", "conform root", "--resource", kResource,
-                            "--timeout", "10s", "--junit", "./reports/../junit.xml"},
+  plugins_.push_back(Start(
+      "plugin2", {"plugin", "--root", "conform root", "--resource", kResource, "--count", "2"}));
+  EXPECT_EQ(Run("conform",
+                {"conform", "--root", "conform root", "--resource", kResource, "--timeout", "10s",
+                 "--junit", "./reports/../junit.xml"},
                 &out, &err),
             0)
       << out << err;
@@ -171,11 +173,13 @@ TEST_F(RelativePathsE2eTest, KubeletPluginGetAndConformFromAWorkingDirectory) {
   // kdm conform --plugin-socket dials the first plugin by a relative path.
   std::vector<std::string> socks;
   for (const auto& e : fs::directory_iterator(node + "/device-plugins")) {
-    if (e.is_socket() && e.path().filename() != "kubelet.sock") socks.push_back(e.path().filename());
+    if (e.is_socket() && e.path().filename() != "kubelet.sock")
+      socks.push_back(e.path().filename());
   }
   ASSERT_EQ(socks.size(), 1u);
-  EXPECT_EQ(Run("conform-dial", {"conform", "--plugin-socket", "node/device-plugins/" + socks[0],
-                                 "--resource", kResource, "--only", "lw.health"},
+  EXPECT_EQ(Run("conform-dial",
+                {"conform", "--plugin-socket", "node/device-plugins/" + socks[0], "--resource",
+                 kResource, "--only", "lw.health"},
                 &out, &err),
             0)
       << out << err;
@@ -202,15 +206,22 @@ TEST_F(RelativePathsE2eTest, TooLongSocketPathNamesTheFlag) {
   };
   std::vector<Case> cases = {
       {"kubelet", {"kubelet", "--root", deep}, "kdm kubelet: --root: ", 1},
-      {"plugin-root", {"plugin", "--root", deep, "--resource", kResource, "--count", "1"},
-       "kdm plugin: --root: ", 1},
-      {"plugin-dir", {"plugin", "--plugin-dir", deep, "--resource", kResource, "--count", "1"},
-       "kdm plugin: --plugin-dir: ", 1},
-      {"conform-root", {"conform", "--root", deep, "--resource", kResource},
-       "kdm conform: --root: ", 3},
+      {"plugin-root",
+       {"plugin", "--root", deep, "--resource", kResource, "--count", "1"},
+       "kdm plugin: --root: ",
+       1},
+      {"plugin-dir",
+       {"plugin", "--plugin-dir", deep, "--resource", kResource, "--count", "1"},
+       "kdm plugin: --plugin-dir: ",
+       1},
+      {"conform-root",
+       {"conform", "--root", deep, "--resource", kResource},
+       "kdm conform: --root: ",
+       3},
       {"conform-socket",
        {"conform", "--plugin-socket", deep + "/p.sock", "--resource", kResource},
-       "kdm conform: --plugin-socket: ", 3},
+       "kdm conform: --plugin-socket: ",
+       3},
       {"get", {"get", "pods", "--root", deep}, "kdm get pods: --root: ", 1},
   };
   for (const Case& c : cases) {
@@ -237,10 +248,14 @@ TEST_F(RelativePathsE2eTest, DirectoryThatCannotBeCreatedNamesTheFlag) {
   };
   std::vector<Case> cases = {
       {"kubelet", {"kubelet", "--root", "file/node"}, "kdm kubelet: --root: ", 1},
-      {"plugin", {"plugin", "--root", "file/node", "--resource", kResource, "--count", "1"},
-       "kdm plugin: --root: ", 1},
-      {"conform", {"conform", "--root", "file/node", "--resource", kResource},
-       "kdm conform: --root: ", 3},
+      {"plugin",
+       {"plugin", "--root", "file/node", "--resource", kResource, "--count", "1"},
+       "kdm plugin: --root: ",
+       1},
+      {"conform",
+       {"conform", "--root", "file/node", "--resource", kResource},
+       "kdm conform: --root: ",
+       3},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

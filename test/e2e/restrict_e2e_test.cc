@@ -17,11 +17,10 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kdm/test/e2e/e2e_util.h"
 
@@ -31,13 +30,13 @@ namespace kdm {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
-using ::testing::HasSubstr;
 using kdm::e2e::KdmBinary;
 using kdm::e2e::Process;
 using kdm::e2e::ReadFile;
 using kdm::e2e::WaitFor;
 using kdm::e2e::WriteFileAtomically;
+using nlohmann::json;
+using ::testing::HasSubstr;
 
 constexpr char kGpu[] = "nvidia.com/gpu";
 
@@ -94,15 +93,15 @@ class RestrictE2eTest : public ::testing::Test {
 
 TEST_F(RestrictE2eTest, OnlyListedNamespacesGetTheResource) {
   kubelet_ = std::make_unique<Process>(
-      std::vector<std::string>{"kubelet", "--root", root_, "--restrict", "nvidia.com/gpu=ml,research",
-                               "--restrict", "example.com/fpga=hw"},
+      std::vector<std::string>{"kubelet", "--root", root_, "--restrict",
+                               "nvidia.com/gpu=ml,research", "--restrict", "example.com/fpga=hw"},
       root_ + "/kubelet.log");
   ASSERT_TRUE(kubelet_->started());
   ASSERT_TRUE(WaitFor([&] { return fs::exists(root_ + "/status/node.json"); })) << kubelet_->Log();
-  plugin_ = std::make_unique<Process>(
-      std::vector<std::string>{"plugin", "--root", root_, "--resource", kGpu, "--preset",
-                               "dgx1-v100"},
-      root_ + "/plugin.log");
+  plugin_ =
+      std::make_unique<Process>(std::vector<std::string>{"plugin", "--root", root_, "--resource",
+                                                         kGpu, "--preset", "dgx1-v100"},
+                                root_ + "/plugin.log");
   ASSERT_TRUE(WaitFor([&] { return Allocatable(kGpu) == 8; })) << plugin_->Log();
 
   // The sockets a user meets.
@@ -150,8 +149,7 @@ TEST_F(RestrictE2eTest, BadRestrictValuesAreUsageErrors) {
       {{"--restrict", "gpu=ml"}, "\"gpu\" is not an extended resource name"},
       {{"--restrict", "nvidia.com/gpu=ml", "--restrict", "nvidia.com/gpu=research"},
        "resource \"nvidia.com/gpu\" is restricted twice"},
-      {{"--restrict", "nvidia.com/gpu=ML_team"},
-       "namespace \"ML_team\" is not a DNS-1123 label"},
+      {{"--restrict", "nvidia.com/gpu=ML_team"}, "namespace \"ML_team\" is not a DNS-1123 label"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     std::vector<std::string> args = {"kubelet", "--root", root_ + "/r"};

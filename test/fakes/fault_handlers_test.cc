@@ -98,8 +98,7 @@ class FaultHandlersTest : public ::testing::Test {
   }
 
   static v1beta1::PreferredAllocationRequest PreferredRequest(
-      const std::vector<std::string>& available, const std::vector<std::string>& must,
-      int size) {
+      const std::vector<std::string>& available, const std::vector<std::string>& must, int size) {
     v1beta1::PreferredAllocationRequest r;
     auto* c = r.add_container_requests();
     for (const auto& id : available) c->add_available_deviceids(id);
@@ -139,8 +138,7 @@ TEST_F(FaultHandlersTest, EveryFaultHasASetupAndUnknownNamesAreRefused) {
               name.rfind("reg-", 0) == 0 || name == "no-reregister")
         << name << ": only registration faults rewrite the RegisterRequest";
   }
-  EXPECT_EQ(MakeFaultSetup("nope", *healthy_, held_).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeFaultSetup("nope", *healthy_, held_).status().code(), StatusCode::kInvalidArgument);
 }
 
 // --- registration ------------------------------------------------------------
@@ -163,8 +161,7 @@ TEST_F(FaultHandlersTest, RegistrationFaultsRewriteOneFieldEach) {
       {"reg-bad-version", [](auto& r) { r.set_version("v1beta2"); }},
       {"reg-bad-resource-name", [](auto& r) { r.set_resource_name("example.com/Bad Name!"); }},
       {"reg-endpoint-path", [](auto& r) { r.set_endpoint("../gpu.sock"); }},
-      {"reg-options-mismatch",
-       [](auto& r) { r.mutable_options()->set_pre_start_required(true); }},
+      {"reg-options-mismatch", [](auto& r) { r.mutable_options()->set_pre_start_required(true); }},
   };
   for (const Case& c : cases) {
     v1beta1::RegisterRequest request = HealthyRegisterRequest();
@@ -229,9 +226,11 @@ TEST_F(FaultHandlersTest, LwDeltaUpdatesSendsOneToggledDevicePerTick) {
   ASSERT_TRUE(Setup("lw-delta-updates").handler->ListAndWatch(s).ok());
   ASSERT_EQ(s.written.size(), 6u);
   EXPECT_EQ(s.written[0].devices_size(), 4) << "the full list first";
-  const std::vector<std::pair<std::string, std::string>> deltas = {
-      {"gpu-0", "Unhealthy"}, {"gpu-1", "Unhealthy"}, {"gpu-2", "Unhealthy"},
-      {"gpu-3", "Unhealthy"}, {"gpu-0", "Healthy"}};
+  const std::vector<std::pair<std::string, std::string>> deltas = {{"gpu-0", "Unhealthy"},
+                                                                   {"gpu-1", "Unhealthy"},
+                                                                   {"gpu-2", "Unhealthy"},
+                                                                   {"gpu-3", "Unhealthy"},
+                                                                   {"gpu-0", "Healthy"}};
   for (size_t i = 0; i < deltas.size(); ++i) {
     ASSERT_EQ(s.written[i + 1].devices_size(), 1) << i;
     EXPECT_EQ(s.written[i + 1].devices(0).id(), deltas[i].first) << i;
@@ -309,7 +308,9 @@ TEST_F(FaultHandlersTest, AllocNotConcurrentRefusesACallWhileOneIsHeld) {
   ScriptedCall outer_call;
   outer_call.wait_result = WaitResult::kDeadline;
   // While the first call is held, a second one arrives.
-  outer_call.on_wait = [&] { overlapping = handler->Allocate(AllocateRequest({"gpu-2"}), inner_call); };
+  outer_call.on_wait = [&] {
+    overlapping = handler->Allocate(AllocateRequest({"gpu-2"}), inner_call);
+  };
   auto first = handler->Allocate(AllocateRequest({"gpu-1"}), outer_call);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(overlapping.status().code(), StatusCode::kUnavailable) << overlapping.status();
@@ -333,8 +334,8 @@ TEST_F(FaultHandlersTest, PreferredFaultsChangeTheHealthyAnswer) {
   EXPECT_EQ(PreferredIds("pref-duplicates", request),
             (std::vector<std::string>{healthy[0], healthy[0]}));
 
-  std::vector<std::string> dropped = PreferredIds("pref-drop-must-include",
-                                                  PreferredRequest(kAll, {"gpu-3"}, 2));
+  std::vector<std::string> dropped =
+      PreferredIds("pref-drop-must-include", PreferredRequest(kAll, {"gpu-3"}, 2));
   EXPECT_EQ(dropped.size(), 2u);
   EXPECT_EQ(std::count(dropped.begin(), dropped.end(), "gpu-3"), 0);
 
@@ -355,8 +356,8 @@ TEST_F(FaultHandlersTest, PreferredFaultsChangeTheHealthyAnswer) {
 
   // An impossible request fails as the healthy plugin's does.
   ScriptedCall call;
-  EXPECT_FALSE(Setup("pref-wrong-size").handler
-                   ->GetPreferredAllocation(PreferredRequest(kAll, {}, 9), call)
+  EXPECT_FALSE(Setup("pref-wrong-size")
+                   .handler->GetPreferredAllocation(PreferredRequest(kAll, {}, 9), call)
                    .ok());
 }
 

@@ -90,8 +90,7 @@ const std::vector<std::string> kAllIds = {"gpu-0", "gpu-1", "gpu-2", "gpu-3"};
 // A faulty plugin serving in a private directory, dialled by a raw client.
 class Served {
  public:
-  explicit Served(const std::string& fault,
-                  std::function<void(PluginConfig&)> tweak = nullptr) {
+  explicit Served(const std::string& fault, std::function<void(PluginConfig&)> tweak = nullptr) {
     PluginConfig c = Config(dir_.path());
     if (tweak) tweak(c);
     plugin_ = MustStart(std::move(c), fault);
@@ -147,8 +146,7 @@ class Served {
   }
 
   static v1beta1::PreferredAllocationRequest PreferredRequest(
-      const std::vector<std::string>& available, const std::vector<std::string>& must,
-      int size) {
+      const std::vector<std::string>& available, const std::vector<std::string>& must, int size) {
     v1beta1::PreferredAllocationRequest req;
     auto* c = req.add_container_requests();
     for (const auto& id : available) c->add_available_deviceids(id);
@@ -198,23 +196,39 @@ class Registered {
 // --- names ----------------------------------------------------------------
 
 TEST(FaultyPluginTest, FaultNamesAreTheCataloguesInOrder) {
-  const std::vector<std::string> expected = {
-      "reg-bad-version",      "reg-bad-resource-name", "reg-endpoint-path",
-      "reg-options-mismatch", "lw-no-snapshot",        "lw-duplicate-ids",
-      "lw-bad-health",        "lw-negative-numa",      "lw-delta-updates",
-      "alloc-two-responses",  "alloc-accept-unknown",  "alloc-relative-path",
-      "alloc-bad-permissions", "alloc-bad-env",        "alloc-bad-cdi",
-      "alloc-not-concurrent", "pref-wrong-size",       "pref-not-subset",
-      "pref-drop-must-include", "pref-duplicates",     "pref-random",
-      "pref-slow",            "prestart-unimplemented", "lw-drop-breaks",
-      "no-reregister"};
+  const std::vector<std::string> expected = {"reg-bad-version",
+                                             "reg-bad-resource-name",
+                                             "reg-endpoint-path",
+                                             "reg-options-mismatch",
+                                             "lw-no-snapshot",
+                                             "lw-duplicate-ids",
+                                             "lw-bad-health",
+                                             "lw-negative-numa",
+                                             "lw-delta-updates",
+                                             "alloc-two-responses",
+                                             "alloc-accept-unknown",
+                                             "alloc-relative-path",
+                                             "alloc-bad-permissions",
+                                             "alloc-bad-env",
+                                             "alloc-bad-cdi",
+                                             "alloc-not-concurrent",
+                                             "pref-wrong-size",
+                                             "pref-not-subset",
+                                             "pref-drop-must-include",
+                                             "pref-duplicates",
+                                             "pref-random",
+                                             "pref-slow",
+                                             "prestart-unimplemented",
+                                             "lw-drop-breaks",
+                                             "no-reregister"};
   EXPECT_EQ(FaultNames(), expected);
   for (const std::string& name : FaultNames()) EXPECT_TRUE(CheckFaultName(name).ok()) << name;
 }
 
 TEST(FaultyPluginTest, UnknownFaultNameIsInvalidAndListsTheKnownOnes) {
-  for (const std::string& bad : std::vector<std::string>{"nope", "", "PREF-SLOW", "pref-slow ", "pref", "../reg-bad-version",
-                          std::string("pref-slow\0x", 11), std::string(10'000, 'a')}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"nope", "", "PREF-SLOW", "pref-slow ", "pref", "../reg-bad-version",
+                                std::string("pref-slow\0x", 11), std::string(10'000, 'a')}) {
     Status s = CheckFaultName(bad);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find("unknown fault"), std::string::npos) << s;
@@ -741,8 +755,7 @@ TEST(FaultyPluginTest, PrefFaultsOfferPreferredEvenWithPolicyNone) {
   ASSERT_TRUE(other.ok());
   EXPECT_FALSE(other.Options().get_preferred_allocation_available());
   v1beta1::PreferredAllocationResponse resp;
-  EXPECT_EQ(other.Preferred(kAllIds, {}, 2, &resp).error_code(),
-            grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(other.Preferred(kAllIds, {}, 2, &resp).error_code(), grpc::StatusCode::UNIMPLEMENTED);
 }
 
 // --- PreStartContainer --------------------------------------------------------

@@ -98,15 +98,17 @@ TEST(ReadHealthFileTest, MissingDirectoryAndHugeFiles) {
 }
 
 TEST(HealthFileWatcherTest, CreateAndStartRejectBadArguments) {
-  auto empty = HealthFileWatcher::Create("", [](const HealthMap&) {}, nullptr);
+  auto empty = HealthFileWatcher::Create(
+      "", [](const HealthMap&) {}, nullptr);
   EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
-  auto dir_only = HealthFileWatcher::Create("/tmp/", [](const HealthMap&) {}, nullptr);
+  auto dir_only = HealthFileWatcher::Create(
+      "/tmp/", [](const HealthMap&) {}, nullptr);
   EXPECT_EQ(dir_only.status().code(), StatusCode::kInvalidArgument);
   auto no_callback = HealthFileWatcher::Create("/tmp/x.json", nullptr, nullptr);
   EXPECT_EQ(no_callback.status().code(), StatusCode::kInvalidArgument);
 
-  auto w = HealthFileWatcher::Create("/nonexistent-kdm-dir/h.json", [](const HealthMap&) {},
-                                     nullptr);
+  auto w = HealthFileWatcher::Create(
+      "/nonexistent-kdm-dir/h.json", [](const HealthMap&) {}, nullptr);
   ASSERT_TRUE(w.ok());
   Status s = (*w)->Start();
   EXPECT_EQ(s.code(), StatusCode::kNotFound);

@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -18,10 +21,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 
 namespace kdm::fakes {
 namespace {
@@ -180,8 +179,8 @@ TEST(ManifestWatcherErrors, BadOptionsAndMissingDirectory) {
   EXPECT_EQ(no_cb.status().code(), StatusCode::kInvalidArgument);
   auto no_dir = ManifestWatcher::Create(io, {.dir = "", .on_event = [](const auto&) {}});
   EXPECT_EQ(no_dir.status().code(), StatusCode::kInvalidArgument);
-  auto w = ManifestWatcher::Create(io, {.dir = "/nonexistent/kdm/manifests",
-                                        .on_event = [](const auto&) {}});
+  auto w = ManifestWatcher::Create(
+      io, {.dir = "/nonexistent/kdm/manifests", .on_event = [](const auto&) {}});
   ASSERT_TRUE(w.ok());
   Status s = (*w)->Start();
   EXPECT_EQ(s.code(), StatusCode::kNotFound);

@@ -17,8 +17,8 @@
 namespace kdm::fakes {
 namespace {
 
-using ::testing::HasSubstr;
 using devicemanager::Quantity;
+using ::testing::HasSubstr;
 // The manifest reader's rule for resource names is the wire layer's.
 using pluginapi::IsExtendedResourceName;
 
@@ -105,9 +105,10 @@ TEST(PodManifestTest, ReadsTheSamePodFromJson) {
 }
 
 TEST(PodManifestTest, NamespaceDefaultsAndUidIsDerivedStably) {
-  auto pod = ParsePodManifest("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n"
-                              "spec: {containers: [{name: c}]}\n",
-                              "a.yml");
+  auto pod = ParsePodManifest(
+      "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n"
+      "spec: {containers: [{name: c}]}\n",
+      "a.yml");
   ASSERT_TRUE(pod.ok()) << pod.status();
   EXPECT_EQ(pod->namespace_name, "default");
   EXPECT_EQ(pod->uid, DerivePodUid("default", "a"));
@@ -161,8 +162,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"a list", "- a\n- b\n", "list.yaml", "not a Pod: the document is a list"},
         BadCase{"not a pod", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n",
                 "deploy.yaml", "kind: not a Pod: kind is \"Deployment\""},
-        BadCase{"no kind", "apiVersion: v1\nmetadata: {name: d}\n", "nokind.yaml",
-                "kind: missing"},
+        BadCase{"no kind", "apiVersion: v1\nmetadata: {name: d}\n", "nokind.yaml", "kind: missing"},
         BadCase{"wrong api version", "apiVersion: v2\nkind: Pod\n", "v2.yaml",
                 "apiVersion: must be \"v1\" for a Pod, got \"v2\""},
         BadCase{"no metadata.name",
@@ -178,11 +178,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"no containers", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {}\n",
                 "noc.yaml", "spec.containers: a Pod needs at least one container"},
         BadCase{"containers not a list",
-                "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: x}\n", "cl.yaml",
-                "spec.containers: must be a list, got a string"},
-        BadCase{"container without name",
-                "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{image: x}]}\n",
-                "cn.yaml", "spec.containers[0].name: missing"},
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: x}\n",
+                "cl.yaml", "spec.containers: must be a list, got a string"},
+        BadCase{
+            "container without name",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{image: x}]}\n",
+            "cn.yaml", "spec.containers[0].name: missing"},
         BadCase{"duplicate container names",
                 "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  initContainers: [{name: "
                 "c}]\n  containers: [{name: d}, {name: c}]\n",
@@ -225,8 +226,9 @@ INSTANTIATE_TEST_SUITE_P(
                 "limits[memory]: must be a quantity, got a mapping"},
         BadCase{"huge count", PodWith("      limits: {nvidia.com/gpu: 3000000000}\n"), "huge.yaml",
                 "limits[nvidia.com/gpu]: "},
-        BadCase{"json wrong type", R"({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": 7}})",
-                "t.json", "metadata.name: must be a string, got a number"},
+        BadCase{"json wrong type",
+                R"({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": 7}})", "t.json",
+                "metadata.name: must be a string, got a number"},
         BadCase{"too large", std::string(kMaxManifestBytes + 1, '#'), "big.yaml",
                 "big.yaml: file is larger than the 1048576-byte manifest limit"}),
     [](const ::testing::TestParamInfo<BadCase>& info) {
@@ -244,8 +246,9 @@ TEST(PodManifestTest, IdentityIsKnownWhenALaterFieldIsBad) {
 }
 
 TEST(PodManifestTest, DeeplyNestedYamlIsRefusedNotCrashed) {
-  std::string deep = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {x: " +
-                     std::string(200, '[') + std::string(200, ']') + "}\n";
+  std::string deep =
+      "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {x: " + std::string(200, '[') +
+      std::string(200, ']') + "}\n";
   auto pod = ParsePodManifest(deep, "deep.yaml");
   ASSERT_FALSE(pod.ok());
   EXPECT_THAT(pod.status().message(), HasSubstr("deep.yaml: "));
@@ -308,10 +311,11 @@ TEST(PodManifestRegression, ResourceDomainLabelOver63Chars) {
   EXPECT_TRUE(IsExtendedResourceName(domain + "/gf"));
   EXPECT_TRUE(IsExtendedResourceName(std::string(253, 'a') + "/gpu"));
   EXPECT_FALSE(IsExtendedResourceName(std::string(254, 'a') + "/gpu"));
-  const std::string manifest = "apiVersion: v1\nkind: Pod\nmetadata: {name: " +
-                               std::string(70, 'p') +
-                               "}\nspec:\n  containers:\n  - name: main\n"
-                               "    resources: {limits: {" + domain + "/gf: 1}}\n";
+  const std::string manifest =
+      "apiVersion: v1\nkind: Pod\nmetadata: {name: " + std::string(70, 'p') +
+      "}\nspec:\n  containers:\n  - name: main\n"
+      "    resources: {limits: {" +
+      domain + "/gf: 1}}\n";
   auto pod = ParsePodManifest(manifest, "long.yaml");
   ASSERT_TRUE(pod.ok()) << pod.status();
   EXPECT_EQ(pod->name, std::string(70, 'p'));
@@ -383,8 +387,10 @@ TEST(PodManifestRegression, YamlAliasBombIsRefused) {
 
 // The byte bound: few nodes, each a long string used many times.
 TEST(PodManifestRegression, YamlAliasBombOfLongStringsIsRefused) {
-  std::string text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: long\n  annotations:\n"
-                     "    a: &a \"" + std::string(4000, 'x') + "\"\n";
+  std::string text =
+      "apiVersion: v1\nkind: Pod\nmetadata:\n  name: long\n  annotations:\n"
+      "    a: &a \"" +
+      std::string(4000, 'x') + "\"\n";
   std::string prev = "a";
   for (std::string level : {"b", "c", "d"}) {
     text += "    " + level + ": &" + level + " [";
@@ -411,7 +417,8 @@ spec:
     resources:
       limits: &gpus {nvidia.com/gpu: 2}
       requests: *gpus
-)", "p.yaml");
+)",
+                              "p.yaml");
   ASSERT_TRUE(pod.ok()) << pod.status();
   EXPECT_EQ(pod->containers[0].requests.at("nvidia.com/gpu"), Quantity::FromInt(2));
 }

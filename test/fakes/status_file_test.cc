@@ -2,21 +2,19 @@
 // atomic replacement.
 #include "kdm/fakes/status_file.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <sys/stat.h>
-
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace kdm::fakes {
 namespace {
@@ -47,14 +45,14 @@ TEST(StatusFileTest, AdmittedPodHasExactlyTheIssueKeys) {
   EXPECT_EQ(j["reason"], "");
   ASSERT_EQ(j["containers"].size(), 1u);
   const json& jc = j["containers"][0];
-  EXPECT_THAT(Keys(jc), ::testing::UnorderedElementsAre("name", "devices", "envs", "mounts",
-                                                        "device_specs", "annotations",
-                                                        "cdi_devices"));
+  EXPECT_THAT(Keys(jc),
+              ::testing::UnorderedElementsAre("name", "devices", "envs", "mounts", "device_specs",
+                                              "annotations", "cdi_devices"));
   EXPECT_EQ(jc["devices"]["nvidia.com/gpu"], json({"GPU0", "GPU1"}));
   EXPECT_EQ(jc["envs"]["NVIDIA_VISIBLE_DEVICES"], "GPU0,GPU1");
-  EXPECT_EQ(jc["mounts"][0], json({{"container_path", "/usr/lib/x"},
-                                   {"host_path", "/host/lib/x"},
-                                   {"read_only", true}}));
+  EXPECT_EQ(
+      jc["mounts"][0],
+      json({{"container_path", "/usr/lib/x"}, {"host_path", "/host/lib/x"}, {"read_only", true}}));
   EXPECT_EQ(jc["device_specs"][0], json({{"container_path", "/dev/nvidia0"},
                                          {"host_path", "/dev/nvidia0"},
                                          {"permissions", "rw"}}));
@@ -97,8 +95,10 @@ TEST(StatusFileTest, NodeStatusReportsCapacityAllocatablePluginsAndDeleted) {
   EXPECT_EQ(j["capacity"]["example.com/fpga"], 4);
   EXPECT_EQ(j["allocatable"]["example.com/fpga"], 0);
   ASSERT_EQ(j["plugins"].size(), 3u);
-  EXPECT_EQ(j["plugins"][0], json({{"resource", "example.com/fpga"}, {"state", "Unhealthy"},
-                                   {"devices", 4}, {"healthy", 0}}));
+  EXPECT_EQ(j["plugins"][0], json({{"resource", "example.com/fpga"},
+                                   {"state", "Unhealthy"},
+                                   {"devices", 4},
+                                   {"healthy", 0}}));
   EXPECT_EQ(j["plugins"][1]["state"], "Pending");
   EXPECT_EQ(j["plugins"][2]["state"], "Healthy");
   EXPECT_EQ(j["deleted_resources"], json({"example.com/old"}));
@@ -136,10 +136,12 @@ TEST(StatusFileTest, RemoveStaleTempFilesRemovesOnlyTheWritersOwnTempFiles) {
   const std::string dir = tmpl;
   const std::vector<std::string> stale = {dir + "/.default_a.json.tmp-Ab12Cd",
                                           dir + "/.node.json.tmp-zZ09xy"};
-  const std::vector<std::string> kept = {
-      dir + "/default_a.json",           dir + "/.default_a.json.tmp-short",
-      dir + "/default_a.json.tmp-Ab12Cd", dir + "/.default_a.json.tmp-Ab1-Cd",
-      dir + "/.tmp-Ab12Cd",               dir + "/notes.txt"};
+  const std::vector<std::string> kept = {dir + "/default_a.json",
+                                         dir + "/.default_a.json.tmp-short",
+                                         dir + "/default_a.json.tmp-Ab12Cd",
+                                         dir + "/.default_a.json.tmp-Ab1-Cd",
+                                         dir + "/.tmp-Ab12Cd",
+                                         dir + "/notes.txt"};
   for (const auto& f : stale) std::ofstream(f) << "partial";
   for (const auto& f : kept) std::ofstream(f) << "keep";
   std::filesystem::create_directory(dir + "/.sub.json.tmp-Ab12Cd");  // not a file
@@ -312,8 +314,7 @@ TEST(StatusFileTest, WrongTypesAndValuesAreRefusedNamingThePlace) {
   EXPECT_EQ(pod_with([](json& j) { j["phase"] = 7; }),
             InvalidArgumentError("\"phase\" is not a string"));
   EXPECT_EQ(pod_with([](json& j) { j["phase"] = "Running"; }),
-            InvalidArgumentError(
-                "\"phase\" is \"Running\", not \"Admitted\" or \"Rejected\""));
+            InvalidArgumentError("\"phase\" is \"Running\", not \"Admitted\" or \"Rejected\""));
   EXPECT_EQ(pod_with([](json& j) { j["containers"] = 3; }),
             InvalidArgumentError("\"containers\" is not an array"));
   EXPECT_EQ(pod_with([](json& j) { j["containers"][1] = "main"; }),
@@ -323,9 +324,9 @@ TEST(StatusFileTest, WrongTypesAndValuesAreRefusedNamingThePlace) {
                 "\"containers\"[1][\"devices\"][\"nvidia.com/gpu\"][1] is not a string"));
   EXPECT_EQ(pod_with([](json& j) { j["containers"][1].erase("envs"); }),
             InvalidArgumentError("\"containers\"[1][\"envs\"] is missing"));
-  EXPECT_EQ(pod_with([](json& j) { j["containers"][1]["mounts"][0]["read_only"] = "yes"; }),
-            InvalidArgumentError(
-                "\"containers\"[1][\"mounts\"][0][\"read_only\"] is not a boolean"));
+  EXPECT_EQ(
+      pod_with([](json& j) { j["containers"][1]["mounts"][0]["read_only"] = "yes"; }),
+      InvalidArgumentError("\"containers\"[1][\"mounts\"][0][\"read_only\"] is not a boolean"));
   EXPECT_EQ(pod_with([](json& j) { j["containers"][1]["annotations"]["a"] = json::object(); }),
             InvalidArgumentError("\"containers\"[1][\"annotations\"][\"a\"] is not a string"));
 
@@ -348,9 +349,10 @@ TEST(StatusFileTest, WrongTypesAndValuesAreRefusedNamingThePlace) {
   EXPECT_EQ(node_with([](json& j) { j["allocatable"]["x.io/y"] = 0; }),
             InvalidArgumentError(
                 "\"allocatable\"[\"x.io/y\"] names a resource that \"capacity\" does not"));
-  EXPECT_EQ(node_with([](json& j) { j["allocatable"].erase("example.com/nic"); }),
-            InvalidArgumentError(
-                "\"capacity\"[\"example.com/nic\"] names a resource that \"allocatable\" does not"));
+  EXPECT_EQ(
+      node_with([](json& j) { j["allocatable"].erase("example.com/nic"); }),
+      InvalidArgumentError(
+          "\"capacity\"[\"example.com/nic\"] names a resource that \"allocatable\" does not"));
   EXPECT_EQ(node_with([](json& j) { j["plugins"][0]["state"] = "Healthy"; }),
             InvalidArgumentError("\"plugins\"[0] (\"example.com/fpga\") disagrees with "
                                  "\"capacity\" and \"allocatable\""));
@@ -390,8 +392,7 @@ TEST_F(StatusFileReadTest, ReadsWhatWasWrittenAndNamesThePathOfAnyProblem) {
   std::ofstream(pod, std::ios::trunc) << R"({"phase": "Admitted", "reas)";
   EXPECT_THAT(ReadPodStatusFile(pod).status().message(),
               ::testing::StartsWith(pod + ": not valid JSON: "));
-  EXPECT_EQ(ReadNodeStatusFile(dir_).status(),
-            InvalidArgumentError(dir_ + ": not a regular file"));
+  EXPECT_EQ(ReadNodeStatusFile(dir_).status(), InvalidArgumentError(dir_ + ": not a regular file"));
 }
 
 TEST_F(StatusFileReadTest, AHugeFileIsRefusedWithoutReadingItAll) {

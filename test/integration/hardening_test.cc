@@ -5,18 +5,18 @@
 // message from another process (with the test process's memory high-water
 // mark measured), snapshot bounds, "a plugin feeds only its own resource",
 // and the Manager's namespace restrictions.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,10 +35,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "spdlog/sinks/ostream_sink.h"
-#include "spdlog/spdlog.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
-#include "podresources/v1/api.grpc.pb.h"
 #include "kdm/base/sync.h"
 #include "kdm/devicemanager/manager.h"
 #include "kdm/devicemanager/manager_impl.h"
@@ -48,15 +45,18 @@
 #include "kdm/pluginapi/grpc_status.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
 #include "kdm/test/devicemanager/test_pods.h"
+#include "podresources/v1/api.grpc.pb.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 
 extern char** environ;
 
 namespace kdm::devicemanager {
 namespace {
 
+using kdm::devicemanager::testing::MakePod;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-using kdm::devicemanager::testing::MakePod;
 
 constexpr char kGpu[] = "vendor.com/gpu";
 constexpr char kNic[] = "vendor.com/nic";
@@ -172,7 +172,8 @@ class ScriptedPlugin final : public v1beta1::DevicePlugin::Service {
   std::unique_ptr<grpc::Server> server_;
 };
 
-StatusOr<v1beta1::ContainerAllocateResponse> EmptyAllocate(const v1beta1::ContainerAllocateRequest&) {
+StatusOr<v1beta1::ContainerAllocateResponse> EmptyAllocate(
+    const v1beta1::ContainerAllocateRequest&) {
   return v1beta1::ContainerAllocateResponse();
 }
 
@@ -234,8 +235,8 @@ class HardeningTest : public ::testing::Test {
     return SendRegister(req);
   }
   Status SendRegister(const v1beta1::RegisterRequest& req) {
-    auto channel = grpc::CreateChannel("unix://" + dir_ + "/kubelet.sock",
-                                       grpc::InsecureChannelCredentials());
+    auto channel =
+        grpc::CreateChannel("unix://" + dir_ + "/kubelet.sock", grpc::InsecureChannelCredentials());
     auto stub = v1beta1::Registration::NewStub(channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -250,7 +251,9 @@ class HardeningTest : public ::testing::Test {
     return it == cap.resources.end() ? CapacityReport::Amounts{-1, -1} : it->second;
   }
   bool CapIs(const std::string& resource, int64_t capacity, int64_t allocatable) {
-    return WaitUntil([&] { return Cap(resource) == CapacityReport::Amounts{capacity, allocatable}; });
+    return WaitUntil([&] {
+      return Cap(resource) == CapacityReport::Amounts{capacity, allocatable};
+    });
   }
   std::set<std::string> DeviceIds(const std::string& resource) {
     std::set<std::string> ids;
@@ -343,12 +346,14 @@ TEST_F(HardeningTest, RefusedEndpointsNameTheReasonAndLeaveRegistrationsAlone) {
       {"alias.sock", StatusCode::kInvalidArgument, "invalid endpoint \"alias.sock\": " + kSymlink},
       {"dangling.sock", StatusCode::kInvalidArgument,
        "invalid endpoint \"dangling.sock\": " + kSymlink},
-      {"sub", StatusCode::kInvalidArgument, "invalid endpoint \"sub\": not a unix socket but a directory"},
+      {"sub", StatusCode::kInvalidArgument,
+       "invalid endpoint \"sub\": not a unix socket but a directory"},
       {"file.sock", StatusCode::kInvalidArgument,
        "invalid endpoint \"file.sock\": not a unix socket but a regular file"},
       {"fifo.sock", StatusCode::kInvalidArgument,
        "invalid endpoint \"fifo.sock\": not a unix socket but a FIFO"},
-      {"gone.sock", StatusCode::kNotFound, "invalid endpoint \"gone.sock\": no such file in " + dir_},
+      {"gone.sock", StatusCode::kNotFound,
+       "invalid endpoint \"gone.sock\": no such file in " + dir_},
       {"", StatusCode::kInvalidArgument, "invalid endpoint \"\": the socket file name is empty"},
       {".", StatusCode::kInvalidArgument,
        "invalid endpoint \".\": must name a file, not the directory"},
@@ -512,9 +517,10 @@ TEST_F(HardeningTest, FirstSnapshotBreakingTheBoundsFailsRegisterNamingTheId) {
   p.Push(Snapshot({"ok0", long_id}));
   Status s = Register(kGpu, "s.sock");
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
-  EXPECT_THAT(s.message(), HasSubstr("ListAndWatch of vendor.com/gpu sent device id \"" +
-                                     long_id.substr(0, 64) + "...\" of 404 bytes, longer than "
-                                     "the limit of 253"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("ListAndWatch of vendor.com/gpu sent device id \"" + long_id.substr(0, 64) +
+                        "...\" of 404 bytes, longer than "
+                        "the limit of 253"));
   EXPECT_EQ(Cap(kGpu), (CapacityReport::Amounts{-1, -1}));
 }
 
@@ -551,9 +557,11 @@ TEST_F(HardeningTest, APluginFeedsOnlyItsOwnResource) {
   // The socket serving gpu cannot be registered for nic.
   Status s = Register(kNic, "gpu.sock");
   EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << s;
-  EXPECT_EQ(s.message(), "endpoint " + dir_ + "/gpu.sock is already registered for resource "
-                         "\"vendor.com/gpu\"; a plugin socket serves one resource, so it cannot "
-                         "also serve \"vendor.com/nic\"");
+  EXPECT_EQ(s.message(),
+            "endpoint " + dir_ +
+                "/gpu.sock is already registered for resource "
+                "\"vendor.com/gpu\"; a plugin socket serves one resource, so it cannot "
+                "also serve \"vendor.com/nic\"");
   EXPECT_EQ(DeviceIds(kNic), (std::set<std::string>{"n0", "n1", "n2"}));
   EXPECT_EQ(DeviceIds(kGpu), (std::set<std::string>{"n0", "g9"}));
   EXPECT_EQ(impl_->LiveEndpointsForTest(kGpu), 1);
@@ -638,10 +646,10 @@ TEST_F(HardeningTest, RestrictedResourceIsRefusedBeforeAnyReservation) {
   EXPECT_EQ(manager_->GetStats().restricted_rejections, 2);
 }
 
-// ------------------------------------------------------------------ calls and connections held open
-// Issue 16: what a local process can make the agent hold by opening calls or
-// connections and never finishing them. Threads and fds are counted in
-// /proc/self (the servers run in this process).
+// ------------------------------------------------------------------ calls and connections held
+// open Issue 16: what a local process can make the agent hold by opening calls or connections and
+// never finishing them. Threads and fds are counted in /proc/self (the servers run in this
+// process).
 
 // Entries of a /proc directory (threads: /proc/self/task, fds: /proc/self/fd).
 int CountEntries(const char* dir) {
@@ -740,10 +748,10 @@ TEST_F(HardeningTest, HangingRegisterCallsAreCappedAndThreadsAndFdsStayBounded) 
   StartManager(o);
   const int silent = ListenSilently(dir_ + "/silent.sock");
   ASSERT_GE(silent, 0);
-  auto channel = grpc::CreateChannel("unix://" + dir_ + "/kubelet.sock",
-                                     grpc::InsecureChannelCredentials());
-  ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
-                                        std::chrono::seconds(10)));
+  auto channel =
+      grpc::CreateChannel("unix://" + dir_ + "/kubelet.sock", grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(
+      channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
   auto stub = v1beta1::Registration::NewStub(channel);
 
   constexpr int kCalls = 200;
@@ -857,8 +865,7 @@ TEST(MetricsServerHardeningTest, HeldConnectionsDoNotStarveScrapes) {
       while ((n = recv(fd, buf, sizeof buf, 0)) > 0) reply.append(buf, static_cast<size_t>(n));
     }
     close(fd);
-    if (reply.rfind("HTTP/1.1 200 OK", 0) == 0 &&
-        reply.find("# HELP kdm_") != std::string::npos) {
+    if (reply.rfind("HTTP/1.1 200 OK", 0) == 0 && reply.find("# HELP kdm_") != std::string::npos) {
       ++answered;
     } else if (i < 3) {
       ADD_FAILURE() << "scrape " << i << ": " << reply.substr(0, 200) << " errno " << errno;
@@ -943,9 +950,9 @@ TEST(PodResourcesLimitsTest, BoundsAreValidated) {
               HasSubstr("max_threads must be at least 4, got 3"));
   EXPECT_THAT(start([](auto& o) { o.max_memory_bytes = 1000; }).message(),
               HasSubstr("max_memory_bytes must be at least 1 MiB"));
-  EXPECT_THAT(start([](auto& o) { o.max_connection_idle = std::chrono::milliseconds(-1); })
-                  .message(),
-              HasSubstr("max_connection_idle must not be negative"));
+  EXPECT_THAT(
+      start([](auto& o) { o.max_connection_idle = std::chrono::milliseconds(-1); }).message(),
+      HasSubstr("max_connection_idle must not be negative"));
 }
 
 }  // namespace

@@ -103,8 +103,8 @@ class BoundSocket {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    ok_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-          ::listen(fd_, 4) == 0;
+    ok_ =
+        ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && ::listen(fd_, 4) == 0;
   }
   ~BoundSocket() { ::close(fd_); }
   bool ok() const { return ok_; }
@@ -155,8 +155,7 @@ class HangingPlugin final : public v1beta1::DevicePlugin::Service {
   }
   grpc::Status ListAndWatch(grpc::ServerContext* ctx, const v1beta1::Empty*,
                             grpc::ServerWriter<v1beta1::ListAndWatchResponse>*) override {
-    while (!ctx->IsCancelled() &&
-           !release_.WaitForNotificationWithTimeout(absl::Milliseconds(5))) {
+    while (!ctx->IsCancelled() && !release_.WaitForNotificationWithTimeout(absl::Milliseconds(5))) {
     }
     return grpc::Status::OK;
   }
@@ -232,8 +231,8 @@ class ManagerIntegrationTest : public ::testing::Test {
   // One Register call to the manager's kubelet.sock.
   Status Register(const std::string& version, const std::string& resource,
                   const std::string& endpoint) {
-    auto channel = grpc::CreateChannel("unix://" + dir_ + "/kubelet.sock",
-                                       grpc::InsecureChannelCredentials());
+    auto channel =
+        grpc::CreateChannel("unix://" + dir_ + "/kubelet.sock", grpc::InsecureChannelCredentials());
     auto stub = v1beta1::Registration::NewStub(channel);
     v1beta1::RegisterRequest req;
     req.set_version(version);
@@ -252,7 +251,9 @@ class ManagerIntegrationTest : public ::testing::Test {
     return it == cap.resources.end() ? CapacityReport::Amounts{-1, -1} : it->second;
   }
   bool CapIs(const std::string& resource, int64_t capacity, int64_t allocatable) {
-    return WaitUntil([&] { return Cap(resource) == CapacityReport::Amounts{capacity, allocatable}; });
+    return WaitUntil([&] {
+      return Cap(resource) == CapacityReport::Amounts{capacity, allocatable};
+    });
   }
 
   std::vector<std::string> DevicesOf(const std::string& uid, const std::string& c) {
@@ -313,7 +314,10 @@ TEST_F(ManagerIntegrationTest, RegistrationAcceptRejectTable) {
   ASSERT_TRUE(outside.ok());
   ASSERT_EQ(symlink((other + "/real.sock").c_str(), (dir_ + "/out.sock").c_str()), 0);
   ASSERT_EQ(symlink((dir_ + "/ok.sock").c_str(), (dir_ + "/alias.sock").c_str()), 0);
-  { std::FILE* f = std::fopen((dir_ + "/file.sock").c_str(), "w"); std::fclose(f); }
+  {
+    std::FILE* f = std::fopen((dir_ + "/file.sock").c_str(), "w");
+    std::fclose(f);
+  }
   std::filesystem::create_directory(dir_ + "/sub");
   HangingPlugin hang_options(dir_ + "/hang.sock", HangingPlugin::Mode::kHangOptions);
   HangingPlugin silent(dir_ + "/silent.sock", HangingPlugin::Mode::kSilentStream);
@@ -339,11 +343,12 @@ TEST_F(ManagerIntegrationTest, RegistrationAcceptRejectTable) {
       {"v1beta2", kGpu, "ok.sock", kInvalid, bad_version("v1beta2")},
       {"V1BETA1", kGpu, "ok.sock", kInvalid, bad_version("V1BETA1")},
   };
-  for (std::string r : std::vector<std::string>{"gpu", "", "kubernetes.io/gpu", "vendor.kubernetes.io/gpu", "requests.vendor.com/gpu",
-        "Vendor.com/gpu", "vendor.com/", "/gpu", "vendor.com/-gpu", "vendor.com/gpu-",
-        "vendor.com/g/pu", "vendor..com/gpu", "-vendor.com/gpu", "vendor_x.com/gpu",
-        "vendor.com/gp u", std::string("vendor.com/") + std::string(64, 'g'),
-        std::string(254, 'v') + "/gpu"}) {
+  for (std::string r : std::vector<std::string>{
+           "gpu", "", "kubernetes.io/gpu", "vendor.kubernetes.io/gpu", "requests.vendor.com/gpu",
+           "Vendor.com/gpu", "vendor.com/", "/gpu", "vendor.com/-gpu", "vendor.com/gpu-",
+           "vendor.com/g/pu", "vendor..com/gpu", "-vendor.com/gpu", "vendor_x.com/gpu",
+           "vendor.com/gp u", std::string("vendor.com/") + std::string(64, 'g'),
+           std::string(254, 'v') + "/gpu"}) {
     cases.push_back({v, r, "ok.sock", kInvalid, bad_name(r)});
   }
   cases.push_back({v, kGpu, "", kInvalid, "invalid endpoint \"\": the socket file name is empty"});
@@ -355,14 +360,15 @@ TEST_F(ManagerIntegrationTest, RegistrationAcceptRejectTable) {
                    "directory, without '/'"});
   cases.push_back({v, kGpu, "..", kInvalid, "invalid endpoint \"..\": must not contain \"..\""});
   cases.push_back({v, kGpu, dir_ + "/ok.sock", kInvalid, "without '/'", false});
-  const std::string kSymlink = ": is a symlink; the plugin's socket itself must be in the plugin "
-                               "directory";
+  const std::string kSymlink =
+      ": is a symlink; the plugin's socket itself must be in the plugin "
+      "directory";
   cases.push_back({v, kGpu, "out.sock", kInvalid, "invalid endpoint \"out.sock\"" + kSymlink});
   cases.push_back({v, kGpu, "alias.sock", kInvalid, "invalid endpoint \"alias.sock\"" + kSymlink});
   cases.push_back({v, kGpu, "file.sock", kInvalid,
                    "invalid endpoint \"file.sock\": not a unix socket but a regular file"});
-  cases.push_back({v, kGpu, "sub", kInvalid,
-                   "invalid endpoint \"sub\": not a unix socket but a directory"});
+  cases.push_back(
+      {v, kGpu, "sub", kInvalid, "invalid endpoint \"sub\": not a unix socket but a directory"});
   cases.push_back({v, kGpu, "missing.sock", StatusCode::kNotFound,
                    "invalid endpoint \"missing.sock\": no such file in " + dir_});
   cases.push_back({v, kGpu, "hang.sock", StatusCode::kDeadlineExceeded,
@@ -430,13 +436,12 @@ TEST_F(ManagerIntegrationTest, HealthFlipsAreVisibleInCapacity) {
   EXPECT_TRUE(CapIs(kGpu, 5, 5));
   // Health callbacks run after the capacity changes: wait for the last batch.
   EXPECT_TRUE(WaitUntil([&] { return Seen().size() >= 7; }));
-  EXPECT_THAT(Seen(), ElementsAre(DeviceHealthEvent{kGpu, "gpu0", true},
-                                DeviceHealthEvent{kGpu, "gpu1", true},
-                                DeviceHealthEvent{kGpu, "gpu2", true},
-                                DeviceHealthEvent{kGpu, "gpu1", false},
-                                DeviceHealthEvent{kGpu, "gpu1", true},
-                                DeviceHealthEvent{kGpu, "gpu3", true},
-                                DeviceHealthEvent{kGpu, "gpu4", true}));
+  EXPECT_THAT(
+      Seen(),
+      ElementsAre(DeviceHealthEvent{kGpu, "gpu0", true}, DeviceHealthEvent{kGpu, "gpu1", true},
+                  DeviceHealthEvent{kGpu, "gpu2", true}, DeviceHealthEvent{kGpu, "gpu1", false},
+                  DeviceHealthEvent{kGpu, "gpu1", true}, DeviceHealthEvent{kGpu, "gpu3", true},
+                  DeviceHealthEvent{kGpu, "gpu4", true}));
 }
 
 TEST_F(ManagerIntegrationTest, PluginKilledBecomesUnhealthyThenDeletedAfterGrace) {
@@ -603,11 +608,11 @@ TEST_F(ManagerIntegrationTest, InvalidPreferredAnswersFallBackAndThePodIsAdmitte
   ASSERT_TRUE(CapIs(kGpu, 12, 12));
   {
     kdm::MutexLock l(&mu);
-    answers = {std::vector<std::string>{"gpu7"},             // wrong size
-               std::vector<std::string>{"gpu7", "gpu7"},     // duplicates
-               std::vector<std::string>{"gpu7", "nope"},     // unknown id
+    answers = {std::vector<std::string>{"gpu7"},                    // wrong size
+               std::vector<std::string>{"gpu7", "gpu7"},            // duplicates
+               std::vector<std::string>{"gpu7", "nope"},            // unknown id
                Status(StatusCode::kInternal, "allocator crashed"),  // RPC error
-               std::vector<std::string>{"gpu9"},             // init: valid
+               std::vector<std::string>{"gpu9"},                    // init: valid
                std::vector<std::string>{"gpu10", "gpu11"}};  // main: misses must-include gpu9
   }
   for (int i = 0; i < 4; ++i) {

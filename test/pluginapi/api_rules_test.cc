@@ -95,7 +95,6 @@ TEST_F(EndpointTest, CheckPluginEndpointAcceptsOnlyPlainSocketsInside) {
   }
 }
 
-
 TEST_F(EndpointTest, CheckPluginEndpointAppliesTheNameRulesFirst) {
   // A name the rules refuse is refused before any lookup, with the same
   // text, whether or not something of that name exists.
@@ -125,16 +124,17 @@ TEST(ApiRulesTest, VersionText) {
 }
 
 TEST(ApiRulesTest, ExtendedResourceNames) {
-  for (std::string ok : std::vector<std::string>{"vendor.com/gpu", "nvidia.com/gpu", "a/b", "x.y.z/A_b-c.D",
-                         "example.com/" + std::string(63, 'g'),
-                         std::string(253, 'v') + "/gpu"}) {
+  for (std::string ok : std::vector<std::string>{
+           "vendor.com/gpu", "nvidia.com/gpu", "a/b", "x.y.z/A_b-c.D",
+           "example.com/" + std::string(63, 'g'), std::string(253, 'v') + "/gpu"}) {
     EXPECT_TRUE(IsExtendedResourceName(ok)) << ok;
   }
-  for (std::string bad : std::vector<std::string>{"", "gpu", "/gpu", "vendor.com/", "kubernetes.io/gpu", "x.kubernetes.io/gpu",
-        "requests.vendor.com/gpu", "Vendor.com/gpu", "vendor.com/-gpu", "vendor.com/gpu.",
-        "vendor.com/a/b", "vendor..com/gpu", "vendor.com./gpu", "-v.com/gpu", "v_x.com/gpu",
-        "vendor.com/g pu", "example.com/" + std::string(64, 'g'),
-        std::string(254, 'v') + "/gpu"}) {
+  for (std::string bad : std::vector<std::string>{
+           "", "gpu", "/gpu", "vendor.com/", "kubernetes.io/gpu", "x.kubernetes.io/gpu",
+           "requests.vendor.com/gpu", "Vendor.com/gpu", "vendor.com/-gpu", "vendor.com/gpu.",
+           "vendor.com/a/b", "vendor..com/gpu", "vendor.com./gpu", "-v.com/gpu", "v_x.com/gpu",
+           "vendor.com/g pu", "example.com/" + std::string(64, 'g'),
+           std::string(254, 'v') + "/gpu"}) {
     EXPECT_FALSE(IsExtendedResourceName(bad)) << bad;
     EXPECT_EQ(ValidateResourceName(bad).message(), "the ResourceName \"" + bad + "\" is invalid");
   }
@@ -142,9 +142,9 @@ TEST(ApiRulesTest, ExtendedResourceNames) {
 
 TEST(ApiRulesTest, VersionRefusesNearMissesAndOddBytes) {
   EXPECT_TRUE(ValidateVersion(kVersion).ok());
-  for (std::string bad : std::vector<std::string>{
-           "", "v1beta2", "V1BETA1", "v1beta1 ", " v1beta1", "v1beta", "v1beta1\n",
-           std::string("v1beta1\0", 8), std::string(1000, 'v')}) {
+  for (std::string bad :
+       std::vector<std::string>{"", "v1beta2", "V1BETA1", "v1beta1 ", " v1beta1", "v1beta",
+                                "v1beta1\n", std::string("v1beta1\0", 8), std::string(1000, 'v')}) {
     Status s = ValidateVersion(bad);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_EQ(s.message(), "requested API version \"" + bad +
@@ -157,18 +157,18 @@ TEST(ApiRulesTest, Dns1123Labels) {
                                                  std::string(kMaxDns1123LabelLength, 'n')}) {
     EXPECT_TRUE(IsDns1123Label(ok)) << ok;
   }
-  for (std::string bad : std::vector<std::string>{
-           "", "-a", "a-", "A", "mL", "a.b", "a_b", "a b", "a/b", "é",
-           std::string("a\0b", 3), std::string(kMaxDns1123LabelLength + 1, 'n')}) {
+  for (std::string bad : std::vector<std::string>{"", "-a", "a-", "A", "mL", "a.b", "a_b", "a b",
+                                                  "a/b", "é", std::string("a\0b", 3),
+                                                  std::string(kMaxDns1123LabelLength + 1, 'n')}) {
     EXPECT_FALSE(IsDns1123Label(bad)) << bad;
   }
 }
 
 TEST(ApiRulesTest, Dns1123Subdomains) {
   // No limit per dot-separated part, only on the whole (as in Kubernetes).
-  for (std::string ok : std::vector<std::string>{
-           "a", "pod-1", "a.b.c", "vendor.com", std::string(70, 'p') + ".x",
-           std::string(kMaxDns1123SubdomainLength, 'p')}) {
+  for (std::string ok :
+       std::vector<std::string>{"a", "pod-1", "a.b.c", "vendor.com", std::string(70, 'p') + ".x",
+                                std::string(kMaxDns1123SubdomainLength, 'p')}) {
     EXPECT_TRUE(IsDns1123Subdomain(ok)) << ok;
   }
   for (std::string bad : std::vector<std::string>{
@@ -217,8 +217,9 @@ TEST(ApiRulesTest, EndpointNameRulesNeedNoFilesystem) {
   for (const Bad& b : std::vector<Bad>{
            {"", "invalid endpoint \"\": the socket file name is empty"},
            {std::string("\0", 1), "invalid endpoint \"\\0\": contains a NUL byte"},
-           {"a/b.sock", "invalid endpoint \"a/b.sock\": must be a plain file name inside the "
-                        "plugin directory, without '/'"},
+           {"a/b.sock",
+            "invalid endpoint \"a/b.sock\": must be a plain file name inside the "
+            "plugin directory, without '/'"},
            {"/", "without '/'"},
            {".", "invalid endpoint \".\": must name a file, not the directory"},
            {"..", "invalid endpoint \"..\": must not contain \"..\""},

@@ -116,7 +116,8 @@ class FakeRegistrationServer final : public v1beta1::Registration::Service {
       if (refusal_) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, *refusal_);
     }
     StatusOr<std::string> target = pluginapi::UnixSocketTarget(dir_ + "/" + request->endpoint());
-    if (!target.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, target.status().message());
+    if (!target.ok())
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, target.status().message());
     auto channel = grpc::CreateChannel(*target, grpc::InsecureChannelCredentials());
     auto stub = v1beta1::DevicePlugin::NewStub(channel);
     v1beta1::DevicePluginOptions options;
@@ -125,7 +126,8 @@ class FakeRegistrationServer final : public v1beta1::Registration::Service {
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
       v1beta1::Empty empty;
       grpc::Status s = stub->GetDevicePluginOptions(&ctx, empty, &options);
-      if (!s.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "dial back: " + s.error_message());
+      if (!s.ok())
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "dial back: " + s.error_message());
     }
     {
       // Recorded before the stream starts, so a test that saw a snapshot

@@ -19,9 +19,12 @@ std::string H(const char* hex) {
   int nibble = -1;
   for (const char* p = hex; *p; ++p) {
     int v;
-    if (*p >= '0' && *p <= '9') v = *p - '0';
-    else if (*p >= 'a' && *p <= 'f') v = *p - 'a' + 10;
-    else continue;
+    if (*p >= '0' && *p <= '9')
+      v = *p - '0';
+    else if (*p >= 'a' && *p <= 'f')
+      v = *p - 'a' + 10;
+    else
+      continue;
     if (nibble < 0) {
       nibble = v;
     } else {
@@ -32,7 +35,9 @@ std::string H(const char* hex) {
   return out;
 }
 // Tag byte for field number f with wire type w (fields here are all < 16).
-std::string Tag(int field, int wire) { return std::string(1, static_cast<char>(field << 3 | wire)); }
+std::string Tag(int field, int wire) {
+  return std::string(1, static_cast<char>(field << 3 | wire));
+}
 constexpr int kVarint = 0, kLen = 2;
 // A length-delimited field: tag, one-byte length (all payloads < 128), payload.
 std::string Len(int field, const std::string& payload) {
@@ -82,10 +87,10 @@ TEST(GoldenBytesDevicePlugin, ListAndWatchResponseWithDeviceTopology) {
   d->set_id("d0");
   d->set_health("Healthy");
   d->mutable_topology()->add_nodes()->set_id(1);
-  std::string numa = Varint(1, 1);                 // NUMANode.ID = 1
-  std::string topology = Len(1, numa);             // TopologyInfo.nodes = 1
+  std::string numa = Varint(1, 1);      // NUMANode.ID = 1
+  std::string topology = Len(1, numa);  // TopologyInfo.nodes = 1
   std::string device = Len(1, "d0") + Len(2, "Healthy") + Len(3, topology);
-  EXPECT_EQ(Bytes(m), Len(1, device));             // ListAndWatchResponse.devices = 1
+  EXPECT_EQ(Bytes(m), Len(1, device));  // ListAndWatchResponse.devices = 1
   // And the same bytes spelled out fully, to catch a bug in the helpers.
   EXPECT_EQ(Bytes(m), H("0a 13 0a 02") + "d0" + H("12 07") + "Healthy" + H("1a 04 0a 02 08 01"));
 }
@@ -139,11 +144,11 @@ TEST(GoldenBytesDevicePlugin, AllocateResponseEveryField) {
   std::string mount_bytes = H("0a 02") + "/c" + H("12 02") + "/h" + H("18 01");
   std::string spec_bytes = H("0a 02") + "/c" + H("12 02") + "/h" + H("1a 02") + "rw";
   std::string cdi_bytes = H("0a 09") + "v.com/g=0";
-  std::string container = H("0a 06 0a 01") + "K" + H("12 01") + "V" +   // envs = 1 (map entry)
-                          H("12 0a") + mount_bytes +                      // mounts = 2
-                          H("1a 0c") + spec_bytes +                       // devices = 3
-                          H("22 06 0a 01") + "A" + H("12 01") + "B" +     // annotations = 4
-                          H("2a 0b") + cdi_bytes;                         // cdi_devices = 5
+  std::string container = H("0a 06 0a 01") + "K" + H("12 01") + "V" +  // envs = 1 (map entry)
+                          H("12 0a") + mount_bytes +                   // mounts = 2
+                          H("1a 0c") + spec_bytes +                    // devices = 3
+                          H("22 06 0a 01") + "A" + H("12 01") + "B" +  // annotations = 4
+                          H("2a 0b") + cdi_bytes;                      // cdi_devices = 5
   ASSERT_EQ(container.size(), 0x37u);
   EXPECT_EQ(Bytes(m), H("0a 37") + container);
 }
@@ -192,13 +197,14 @@ v1::PodResources MakePodResources() {
   return p;
 }
 std::string PodResourcesBytes() {
-  std::string claim = H("0a 03 0a 01") + "c" + H("12 01") + "d" + H("1a 01") + "p" + H("22 01") + "n";
+  std::string claim =
+      H("0a 03 0a 01") + "c" + H("12 01") + "d" + H("1a 01") + "p" + H("22 01") + "n";
   std::string dynamic = H("12 01") + "c" + H("1a 01") + "n" + H("22 0e") + claim;
   std::string container = H("0a 01") + "c" +                // name = 1
-                          H("12 0c") + kContainerDevices +   // devices = 2
-                          H("1a 01 03") +                    // cpu_ids = 3 (packed)
-                          H("22 0b") + kContainerMemory +    // memory = 4
-                          H("2a 16") + dynamic;              // dynamic_resources = 5
+                          H("12 0c") + kContainerDevices +  // devices = 2
+                          H("1a 01 03") +                   // cpu_ids = 3 (packed)
+                          H("22 0b") + kContainerMemory +   // memory = 4
+                          H("2a 16") + dynamic;             // dynamic_resources = 5
   EXPECT_EQ(container.size(), 0x39u);
   std::string pod = H("0a 01") + "p" + H("12 01") + "n" + H("1a 39") + container + H("22 01 04") +
                     H("2a 0b") + kContainerMemory;
@@ -222,7 +228,8 @@ TEST(GoldenBytesPodResources, AllocatableResourcesResponse) {
   *m.add_devices() = MakeContainerDevices();
   m.add_cpu_ids(3);
   *m.add_memory() = MakeContainerMemory();
-  EXPECT_EQ(Bytes(m), H("0a 0c") + kContainerDevices + H("12 01 03") + H("1a 0b") + kContainerMemory);
+  EXPECT_EQ(Bytes(m),
+            H("0a 0c") + kContainerDevices + H("12 01 03") + H("1a 0b") + kContainerMemory);
 }
 
 TEST(GoldenBytesPodResources, GetPodResourcesRequestAndResponse) {
@@ -263,25 +270,27 @@ std::vector<std::string> MethodPaths(const char* service) {
 }
 
 TEST(MethodPaths, Registration) {
-  EXPECT_EQ(MethodPaths("v1beta1.Registration"),
-            std::vector<std::string>{
-                "/v1beta1.Registration/Register (v1beta1.RegisterRequest) returns (v1beta1.Empty)"});
+  EXPECT_EQ(
+      MethodPaths("v1beta1.Registration"),
+      std::vector<std::string>{
+          "/v1beta1.Registration/Register (v1beta1.RegisterRequest) returns (v1beta1.Empty)"});
 }
 
 TEST(MethodPaths, DevicePlugin) {
-  EXPECT_EQ(MethodPaths("v1beta1.DevicePlugin"),
-            (std::vector<std::string>{
-                "/v1beta1.DevicePlugin/GetDevicePluginOptions (v1beta1.Empty) returns "
-                "(v1beta1.DevicePluginOptions)",
-                "/v1beta1.DevicePlugin/ListAndWatch (v1beta1.Empty) returns (stream "
-                "v1beta1.ListAndWatchResponse)",
-                "/v1beta1.DevicePlugin/GetPreferredAllocation (v1beta1.PreferredAllocationRequest) "
-                "returns (v1beta1.PreferredAllocationResponse)",
-                "/v1beta1.DevicePlugin/Allocate (v1beta1.AllocateRequest) returns "
-                "(v1beta1.AllocateResponse)",
-                "/v1beta1.DevicePlugin/PreStartContainer (v1beta1.PreStartContainerRequest) returns "
-                "(v1beta1.PreStartContainerResponse)",
-            }));
+  EXPECT_EQ(
+      MethodPaths("v1beta1.DevicePlugin"),
+      (std::vector<std::string>{
+          "/v1beta1.DevicePlugin/GetDevicePluginOptions (v1beta1.Empty) returns "
+          "(v1beta1.DevicePluginOptions)",
+          "/v1beta1.DevicePlugin/ListAndWatch (v1beta1.Empty) returns (stream "
+          "v1beta1.ListAndWatchResponse)",
+          "/v1beta1.DevicePlugin/GetPreferredAllocation (v1beta1.PreferredAllocationRequest) "
+          "returns (v1beta1.PreferredAllocationResponse)",
+          "/v1beta1.DevicePlugin/Allocate (v1beta1.AllocateRequest) returns "
+          "(v1beta1.AllocateResponse)",
+          "/v1beta1.DevicePlugin/PreStartContainer (v1beta1.PreStartContainerRequest) returns "
+          "(v1beta1.PreStartContainerResponse)",
+      }));
 }
 
 TEST(MethodPaths, PodResourcesLister) {

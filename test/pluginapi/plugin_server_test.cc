@@ -61,7 +61,8 @@ std::unique_ptr<v1beta1::DevicePlugin::Stub> Dial(const std::string& socket) {
 
 std::chrono::system_clock::time_point Deadline() { return std::chrono::system_clock::now() + 5s; }
 
-bool HasHealth(const v1beta1::ListAndWatchResponse& s, const std::string& id, const std::string& h) {
+bool HasHealth(const v1beta1::ListAndWatchResponse& s, const std::string& id,
+               const std::string& h) {
   for (const auto& d : s.devices()) {
     if (d.id() == id) return d.health() == h;
   }
@@ -111,11 +112,13 @@ TEST_F(PluginServerTest, RefusalSurfacesKubeletErrorThenRetries) {
   auto server = MustCreate(BaseOptions(dir_.path()));
   ASSERT_TRUE(server->Start().ok());
   // Wait for at least two refused attempts (back-off retries).
-  for (int i = 0; i < 500 && kubelet_->Requests().size() < 2; ++i) std::this_thread::sleep_for(10ms);
+  for (int i = 0; i < 500 && kubelet_->Requests().size() < 2; ++i)
+    std::this_thread::sleep_for(10ms);
   ASSERT_GE(kubelet_->Requests().size(), 2u);
   Status err = server->LastRegistrationError();
   EXPECT_EQ(err.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(err.message().find("the ResourceName \"example.com/widget\" is invalid"), std::string::npos)
+  EXPECT_NE(err.message().find("the ResourceName \"example.com/widget\" is invalid"),
+            std::string::npos)
       << err;
   EXPECT_FALSE(server->Registered());
   EXPECT_EQ(server->RegistrationCount(), 0);
@@ -139,8 +142,8 @@ TEST_F(PluginServerTest, ListAndWatchSendsFirstSnapshotThenUpdates) {
   EXPECT_FALSE(first[0].devices(2).has_topology());
 
   ASSERT_TRUE(server->SetHealth("w1", false).ok());
-  auto unhealthy = kubelet_->WaitForSnapshot(
-      [](const auto& s) { return HasHealth(s, "w1", "Unhealthy"); });
+  auto unhealthy =
+      kubelet_->WaitForSnapshot([](const auto& s) { return HasHealth(s, "w1", "Unhealthy"); });
   ASSERT_TRUE(unhealthy.has_value());
   EXPECT_EQ(unhealthy->devices_size(), 3) << "every message is a full snapshot";
 
@@ -160,7 +163,8 @@ TEST_F(PluginServerTest, RapidHealthFlipsEndOnTheNewestFullSnapshot) {
   for (int i = 0; i < 500; ++i) ASSERT_TRUE(server->SetHealth("w0", i % 2 == 1).ok());
   // The last flip (i = 499) left w0 healthy; flip once more to a unique end state.
   ASSERT_TRUE(server->SetHealth("w2", false).ok());
-  auto last = kubelet_->WaitForSnapshot([](const auto& s) { return HasHealth(s, "w2", "Unhealthy"); });
+  auto last =
+      kubelet_->WaitForSnapshot([](const auto& s) { return HasHealth(s, "w2", "Unhealthy"); });
   ASSERT_TRUE(last.has_value());
   EXPECT_TRUE(HasHealth(*last, "w0", "Healthy"));
   for (const auto& s : kubelet_->WaitForSnapshots(0)) EXPECT_EQ(s.devices_size(), 3);
@@ -308,7 +312,8 @@ TEST_F(PluginServerTest, MethodPathsAnswerOnTheWire) {
   o.register_with_kubelet = false;
   auto server = MustCreate(std::move(o));
   ASSERT_TRUE(server->Start().ok());
-  auto channel = grpc::CreateChannel("unix:" + server->SocketPath(), grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel("unix:" + server->SocketPath(), grpc::InsecureChannelCredentials());
   grpc::GenericStub generic(channel);
   grpc::Slice no_bytes{std::string()};  // Empty encodes to zero bytes
   grpc::ByteBuffer request(&no_bytes, 1);
@@ -467,7 +472,9 @@ TEST(PluginServerBadInput, SocketPathLongerThanAUnixSocketAllows) {
   auto s = PluginServer::Create(std::move(o));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.status().message().find("longer than the 107 bytes a unix socket path allows"), std::string::npos) << s.status();
+  EXPECT_NE(s.status().message().find("longer than the 107 bytes a unix socket path allows"),
+            std::string::npos)
+      << s.status();
 }
 
 TEST(PluginServerBadInput, SocketNameWithASlash) {

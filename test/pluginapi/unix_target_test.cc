@@ -107,8 +107,7 @@ TEST_F(UnixTargetTest, RelativePathTooLongOnlyOnceAbsoluteNamesBothForms) {
 }
 
 TEST_F(UnixTargetTest, EmptyNulAndDirectoryPathsAreRefused) {
-  EXPECT_EQ(AbsoluteSocketPath("").status(),
-            InvalidArgumentError("the socket path is empty"));
+  EXPECT_EQ(AbsoluteSocketPath("").status(), InvalidArgumentError("the socket path is empty"));
   StatusOr<std::string> nul = AbsoluteSocketPath(std::string("/tmp/a\0b", 8));
   EXPECT_EQ(nul.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(nul.status().message(), HasSubstr("NUL"));
@@ -151,8 +150,8 @@ TEST_F(UnixTargetTest, ServerAndDialMeetOnEveryShapeOfPath) {
     ASSERT_EQ(::stat(c.file.c_str(), &st), 0) << "no socket at " << c.file;
     EXPECT_TRUE(S_ISSOCK(st.st_mode));
     auto channel = grpc::CreateChannel(*target, grpc::InsecureChannelCredentials());
-    EXPECT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
-                                          std::chrono::seconds(10)));
+    EXPECT_TRUE(
+        channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
     server->Shutdown();
     server->Wait();
   }

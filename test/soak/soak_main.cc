@@ -36,6 +36,7 @@
 // Exit codes: 0 no violation, 1 violations (or interrupted, or the setup
 // failed), 2 bad usage.
 #include <dirent.h>
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -50,6 +51,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <set>
@@ -58,14 +60,11 @@
 #include <thread>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-#include <nlohmann/json.hpp>
-
-#include "kdm/test/soak/child_process.h"
 #include "kdm/base/status.h"
 #include "kdm/checkpoint/paths.h"
 #include "kdm/fakes/status_file.h"
 #include "kdm/pluginapi/unix_target.h"
+#include "kdm/test/soak/child_process.h"
 #include "podresources/v1/api.grpc.pb.h"
 
 namespace kdm::soak {
@@ -176,8 +175,8 @@ Status ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
     } else if (arg == "--seconds") {
       KDM_RETURN_IF_ERROR(take(&v));
       if (!ParseInt(v, &flags->seconds) || flags->seconds < 1 || flags->seconds > 86400) {
-        return InvalidArgumentError("--seconds must be a whole number from 1 to 86400, got \"" +
-                                    v + "\"");
+        return InvalidArgumentError("--seconds must be a whole number from 1 to 86400, got \"" + v +
+                                    "\"");
       }
     } else if (arg == "--seed") {
       KDM_RETURN_IF_ERROR(take(&v));
@@ -244,7 +243,7 @@ Status ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
 // ------------------------------------------------------------------ model
 
 using Devices = std::map<std::string, std::vector<std::string>>;  // resource -> sorted ids
-using ContainerDevicesMap = std::map<std::string, Devices>;     // container -> devices
+using ContainerDevicesMap = std::map<std::string, Devices>;       // container -> devices
 
 struct ContainerSpec {
   std::string name;
@@ -337,9 +336,7 @@ class Soak {
   void StartKubelet();
 
   // The clock of the run, for messages.
-  double Elapsed() const {
-    return std::chrono::duration<double>(Clock::now() - started_).count();
-  }
+  double Elapsed() const { return std::chrono::duration<double>(Clock::now() - started_).count(); }
   bool Stopping() const { return g_stop_signal != 0; }
   void Log(const std::string& line);
   void Violation(const std::string& kind, const std::string& detail);
@@ -621,11 +618,11 @@ StatusOr<v1::AllocatableResourcesResponse> Soak::Allocatable() {
 }
 
 StatusOr<checkpoint::CheckpointData> Soak::ReadCheckpoint() {
-  KDM_ASSIGN_OR_RETURN(checkpoint::OpenResult opened,
-                       checkpoint::OpenStoreForRoot(flags_.root, checkpoint::StoreKind::kSqlite,
-                                                    {.create_if_missing = false,
-                                                     .quarantine_corrupt = false,
-                                                     .synchronous_full = false}));
+  KDM_ASSIGN_OR_RETURN(
+      checkpoint::OpenResult opened,
+      checkpoint::OpenStoreForRoot(
+          flags_.root, checkpoint::StoreKind::kSqlite,
+          {.create_if_missing = false, .quarantine_corrupt = false, .synchronous_full = false}));
   return opened.store->Load();
 }
 
@@ -710,11 +707,11 @@ void Soak::CreatePod() {
   // a restarted plugin gets it once the plugin is back: bounded).
   if (kubelet_->running()) {
     PodRecord& p = pods_[name];
-    bool seen = WaitFor([&] { return fs::exists(StatusPath(p)) || !kubelet_->running(); },
-                        kSettleBound);
+    bool seen =
+        WaitFor([&] { return fs::exists(StatusPath(p)) || !kubelet_->running(); }, kSettleBound);
     if (!seen && !Stopping()) {
-      Violation("admission", name + ": no status file within " +
-                                 std::to_string(kSettleBound.count()) + " s");
+      Violation("admission",
+                name + ": no status file within " + std::to_string(kSettleBound.count()) + " s");
     }
   }
 }
@@ -734,8 +731,8 @@ void Soak::DeletePod() {
   Bump(faults_, "pod deletes");
   Log("delete " + name);
   if (kubelet_->running()) {
-    bool gone = WaitFor([&] { return !fs::exists(StatusPath(p)) || !kubelet_->running(); },
-                        kSettleBound);
+    bool gone =
+        WaitFor([&] { return !fs::exists(StatusPath(p)) || !kubelet_->running(); }, kSettleBound);
     if (!gone && !Stopping()) {
       Violation("gone-pod-freed", name + ": status file still there " +
                                       std::to_string(kSettleBound.count()) +
@@ -858,9 +855,8 @@ void Soak::KillKubelet(int sig) {
   }
   auto delay = std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 1500)(rng_));
   kubelet_restart_at_ = Clock::now() + delay;
-  Log(std::string(sig == SIGKILL ? "SIGKILL" : "SIGTERM") + " kubelet pid=" +
-      std::to_string(pid) + " (" + DescribeWaitStatus(status) + "), restart in " +
-      std::to_string(delay.count()) + " ms");
+  Log(std::string(sig == SIGKILL ? "SIGKILL" : "SIGTERM") + " kubelet pid=" + std::to_string(pid) +
+      " (" + DescribeWaitStatus(status) + "), restart in " + std::to_string(delay.count()) + " ms");
 }
 
 // ------------------------------------------------------------------ invariants
@@ -926,7 +922,8 @@ std::vector<std::string> Soak::DoubleDevices(const v1::ListPodResourcesResponse&
           if (!in_container.insert(key).second) continue;  // one entry per NUMA node
           std::string who = pod.name() + "/" + c.name();
           auto [it, inserted] = holder.emplace(key, who);
-          if (!inserted) problems.push_back("List: " + key + " held by " + it->second + " and " + who);
+          if (!inserted)
+            problems.push_back("List: " + key + " held by " + it->second + " and " + who);
         }
       }
     }
@@ -935,7 +932,8 @@ std::vector<std::string> Soak::DoubleDevices(const v1::ListPodResourcesResponse&
   // (a finished init container's devices are handed on to app containers).
   std::map<std::string, const PodRecord*> by_uid;
   for (const auto& [name, p] : pods_) by_uid[p.uid] = &p;
-  std::map<std::string, std::pair<std::string, std::string>> ckpt_holder;  // key -> (uid, app container)
+  std::map<std::string, std::pair<std::string, std::string>>
+      ckpt_holder;  // key -> (uid, app container)
   for (const auto& e : ckpt.entries) {
     auto pit = by_uid.find(e.pod_uid);
     bool init = false;
@@ -989,8 +987,8 @@ std::vector<std::string> Soak::HeldAllocations(const v1::ListPodResourcesRespons
     auto sit = stored.find(pod.uid);
     ContainerDevicesMap got_stored = sit == stored.end() ? ContainerDevicesMap{} : sit->second;
     if (got_stored != first) {
-      problems.push_back(name + ": checkpoint holds " + DevicesText(got_stored) +
-                         ", first given " + DevicesText(first));
+      problems.push_back(name + ": checkpoint holds " + DevicesText(got_stored) + ", first given " +
+                         DevicesText(first));
     }
   }
   return problems;
@@ -1018,7 +1016,8 @@ std::vector<std::string> Soak::GonePods(const v1::ListPodResourcesResponse& list
     if (it == by_uid.end()) {
       problems.push_back("checkpoint holds devices of an unknown pod uid " + e.pod_uid);
     } else if (!it->second->manifest_present) {
-      problems.push_back("checkpoint: " + it->second->name + " holds devices, its manifest is gone");
+      problems.push_back("checkpoint: " + it->second->name +
+                         " holds devices, its manifest is gone");
     }
   }
   return problems;
@@ -1140,8 +1139,8 @@ std::vector<std::string> Soak::CapacityProblems() {
       std::string g, w;
       for (const auto& id : got[p.resource]) g += id + ",";
       for (const auto& id : want) w += id + ",";
-      problems.push_back(p.resource + ": allocatable ids [" + g + "], the plugin reports healthy [" +
-                         w + "]");
+      problems.push_back(p.resource + ": allocatable ids [" + g +
+                         "], the plugin reports healthy [" + w + "]");
     }
     int64_t capacity = -1, allocatable = -1;
     if (node.ok()) {
@@ -1162,7 +1161,8 @@ std::vector<std::string> Soak::CapacityProblems() {
   for (const auto& [resource, ids] : got) {
     bool known = false;
     for (const auto& p : plugins_) known = known || p.resource == resource;
-    if (!known && !ids.empty()) problems.push_back("allocatable lists unknown resource " + resource);
+    if (!known && !ids.empty())
+      problems.push_back("allocatable lists unknown resource " + resource);
   }
   return problems;
 }
@@ -1292,10 +1292,11 @@ void Soak::PrintReport(bool interrupted) {
     total += v;
   }
   row("total", total);
-  std::printf("kubelet fds %d..%d, threads %d..%d (slack %d / %d over each start's first "
-              "settled sample)\n",
-              max_fds_ ? min_fds_ : 0, max_fds_, max_threads_ ? min_threads_ : 0, max_threads_,
-              kFdSlack, kThreadSlack);
+  std::printf(
+      "kubelet fds %d..%d, threads %d..%d (slack %d / %d over each start's first "
+      "settled sample)\n",
+      max_fds_ ? min_fds_ : 0, max_fds_, max_threads_ ? min_threads_ : 0, max_threads_, kFdSlack,
+      kThreadSlack);
   std::printf("violations: %lld\n", static_cast<long long>(violations_));
   if (violations_ > 0 || flags_.keep || !own_root_) {
     std::printf("root kept: %s (logs in logs/)\n", flags_.root.c_str());
@@ -1304,9 +1305,8 @@ void Soak::PrintReport(bool interrupted) {
 }
 
 int Soak::Run() {
-  std::printf("kdm_soak: seed %llu, %lld s, kdm %s\n",
-              static_cast<unsigned long long>(flags_.seed), static_cast<long long>(flags_.seconds),
-              flags_.kdm.c_str());
+  std::printf("kdm_soak: seed %llu, %lld s, kdm %s\n", static_cast<unsigned long long>(flags_.seed),
+              static_cast<long long>(flags_.seconds), flags_.kdm.c_str());
   std::fflush(stdout);
   if (Status s = Setup(); !s.ok()) {
     std::cerr << "kdm_soak: " << s.message() << "\n";
@@ -1362,8 +1362,8 @@ int Soak::Run() {
     if (p.child->running()) {
       int status = p.child->Stop(SIGTERM, 30s);
       if (!interrupted && !(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        Violation("process", "the " + p.resource + " plugin after SIGTERM: " +
-                                 DescribeWaitStatus(status));
+        Violation("process",
+                  "the " + p.resource + " plugin after SIGTERM: " + DescribeWaitStatus(status));
       }
     }
   }
@@ -1388,8 +1388,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!flags.seed_given) {
-    flags.seed = static_cast<uint64_t>(
-        std::chrono::system_clock::now().time_since_epoch().count());
+    flags.seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
   }
   struct sigaction sa = {};
   sa.sa_handler = OnStopSignal;

@@ -13,10 +13,10 @@
 namespace kdm::topology {
 namespace {
 
+using testing::Build;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
-using testing::Build;
 
 std::vector<int> Range(int n) {
   std::vector<int> v(n);
@@ -68,8 +68,7 @@ TEST(PackedPinnedTest, Rtx8000Sequences) {
 
 TEST(PackedPinnedTest, Dgx1PascalSequences) {
   Topology t = testing::Dgx1Pascal();
-  EXPECT_EQ(Sequence(t, {1, 1, 1, 1, 1, 1, 1, 1}),
-            (Sets{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
+  EXPECT_EQ(Sequence(t, {1, 1, 1, 1, 1, 1, 1, 1}), (Sets{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
   EXPECT_EQ(Sequence(t, {2, 2, 2, 2}), (Sets{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
   EXPECT_EQ(Sequence(t, {4, 4}), (Sets{{0, 1, 2, 3}, {4, 5, 6, 7}}));
   EXPECT_EQ(Sequence(t, {8}), (Sets{Range(8)}));
@@ -77,8 +76,7 @@ TEST(PackedPinnedTest, Dgx1PascalSequences) {
 
 TEST(PackedPinnedTest, Dgx1VoltaSequences) {
   Topology t = testing::Dgx1Volta();
-  EXPECT_EQ(Sequence(t, {1, 1, 1, 1, 1, 1, 1, 1}),
-            (Sets{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
+  EXPECT_EQ(Sequence(t, {1, 1, 1, 1, 1, 1, 1, 1}), (Sets{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
   EXPECT_EQ(Sequence(t, {2, 2, 2, 2}), (Sets{{0, 3}, {1, 2}, {4, 7}, {5, 6}}));
   EXPECT_EQ(Sequence(t, {4, 4}), (Sets{{0, 1, 2, 3}, {4, 5, 6, 7}}));
   EXPECT_EQ(Sequence(t, {8}), (Sets{Range(8)}));
@@ -238,7 +236,11 @@ TEST(AllocateBadInputTest, EachErrorNamesWhatWasWrong) {
       {{0, 1, 9}, {}, 1, StatusCode::kInvalidArgument, "index 9 is outside the topology"},
       {{0, -1}, {}, 1, StatusCode::kInvalidArgument, "index -1 is outside"},
       {{0, 1, 1}, {}, 1, StatusCode::kInvalidArgument, "1 ('GPU1') is listed twice in available"},
-      {{0, 1}, {5}, 1, StatusCode::kInvalidArgument, "must-include device 5 ('GPU5') is not in available"},
+      {{0, 1},
+       {5},
+       1,
+       StatusCode::kInvalidArgument,
+       "must-include device 5 ('GPU5') is not in available"},
       {{0, 1}, {12}, 1, StatusCode::kInvalidArgument, "must-include device index 12"},
       {{0, 1}, {1, 1}, 2, StatusCode::kInvalidArgument, "listed twice in must-include"},
       {{0, 1, 2}, {0, 1, 2}, 2, StatusCode::kInvalidArgument, "3 must-include devices do not fit"},
@@ -443,12 +445,13 @@ Topology RandomTopology(std::mt19937& rng, int n, bool tie_heavy) {
     int node = numa(rng);
     d.push_back({"d" + std::to_string(i), i, node < 0 ? std::nullopt : std::optional<int>(node)});
   }
-  const std::vector<int> nv = tie_heavy ? std::vector<int>{0, 1} : std::vector<int>{0, 0, 0, 1, 2, 4, 12};
+  const std::vector<int> nv =
+      tie_heavy ? std::vector<int>{0, 1} : std::vector<int>{0, 0, 0, 1, 2, 4, 12};
   const std::vector<PcieLink> pcie =
-      tie_heavy ? std::vector<PcieLink>{PcieLink::kSys, PcieLink::kPix}
-                : std::vector<PcieLink>{PcieLink::kNone, PcieLink::kSys, PcieLink::kNode,
-                                        PcieLink::kPhb, PcieLink::kPxb, PcieLink::kPix,
-                                        PcieLink::kPsb};
+      tie_heavy
+          ? std::vector<PcieLink>{PcieLink::kSys, PcieLink::kPix}
+          : std::vector<PcieLink>{PcieLink::kNone, PcieLink::kSys, PcieLink::kNode, PcieLink::kPhb,
+                                  PcieLink::kPxb,  PcieLink::kPix, PcieLink::kPsb};
   std::vector<std::vector<Link>> links(n, std::vector<Link>(n));
   for (int a = 0; a < n; ++a) {
     for (int b = a + 1; b < n; ++b) {
@@ -460,8 +463,7 @@ Topology RandomTopology(std::mt19937& rng, int n, bool tie_heavy) {
 }
 
 void CheckAgainstBruteForce(Policy policy, bool tie_heavy, uint32_t seed, int trials,
-                            int min_devices = 2, int max_devices = 10,
-                            bool all_available = false) {
+                            int min_devices = 2, int max_devices = 10, bool all_available = false) {
   std::mt19937 rng(seed);
   int compared = 0;
   for (int trial = 0; trial < trials; ++trial) {

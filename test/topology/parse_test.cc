@@ -118,12 +118,14 @@ TEST(ParseNvidiaSmiTest, BadInputNamesTheRowAndColumn) {
        "row GPU0, column GPU1 is 'NV1' but row GPU1, column GPU0 is 'NV2'"},
       {"\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU1\tPIX\tPIX\n",
        "row GPU1, column GPU1 is on the diagonal and must be 'X'"},
-      {"\tGPU0\tGPU1\nGPU0\t X \tX\nGPU1\tX\t X \n", "row GPU0, column GPU1 is 'X' off the diagonal"},
+      {"\tGPU0\tGPU1\nGPU0\t X \tX\nGPU1\tX\t X \n",
+       "row GPU0, column GPU1 is 'X' off the diagonal"},
       {"\tGPU0\tGPU1\tGPU2\nGPU0\t X \tPIX\tSYS\nGPU1\tPIX\t X \n",
        "line 3 (row GPU1): 2 cells, expected 3"},
       {"\tGPU0\tGPU1\nGPU0\t X \tPIX\n", "column GPU1 has no row"},
       {"\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU0\t X \tPIX\nGPU1\tPIX\t X \n", "row appears twice"},
-      {"\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU7\tPIX\t X \n", "row 'GPU7' is not a column of the header"},
+      {"\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU7\tPIX\t X \n",
+       "row 'GPU7' is not a column of the header"},
       {"\tGPU0\tGPU0\nGPU0\t X \tPIX\n", "column GPU0 appears twice"},
   };
   for (const Case& c : cases) {
@@ -240,9 +242,8 @@ class LoadFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::path(::testing::TempDir()) /
-           ("kdm_topo_" + std::string(::testing::UnitTest::GetInstance()
-                                          ->current_test_info()
-                                          ->name()));
+           ("kdm_topo_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }
@@ -285,7 +286,8 @@ TEST_F(LoadFileTest, BadFilesGiveClearErrors) {
   EXPECT_THAT(garbage.status().message(), HasSubstr("garbage.bin'"));
   EXPECT_THAT(garbage.status().message(), HasSubstr("no header line"));
 
-  auto truncated = LoadTopologyFile(Write("cut.json", RenderTopologyJson(*Preset("dgx1-v100")).substr(0, 200)));
+  auto truncated =
+      LoadTopologyFile(Write("cut.json", RenderTopologyJson(*Preset("dgx1-v100")).substr(0, 200)));
   ASSERT_FALSE(truncated.ok());
   EXPECT_THAT(truncated.status().message(), HasSubstr("parse error"));
 }

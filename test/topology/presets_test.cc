@@ -34,9 +34,9 @@ TEST(PresetsTest, UnknownPresetNamesTheKnownOnes) {
 
 // The DGX-1 presets are the public fixtures plus NUMA nodes.
 TEST(PresetsTest, Dgx1MatchesTheFixtures) {
-  for (auto [name, fixture] : {std::pair{"dgx1-p100", testing::Dgx1Pascal()},
-                               std::pair{"dgx1-v100", testing::Dgx1Volta()},
-                               std::pair{"rtx-4x-bridged", testing::Rtx8000x4()}}) {
+  for (auto [name, fixture] :
+       {std::pair{"dgx1-p100", testing::Dgx1Pascal()}, std::pair{"dgx1-v100", testing::Dgx1Volta()},
+        std::pair{"rtx-4x-bridged", testing::Rtx8000x4()}}) {
     Topology t = *Preset(name);
     ASSERT_EQ(t.size(), fixture.size());
     for (int i = 0; i < t.size(); ++i) {
@@ -49,8 +49,8 @@ TEST(PresetsTest, Dgx1MatchesTheFixtures) {
 }
 
 TEST(PresetsTest, NvSwitchPresetsLinkEveryPair) {
-  for (auto [name, nv] : {std::pair{"dgx-a100", 12}, std::pair{"hgx-h100", 18},
-                          std::pair{"dgx2-16", 6}}) {
+  for (auto [name, nv] :
+       {std::pair{"dgx-a100", 12}, std::pair{"hgx-h100", 18}, std::pair{"dgx2-16", 6}}) {
     Topology t = *Preset(name);
     for (int i = 0; i < t.size(); ++i) {
       for (int j = 0; j < t.size(); ++j) {

@@ -73,7 +73,8 @@ TEST_F(TopoCliTest, HumanOutputShowsChosenSetBesideFirstFit) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("topology:   preset dgx1-v100 (8 devices)"));
   EXPECT_THAT(r.out, HasSubstr("policy packed"));
-  EXPECT_THAT(r.out, HasSubstr("chosen:     0,3 (GPU0, GPU3)  score 230, packed score 920 (optimal)"));
+  EXPECT_THAT(r.out,
+              HasSubstr("chosen:     0,3 (GPU0, GPU3)  score 230, packed score 920 (optimal)"));
   EXPECT_THAT(r.out, HasSubstr("first-fit:  0,1 (GPU0, GPU1)  score 150"));
   EXPECT_EQ(r.err, "");
 }
@@ -137,7 +138,8 @@ TEST_F(TopoCliTest, BadInputGivesAClearErrorAndExitCode) {
       {"topo --topology '" + (dir_ / "missing.txt").string() + "' --size 1", 1,
        "missing.txt' does not exist"},
       {"topo --topology '" + garbage + "' --size 1", 1, "no header line"},
-      {"topo --topology '" + asym + "' --size 1", 1, "cell [0][1] is 'NV1' but cell [1][0] is 'NV2'"},
+      {"topo --topology '" + asym + "' --size 1", 1,
+       "cell [0][1] is 'NV1' but cell [1][0] is 'NV2'"},
       {"topo --preset dgx1-v100 --size 0", 2, "--size must be at least 1, got 0"},
       {"topo --preset dgx1-v100 --size two", 2, "--size 'two' is not a number"},
       {"topo --preset dgx1-v100", 2, "--size N is required"},
