@@ -7,9 +7,12 @@
 // healthy FakeDevicePlugin with the same PluginConfig (same device ids, NUMA
 // nodes, Allocate and GetPreferredAllocation answers, registration with
 // back-off, re-registration after kubelet.sock is created again, re-serving
-// after its own socket is deleted). It implements the v1beta1 DevicePlugin
-// service and the registration client itself (not the PluginServer SDK, which
-// only ever speaks the protocol correctly). The pref-* faults offer
+// after its own socket is deleted), because it is that plugin: the healthy
+// plugin's DevicePluginHandler wrapped by one decorator per fault
+// (fault_handlers.h), served by the SDK's PluginServer; the registration
+// faults rewrite the RegisterRequest through the SDK's hook. Its streams and
+// held calls look at their client every 10 ms (the SDK's default is 1 s):
+// its faults are about clients that give up. The pref-* faults offer
 // GetPreferredAllocation even when config.policy is "none" (answering with
 // the packed policy); prestart-unimplemented always says pre_start_required.
 //
@@ -104,13 +107,14 @@ class FaultyPlugin {
   // registers again after kubelet.sock is created again (unless the fault is
   // no-reregister). Errors: the directory is missing, not a directory or not
   // writable (FAILED_PRECONDITION / PERMISSION_DENIED), the socket cannot be
-  // bound (UNAVAILABLE), Start was already called (FAILED_PRECONDITION).
+  // bound (UNAVAILABLE), Start or Stop was already called
+  // (FAILED_PRECONDITION).
   Status Start();
 
   // Ends every ListAndWatch stream and every held call (lw-no-snapshot,
-  // pref-slow, alloc-not-concurrent) within a bound, cancels a Register in
-  // flight, stops serving, removes the socket and joins every thread.
-  // Idempotent; fine without Start.
+  // pref-slow, alloc-not-concurrent) at once, cancels a Register in flight,
+  // stops serving, removes the socket and joins every thread (PluginServer::
+  // Stop). Idempotent; fine without Start.
   void Stop();
 
   // Absolute path of the plugin's socket.
@@ -123,7 +127,7 @@ class FaultyPlugin {
   // The last Register failure (OK if none since the last success).
   Status LastRegistrationError() const;
   // Calls the fault holds now (lw-no-snapshot streams, pref-slow calls); each
-  // is released within ~10 ms of its client giving up, or on Stop.
+  // is released within ~10 ms of its client giving up, and at once on Stop.
   int HeldCalls() const;
 
   // The fault's name, e.g. "pref-wrong-size".

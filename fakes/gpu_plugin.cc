@@ -60,6 +60,49 @@ void AddSpec(v1beta1::ContainerAllocateResponse& r, const std::string& path) {
   spec->set_permissions("rw");
 }
 
+// The fake plugin's answers as the SDK serves them.
+class FakeHandler final : public plugin::DevicePluginHandler {
+ public:
+  explicit FakeHandler(const FakeDevicePlugin* plugin) : plugin_(plugin) {}
+
+  StatusOr<v1beta1::DevicePluginOptions> GetDevicePluginOptions() override {
+    v1beta1::DevicePluginOptions o;
+    o.set_pre_start_required(plugin_->config().pre_start);
+    o.set_get_preferred_allocation_available(plugin_->config().policy.has_value());
+    return o;
+  }
+
+  StatusOr<v1beta1::AllocateResponse> Allocate(const v1beta1::AllocateRequest& request,
+                                               plugin::CallContext&) override {
+    return plugin::AllocateEachContainer(
+        request,
+        [this](const v1beta1::ContainerAllocateRequest& c) { return plugin_->Allocate(c); });
+  }
+
+  StatusOr<v1beta1::PreferredAllocationResponse> GetPreferredAllocation(
+      const v1beta1::PreferredAllocationRequest& request, plugin::CallContext&) override {
+    if (!plugin_->config().policy) {
+      return UnimplementedError("GetPreferredAllocation is not offered by " +
+                                plugin_->config().resource_name);
+    }
+    return plugin::PreferEachContainer(
+        request, [this](const v1beta1::ContainerPreferredAllocationRequest& c) {
+          return plugin_->PreferredAllocation(c);
+        });
+  }
+
+  Status PreStartContainer(const std::vector<std::string>& ids, plugin::CallContext&) override {
+    if (plugin_->config().pre_start) {
+      spdlog::info("event=pre_start_container resource={} devices={}",
+                   plugin_->config().resource_name, Join(ids));
+    }
+    return OkStatus();
+  }
+
+ private:
+  const FakeDevicePlugin* const plugin_;
+};
+
 }  // namespace
 
 Status CheckResourceName(std::string_view resource_name) {
@@ -133,19 +176,9 @@ StatusOr<std::unique_ptr<FakeDevicePlugin>> FakeDevicePlugin::Create(PluginConfi
     if (d.numa) dev.numa_nodes.push_back(*d.numa);
     o.devices.push_back(std::move(dev));
   }
-  FakeDevicePlugin* self = p.get();
-  o.allocate = [self](const v1beta1::ContainerAllocateRequest& req) { return self->Allocate(req); };
-  if (config.policy) {
-    o.get_preferred_allocation = [self](const v1beta1::ContainerPreferredAllocationRequest& req) {
-      return self->PreferredAllocation(req);
-    };
-  }
-  if (config.pre_start) {
-    o.pre_start_container = [resource](const std::vector<std::string>& ids) {
-      spdlog::info("event=pre_start_container resource={} devices={}", resource, Join(ids));
-      return OkStatus();
-    };
-  }
+  // The handler reads config_, which is set below, before anything serves.
+  p->handler_ = std::make_shared<FakeHandler>(p.get());
+  o.handler = p->handler_;
   o.register_with_kubelet = config.register_with_kubelet;
   o.register_backoff_initial = config.register_backoff_initial;
   o.register_backoff_max = config.register_backoff_max;

@@ -50,6 +50,7 @@
 
 #include "deviceplugin/v1beta1/api.pb.h"
 #include "kdm/base/status.h"
+#include "kdm/pluginapi/sdk/device_plugin_handler.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
 #include "kdm/topology/allocator.h"
 #include "kdm/topology/topology.h"
@@ -133,7 +134,12 @@ class FakeDevicePlugin {
   // healthy) and pushes one ListAndWatch snapshot when anything changed.
   HealthUpdate ApplyHealth(const std::map<std::string, bool>& health);
 
-  // The handlers the server runs, callable directly.
+  // What the server answers (the RPCs below, GetDevicePluginOptions from the
+  // config); a decorator can wrap it (FaultyPlugin does). Lives as long as
+  // this plugin; its calls read only immutable state.
+  std::shared_ptr<plugin::DevicePluginHandler> handler() const { return handler_; }
+
+  // The answers the handler gives per container, callable directly.
   StatusOr<v1beta1::ContainerAllocateResponse> Allocate(
       const v1beta1::ContainerAllocateRequest& request) const;
   // FAILED_PRECONDITION when the policy is none.
@@ -161,6 +167,7 @@ class FakeDevicePlugin {
   std::string short_name_;
   std::string env_name_;
   std::string cdi_kind_;
+  std::shared_ptr<plugin::DevicePluginHandler> handler_;
   std::unique_ptr<plugin::PluginServer> server_;
 };
 

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -148,6 +149,45 @@ std::optional<std::string> CheckUsage(const PluginFlags& f, fakes::PluginConfig*
   return std::nullopt;
 }
 
+// The one serve loop of `kdm plugin`, healthy or faulty: waits for SIGTERM or
+// SIGINT and logs registrations (and failures) as they happen. Returns the
+// signal that ended it.
+int ServeUntilSignal(const sigset_t& stop_signals, const fakes::PluginConfig& config,
+                     const std::function<int()>& registration_count,
+                     const std::function<Status()>& last_registration_error,
+                     const std::string& fault) {
+  const std::string& resource = config.resource_name;
+  // Faulty plugins tag their lines with the fault.
+  const std::string tag = fault.empty() ? "" : " fault=" + fault;
+  int registrations = 0;
+  std::string last_error;
+  // Logs registrations (and failures) since the last call.
+  auto log_registration = [&] {
+    int now = registration_count();
+    if (now != registrations) {
+      spdlog::info("event=registered resource={} kubelet={}/{} registrations={}{}", resource,
+                   config.plugin_dir, pluginapi::kKubeletSocketName, now, tag);
+      registrations = now;
+    }
+    Status err = last_registration_error();
+    if (!err.ok() && err.message() != last_error) {
+      spdlog::warn("event=registration_failed resource={} error={} action=retry{}", resource,
+                   Quoted(err.message()), tag);
+    }
+    last_error = err.ok() ? "" : err.message();
+  };
+  int sig = 0;
+  while (true) {
+    // Bounded wait: registration changes are logged between waits.
+    timespec wait{0, 100'000'000};
+    sig = sigtimedwait(&stop_signals, nullptr, &wait);
+    if (sig == SIGTERM || sig == SIGINT) break;
+    log_registration();
+  }
+  log_registration();
+  return sig;
+}
+
 // Runs a FaultyPlugin until SIGTERM or SIGINT (see RunPlugin).
 int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
                     const sigset_t& stop_signals) {
@@ -164,30 +204,9 @@ int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
   std::cout << "ready plugin=" << resource << " socket=" << plugin->SocketPath()
             << " devices=" << plugin->healthy().topology().size() << " fault=" << f.fault
             << std::endl;
-  int registrations = 0;
-  std::string last_error;
-  auto log_registration = [&] {
-    int now = plugin->RegistrationCount();
-    if (now != registrations) {
-      spdlog::info("event=registered resource={} kubelet={}/{} registrations={} fault={}", resource,
-                   config.plugin_dir, pluginapi::kKubeletSocketName, now, f.fault);
-      registrations = now;
-    }
-    Status err = plugin->LastRegistrationError();
-    if (!err.ok() && err.message() != last_error) {
-      spdlog::warn("event=registration_failed resource={} error={} action=retry fault={}", resource,
-                   Quoted(err.message()), f.fault);
-    }
-    last_error = err.ok() ? "" : err.message();
-  };
-  int sig = 0;
-  while (true) {
-    timespec wait{0, 100'000'000};
-    sig = sigtimedwait(&stop_signals, nullptr, &wait);
-    if (sig == SIGTERM || sig == SIGINT) break;
-    log_registration();
-  }
-  log_registration();
+  const int sig = ServeUntilSignal(
+      stop_signals, config, [&] { return plugin->RegistrationCount(); },
+      [&] { return plugin->LastRegistrationError(); }, f.fault);
   spdlog::info("event=stopping resource={} signal={}", resource, SignalName(sig));
   plugin->Stop();
   spdlog::info("event=stopped resource={}", resource);
@@ -291,32 +310,9 @@ int RunPlugin(const PluginFlags& given) {
   std::cout << "ready plugin=" << resource << " socket=" << plugin->server().SocketPath()
             << " devices=" << plugin->topology().size() << std::endl;
 
-  int registrations = 0;
-  std::string last_error;
-  // Logs registrations (and failures) since the last call.
-  auto log_registration = [&] {
-    int now = plugin->server().RegistrationCount();
-    if (now != registrations) {
-      spdlog::info("event=registered resource={} kubelet={}/{} registrations={}", resource,
-                   config.plugin_dir, pluginapi::kKubeletSocketName, now);
-      registrations = now;
-    }
-    Status err = plugin->server().LastRegistrationError();
-    if (!err.ok() && err.message() != last_error) {
-      spdlog::warn("event=registration_failed resource={} error={} action=retry", resource,
-                   Quoted(err.message()));
-    }
-    last_error = err.ok() ? "" : err.message();
-  };
-  int sig = 0;
-  while (true) {
-    // Bounded wait: registration changes are logged between waits.
-    timespec wait{0, 100'000'000};
-    sig = sigtimedwait(&stop_signals, nullptr, &wait);
-    if (sig == SIGTERM || sig == SIGINT) break;
-    log_registration();
-  }
-  log_registration();
+  const int sig = ServeUntilSignal(
+      stop_signals, config, [&] { return plugin->server().RegistrationCount(); },
+      [&] { return plugin->server().LastRegistrationError(); }, /*fault=*/"");
   spdlog::info("event=stopping resource={} signal={}", resource, SignalName(sig));
   if (watcher) watcher->Stop();
   plugin->Stop();

@@ -17,7 +17,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
-#include "google/protobuf/arena.h"
 #include "kdm/base/env.h"
 #include "kdm/base/sync.h"
 #include "kdm/pluginapi/api_rules.h"
@@ -25,29 +24,6 @@
 #include "kdm/pluginapi/unix_target.h"
 
 namespace kdm::plugin {
-
-namespace {
-
-// Fills `response` (empty) with one Device per entry of `devices`.
-void FillListAndWatchResponse(const std::vector<Device>& devices,
-                              v1beta1::ListAndWatchResponse* response) {
-  response->mutable_devices()->Reserve(static_cast<int>(devices.size()));
-  for (const Device& d : devices) {
-    v1beta1::Device* out = response->add_devices();
-    out->set_id(d.id);
-    const std::string_view health = d.healthy ? pluginapi::kHealthy : pluginapi::kUnhealthy;
-    out->set_health(health.data(), health.size());
-    for (int64_t node : d.numa_nodes) out->mutable_topology()->add_nodes()->set_id(node);
-  }
-}
-
-}  // namespace
-
-v1beta1::ListAndWatchResponse ToListAndWatchResponse(const std::vector<Device>& devices) {
-  v1beta1::ListAndWatchResponse response;
-  FillListAndWatchResponse(devices, &response);
-  return response;
-}
 
 std::string DefaultSocketName(const std::string& resource_name) {
   std::string name = resource_name;
@@ -78,6 +54,50 @@ std::optional<FileId> StatFile(const std::string& path) {
   return FileId{st.st_dev, st.st_ino};
 }
 
+// The handler the server builds from Options' functions (allocate,
+// get_preferred_allocation, pre_start_container): the options advertise
+// exactly the functions that are set.
+class FunctionHandler final : public DevicePluginHandler {
+ public:
+  FunctionHandler(std::string resource_name, PluginServer::AllocateHandler allocate,
+                  PluginServer::PreferredAllocationHandler preferred,
+                  PluginServer::PreStartHandler pre_start)
+      : resource_name_(std::move(resource_name)),
+        allocate_(std::move(allocate)),
+        preferred_(std::move(preferred)),
+        pre_start_(std::move(pre_start)) {}
+
+  StatusOr<v1beta1::DevicePluginOptions> GetDevicePluginOptions() override {
+    v1beta1::DevicePluginOptions o;
+    o.set_pre_start_required(static_cast<bool>(pre_start_));
+    o.set_get_preferred_allocation_available(static_cast<bool>(preferred_));
+    return o;
+  }
+
+  StatusOr<v1beta1::AllocateResponse> Allocate(const v1beta1::AllocateRequest& request,
+                                               CallContext&) override {
+    return AllocateEachContainer(request, allocate_);
+  }
+
+  StatusOr<v1beta1::PreferredAllocationResponse> GetPreferredAllocation(
+      const v1beta1::PreferredAllocationRequest& request, CallContext&) override {
+    if (!preferred_) {
+      return UnimplementedError("GetPreferredAllocation is not offered by " + resource_name_);
+    }
+    return PreferEachContainer(request, preferred_);
+  }
+
+  Status PreStartContainer(const std::vector<std::string>& device_ids, CallContext&) override {
+    return pre_start_ ? pre_start_(device_ids) : OkStatus();
+  }
+
+ private:
+  const std::string resource_name_;
+  const PluginServer::AllocateHandler allocate_;
+  const PluginServer::PreferredAllocationHandler preferred_;
+  const PluginServer::PreStartHandler pre_start_;
+};
+
 class PluginServerImpl;
 
 // The gRPC service of one serving generation. It forwards to the server,
@@ -92,12 +112,12 @@ class DevicePluginService final : public v1beta1::DevicePlugin::Service {
                                       v1beta1::DevicePluginOptions* response) override;
   grpc::Status ListAndWatch(grpc::ServerContext* context, const v1beta1::Empty*,
                             grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override;
-  grpc::Status GetPreferredAllocation(grpc::ServerContext*,
+  grpc::Status GetPreferredAllocation(grpc::ServerContext* context,
                                       const v1beta1::PreferredAllocationRequest* request,
                                       v1beta1::PreferredAllocationResponse* response) override;
-  grpc::Status Allocate(grpc::ServerContext*, const v1beta1::AllocateRequest* request,
+  grpc::Status Allocate(grpc::ServerContext* context, const v1beta1::AllocateRequest* request,
                         v1beta1::AllocateResponse* response) override;
-  grpc::Status PreStartContainer(grpc::ServerContext*,
+  grpc::Status PreStartContainer(grpc::ServerContext* context,
                                  const v1beta1::PreStartContainerRequest* request,
                                  v1beta1::PreStartContainerResponse*) override;
 
@@ -108,19 +128,22 @@ class DevicePluginService final : public v1beta1::DevicePlugin::Service {
 
 class PluginServerImpl final : public PluginServer {
  public:
-  PluginServerImpl(Options options, std::string socket_path)
+  PluginServerImpl(Options options, std::string socket_path,
+                   std::shared_ptr<DevicePluginHandler> handler)
       : options_(std::move(options)),
         socket_path_(std::move(socket_path)),
         kubelet_socket_path_(
             (fs::path(socket_path_).parent_path() / std::string(pluginapi::kKubeletSocketName))
                 .string()),
-        devices_(options_.devices) {}
+        handler_(std::move(handler)),
+        devices_(std::make_shared<const std::vector<Device>>(options_.devices)) {}
 
   ~PluginServerImpl() override { Stop(); }
 
   Status Start() override {
     {
       kdm::MutexLock lock(&mu_);
+      if (stopping_) return FailedPreconditionError("plugin server already stopped");
       if (started_) return FailedPreconditionError("plugin server already started");
       started_ = true;
     }
@@ -136,8 +159,9 @@ class PluginServerImpl final : public PluginServer {
     {
       kdm::MutexLock lock(&mu_);
       if (stopping_) return;
-      stopping_ = true;
-      ++version_;
+      stopping_ = true;  // wakes every stream and held call: their conditions hold
+      // A Register call in flight would otherwise hold Stop for its deadline.
+      if (register_context_ != nullptr) register_context_->TryCancel();
     }
     if (watcher_) watcher_->Wake();
     if (supervisor_.joinable()) supervisor_.join();
@@ -150,32 +174,33 @@ class PluginServerImpl final : public PluginServer {
   }
 
   void SetDevices(std::vector<Device> devices) override {
-    {
-      kdm::MutexLock lock(&mu_);
-      devices_ = std::move(devices);
-      ++version_;
-    }
+    auto snapshot = std::make_shared<const std::vector<Device>>(std::move(devices));
+    kdm::MutexLock lock(&mu_);
+    devices_ = std::move(snapshot);
+    ++version_;
   }
 
   Status SetHealth(const std::string& device_id, bool healthy) override {
-    {
-      kdm::MutexLock lock(&mu_);
-      auto it = std::find_if(devices_.begin(), devices_.end(),
-                             [&](const Device& d) { return d.id == device_id; });
-      if (it == devices_.end()) {
-        return NotFoundError("unknown device \"" + device_id + "\" for resource " +
-                             options_.resource_name);
-      }
-      if (it->healthy == healthy) return OkStatus();
-      it->healthy = healthy;
-      ++version_;
+    kdm::MutexLock lock(&mu_);
+    auto it = std::find_if(devices_->begin(), devices_->end(),
+                           [&](const Device& d) { return d.id == device_id; });
+    if (it == devices_->end()) {
+      return NotFoundError("unknown device \"" + device_id + "\" for resource " +
+                           options_.resource_name);
     }
+    if (it->healthy == healthy) return OkStatus();
+    // Snapshots are immutable (a stream may be writing the current one):
+    // a change is a new one.
+    auto changed = std::make_shared<std::vector<Device>>(*devices_);
+    (*changed)[it - devices_->begin()].healthy = healthy;
+    devices_ = std::move(changed);
+    ++version_;
     return OkStatus();
   }
 
   std::vector<Device> Devices() const override {
     kdm::MutexLock lock(&mu_);
-    return devices_;
+    return *devices_;
   }
 
   std::string SocketPath() const override { return socket_path_; }
@@ -207,86 +232,106 @@ class PluginServerImpl final : public PluginServer {
     return open_streams_;
   }
 
+  uint64_t StreamWakeupsForTest() const override {
+    kdm::MutexLock lock(&mu_);
+    return stream_wakeups_;
+  }
+
   // --- called by DevicePluginService ---------------------------------------
 
-  v1beta1::DevicePluginOptions PluginOptions() const {
-    v1beta1::DevicePluginOptions o;
-    o.set_pre_start_required(static_cast<bool>(options_.pre_start_container));
-    o.set_get_preferred_allocation_available(static_cast<bool>(options_.get_preferred_allocation));
-    return o;
-  }
+  DevicePluginHandler& handler() { return *handler_; }
 
-  // Streams the device list: a snapshot at once, then one whenever the
-  // version moves. Only the newest snapshot is ever written (coalescing): a
-  // blocked Write simply means later versions are skipped over.
+  // One call: the server's side of CallContext. Its waits end on Stop or a
+  // new serving generation at once (both are conditions on mu_), and on a
+  // client that gave up within cancel_check_interval.
+  class Call : public ListAndWatchStream {
+   public:
+    Call(PluginServerImpl* server, uint64_t generation, grpc::ServerContext* context,
+         grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer = nullptr)
+        : server_(server), generation_(generation), context_(context), writer_(writer) {}
+
+    bool ClientGone() const override { return context_->IsCancelled(); }
+
+    bool Ended() const override {
+      {
+        kdm::MutexLock lock(&server_->mu_);
+        if (server_->EndedLocked(generation_)) return true;
+      }
+      return ClientGone();
+    }
+
+    WaitResult WaitUntilEnded(TimePoint deadline) override { return Wait(std::nullopt, deadline); }
+
+    std::shared_ptr<const std::vector<Device>> Devices(uint64_t* version) const override {
+      kdm::MutexLock lock(&server_->mu_);
+      *version = server_->version_;
+      return server_->devices_;
+    }
+
+    WaitResult WaitForChange(uint64_t seen, std::optional<TimePoint> deadline) override {
+      return Wait(seen, deadline);
+    }
+
+    bool Write(const v1beta1::ListAndWatchResponse& message) override {
+      return writer_ != nullptr && writer_->Write(message);
+    }
+
+   private:
+    // Waits for the end of the call, a version other than `seen` (when
+    // given) or `deadline` (when given).
+    WaitResult Wait(std::optional<uint64_t> seen, std::optional<TimePoint> deadline) {
+      PluginServerImpl* s = server_;
+      auto woken = [s, this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+        return s->EndedLocked(generation_) || (seen && s->version_ != *seen);
+      };
+      while (true) {
+        // The one bounded part: gRPC's sync API cannot tell us when the
+        // client cancels, so look at it every cancel_check_interval.
+        TimePoint until = std::chrono::steady_clock::now() + s->options_.cancel_check_interval;
+        if (deadline) until = std::min(until, *deadline);
+        {
+          kdm::MutexLock lock(&s->mu_);
+          s->mu_.AwaitWithTimeout(kdm::Condition(&woken),
+                                  absl::FromChrono(until - std::chrono::steady_clock::now()));
+          ++s->stream_wakeups_;
+          if (s->EndedLocked(generation_)) return WaitResult::kEnded;
+          if (seen && s->version_ != *seen) return WaitResult::kChanged;
+        }
+        if (ClientGone()) return WaitResult::kEnded;
+        if (deadline && std::chrono::steady_clock::now() >= *deadline) {
+          return WaitResult::kDeadline;
+        }
+      }
+    }
+
+    PluginServerImpl* const server_;
+    const uint64_t generation_;
+    grpc::ServerContext* const context_;
+    grpc::ServerWriter<v1beta1::ListAndWatchResponse>* const writer_;
+  };
+
+  // A stream: counted in OpenStreams while the handler serves it.
   grpc::Status StreamDevices(uint64_t generation, grpc::ServerContext* context,
                              grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
-    mu_.Lock();
-    ++open_streams_;
-    uint64_t sent_version = 0;
-    bool first = true;
-    auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || generation != generation_ || version_ != sent_version;
-    };
-    while (true) {
-      if (stopping_ || generation != generation_) break;
-      if (first || version_ != sent_version) {
-        first = false;
-        sent_version = version_;
-        // On an arena: a snapshot of 10,000 devices is 10,000 small messages,
-        // and freeing them one by one cost as much as building them.
-        auto arena = std::make_unique<google::protobuf::Arena>();
-        auto* snapshot =
-            google::protobuf::Arena::CreateMessage<v1beta1::ListAndWatchResponse>(arena.get());
-        FillListAndWatchResponse(devices_, snapshot);
-        mu_.Unlock();
-        bool ok = writer->Write(*snapshot);  // never under the lock
-        arena.reset();
-        mu_.Lock();
-        if (!ok) break;  // the client went away
-        continue;
-      }
-      // Bounded wait: also notices a client that cancelled the stream.
-      mu_.AwaitWithTimeout(kdm::Condition(&changed), absl::Milliseconds(100));
-      if (context->IsCancelled()) break;
+    {
+      kdm::MutexLock lock(&mu_);
+      ++open_streams_;
     }
-    --open_streams_;
-    mu_.Unlock();
-    return grpc::Status::OK;
-  }
-
-  grpc::Status PreferredAllocation(const v1beta1::PreferredAllocationRequest& request,
-                                   v1beta1::PreferredAllocationResponse* response) {
-    if (!options_.get_preferred_allocation) {
-      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                          "GetPreferredAllocation is not offered by " + options_.resource_name);
+    Call stream(this, generation, context, writer);
+    Status s = handler_->ListAndWatch(stream);
+    {
+      kdm::MutexLock lock(&mu_);
+      --open_streams_;
     }
-    for (const auto& container : request.container_requests()) {
-      StatusOr<v1beta1::ContainerPreferredAllocationResponse> r =
-          options_.get_preferred_allocation(container);
-      if (!r.ok()) return pluginapi::ToGrpcStatus(r.status());
-      *response->add_container_responses() = std::move(*r);
-    }
-    return grpc::Status::OK;
-  }
-
-  grpc::Status AllocateDevices(const v1beta1::AllocateRequest& request,
-                               v1beta1::AllocateResponse* response) {
-    for (const auto& container : request.container_requests()) {
-      StatusOr<v1beta1::ContainerAllocateResponse> r = options_.allocate(container);
-      if (!r.ok()) return pluginapi::ToGrpcStatus(r.status());
-      *response->add_container_responses() = std::move(*r);
-    }
-    return grpc::Status::OK;
-  }
-
-  grpc::Status PreStart(const v1beta1::PreStartContainerRequest& request) {
-    if (!options_.pre_start_container) return grpc::Status::OK;
-    std::vector<std::string> ids(request.devices_ids().begin(), request.devices_ids().end());
-    return pluginapi::ToGrpcStatus(options_.pre_start_container(ids));
+    return pluginapi::ToGrpcStatus(s);
   }
 
  private:
+  // True when the calls of serving generation `generation` must end.
+  bool EndedLocked(uint64_t generation) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || generation != generation_;
+  }
+
   // Binds the socket and starts a new serving generation.
   Status Serve() {
     fs::path dir = fs::path(socket_path_).parent_path();
@@ -313,6 +358,7 @@ class PluginServerImpl final : public PluginServer {
       kdm::MutexLock lock(&mu_);
       generation = ++generation_;
       registered_ = false;
+      withheld_ = false;
     }
     auto service = std::make_unique<DevicePluginService>(this, generation);
     grpc::ServerBuilder builder;
@@ -349,8 +395,8 @@ class PluginServerImpl final : public PluginServer {
       kdm::MutexLock lock(&mu_);
       ++generation_;  // ends every stream of the old generation
     }
-    // Streams end within their bounded wait; the deadline cancels anything
-    // still in flight (e.g. a hung handler).
+    // The generation bump woke every stream and held call; the deadline
+    // cancels anything still in flight (e.g. a hung handler).
     server->Shutdown(Clock::now() + std::chrono::seconds(2));
     server->Wait();
   }
@@ -392,21 +438,43 @@ class PluginServerImpl final : public PluginServer {
     }
   }
 
-  Status RegisterOnce() {
+  // Builds the RegisterRequest and sends it, unless the rewrite hook
+  // withholds it. Returns whether it was sent (and accepted).
+  StatusOr<bool> RegisterOnce() {
     StatusOr<std::string> target = pluginapi::UnixSocketTarget(kubelet_socket_path_);
     if (!target.ok()) return target.status();
-    auto channel = grpc::CreateChannel(*target, grpc::InsecureChannelCredentials());
-    auto stub = v1beta1::Registration::NewStub(channel);
+    const std::string refused = "registration of " + options_.resource_name + " refused";
+    StatusOr<v1beta1::DevicePluginOptions> plugin_options = handler_->GetDevicePluginOptions();
+    if (!plugin_options.ok()) {
+      return plugin_options.status().WithPrefix("registration of " + options_.resource_name +
+                                                ": GetDevicePluginOptions");
+    }
     v1beta1::RegisterRequest request;
     request.set_version(std::string(pluginapi::kVersion));
     request.set_endpoint(fs::path(socket_path_).filename().string());
     request.set_resource_name(options_.resource_name);
-    *request.mutable_options() = PluginOptions();
+    *request.mutable_options() = std::move(*plugin_options);
+    if (options_.rewrite_register_request &&
+        !options_.rewrite_register_request(request, RegistrationCount())) {
+      return false;
+    }
+    auto channel = grpc::CreateChannel(*target, grpc::InsecureChannelCredentials());
+    auto stub = v1beta1::Registration::NewStub(channel);
     grpc::ClientContext context;
     context.set_deadline(Clock::now() + options_.register_timeout);
+    {
+      kdm::MutexLock lock(&mu_);
+      if (stopping_) return CancelledError("plugin server stopping");
+      register_context_ = &context;
+    }
     v1beta1::Empty empty;
     grpc::Status s = stub->Register(&context, request, &empty);
-    return pluginapi::FromGrpcStatus(s, "registration of " + options_.resource_name + " refused");
+    {
+      kdm::MutexLock lock(&mu_);
+      register_context_ = nullptr;
+    }
+    KDM_RETURN_IF_ERROR(pluginapi::FromGrpcStatus(s, refused));
+    return true;
   }
 
   // The one background thread: registers (with back-off) and watches for a
@@ -447,11 +515,13 @@ class PluginServerImpl final : public PluginServer {
         kubelet_id = kid;
         kdm::MutexLock lock(&mu_);
         registered_ = false;
+        withheld_ = false;
       }
       bool need_register;
       {
         kdm::MutexLock lock(&mu_);
-        need_register = options_.register_with_kubelet && !registered_ && kid.has_value();
+        need_register =
+            options_.register_with_kubelet && !registered_ && !withheld_ && kid.has_value();
       }
       if (need_register) {
         // This registration answers every kubelet.sock creation seen so
@@ -460,19 +530,22 @@ class PluginServerImpl final : public PluginServer {
         DrainDirectoryEvents();
         kubelet_recreated_ = false;
         kubelet_id = StatFile(kubelet_socket_path_);
-        Status s = RegisterOnce();
+        StatusOr<bool> sent = RegisterOnce();
         {
           kdm::MutexLock lock(&mu_);
-          if (s.ok()) {
+          if (stopping_) return;
+          if (!sent.ok()) {
+            last_registration_error_ = sent.status();
+          } else if (*sent) {
             registered_ = true;
             ++registration_count_;
             last_registration_error_ = OkStatus();
             backoff = options_.register_backoff_initial;
           } else {
-            last_registration_error_ = s;
+            withheld_ = true;
           }
         }
-        if (!s.ok()) {
+        if (!sent.ok()) {
           if (!SleepFor(backoff)) return;
           backoff = std::min(backoff * 2, options_.register_backoff_max);
           continue;
@@ -485,20 +558,27 @@ class PluginServerImpl final : public PluginServer {
   const Options options_;
   const std::string socket_path_;
   const std::string kubelet_socket_path_;
+  const std::shared_ptr<DevicePluginHandler> handler_;
 
   // Guards the serving state below; never held across a gRPC call. Waiters
   // use kdm::Condition, so changes need no explicit notification.
   mutable kdm::Mutex mu_;
-  std::vector<Device> devices_ ABSL_GUARDED_BY(mu_);
+  // The newest snapshot; immutable, so a stream can write it without the lock.
+  std::shared_ptr<const std::vector<Device>> devices_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;     // bumped on every device change
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // bumped per serving generation
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  // The rewrite hook withheld the registration with the current kubelet.
+  bool withheld_ ABSL_GUARDED_BY(mu_) = false;
   int registration_count_ ABSL_GUARDED_BY(mu_) = 0;
   int open_streams_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t stream_wakeups_ ABSL_GUARDED_BY(mu_) = 0;
   Status last_registration_error_ ABSL_GUARDED_BY(mu_);
   std::optional<FileId> socket_id_ ABSL_GUARDED_BY(mu_);
+  // The Register call in flight, so that Stop can cancel it.
+  grpc::ClientContext* register_context_ ABSL_GUARDED_BY(mu_) = nullptr;
 
   // Guards the server objects; held while swapping them, never during Wait.
   // Lock order: server_mu_ before mu_.
@@ -517,7 +597,9 @@ class PluginServerImpl final : public PluginServer {
 grpc::Status DevicePluginService::GetDevicePluginOptions(grpc::ServerContext*,
                                                          const v1beta1::Empty*,
                                                          v1beta1::DevicePluginOptions* response) {
-  *response = owner_->PluginOptions();
+  StatusOr<v1beta1::DevicePluginOptions> o = owner_->handler().GetDevicePluginOptions();
+  if (!o.ok()) return pluginapi::ToGrpcStatus(o.status());
+  *response = std::move(*o);
   return grpc::Status::OK;
 }
 
@@ -528,21 +610,32 @@ grpc::Status DevicePluginService::ListAndWatch(
 }
 
 grpc::Status DevicePluginService::GetPreferredAllocation(
-    grpc::ServerContext*, const v1beta1::PreferredAllocationRequest* request,
+    grpc::ServerContext* context, const v1beta1::PreferredAllocationRequest* request,
     v1beta1::PreferredAllocationResponse* response) {
-  return owner_->PreferredAllocation(*request, response);
+  PluginServerImpl::Call call(owner_, generation_, context);
+  StatusOr<v1beta1::PreferredAllocationResponse> r =
+      owner_->handler().GetPreferredAllocation(*request, call);
+  if (!r.ok()) return pluginapi::ToGrpcStatus(r.status());
+  *response = std::move(*r);
+  return grpc::Status::OK;
 }
 
-grpc::Status DevicePluginService::Allocate(grpc::ServerContext*,
+grpc::Status DevicePluginService::Allocate(grpc::ServerContext* context,
                                            const v1beta1::AllocateRequest* request,
                                            v1beta1::AllocateResponse* response) {
-  return owner_->AllocateDevices(*request, response);
+  PluginServerImpl::Call call(owner_, generation_, context);
+  StatusOr<v1beta1::AllocateResponse> r = owner_->handler().Allocate(*request, call);
+  if (!r.ok()) return pluginapi::ToGrpcStatus(r.status());
+  *response = std::move(*r);
+  return grpc::Status::OK;
 }
 
 grpc::Status DevicePluginService::PreStartContainer(
-    grpc::ServerContext*, const v1beta1::PreStartContainerRequest* request,
+    grpc::ServerContext* context, const v1beta1::PreStartContainerRequest* request,
     v1beta1::PreStartContainerResponse*) {
-  return owner_->PreStart(*request);
+  PluginServerImpl::Call call(owner_, generation_, context);
+  std::vector<std::string> ids(request->devices_ids().begin(), request->devices_ids().end());
+  return pluginapi::ToGrpcStatus(owner_->handler().PreStartContainer(ids, call));
 }
 
 }  // namespace
@@ -551,7 +644,13 @@ StatusOr<std::unique_ptr<PluginServer>> PluginServer::Create(Options options) {
   if (options.resource_name.empty()) {
     return InvalidArgumentError("plugin options: resource_name is empty");
   }
-  if (!options.allocate) {
+  const bool functions =
+      options.allocate || options.get_preferred_allocation || options.pre_start_container;
+  if (options.handler && functions) {
+    return InvalidArgumentError("plugin options for " + options.resource_name +
+                                ": give a handler or handler functions, not both");
+  }
+  if (!options.handler && !options.allocate) {
     return InvalidArgumentError("plugin options for " + options.resource_name +
                                 ": no Allocate handler");
   }
@@ -578,8 +677,14 @@ StatusOr<std::unique_ptr<PluginServer>> PluginServer::Create(Options options) {
   StatusOr<std::string> kubelet_path =
       pluginapi::AbsoluteSocketPath((dir / std::string(pluginapi::kKubeletSocketName)).string());
   if (!kubelet_path.ok()) return kubelet_path.status().WithPrefix("kubelet socket");
-  return std::unique_ptr<PluginServer>(
-      std::make_unique<PluginServerImpl>(std::move(options), std::move(*socket_path)));
+  std::shared_ptr<DevicePluginHandler> handler = options.handler;
+  if (!handler) {
+    handler = std::make_shared<FunctionHandler>(options.resource_name, options.allocate,
+                                                options.get_preferred_allocation,
+                                                options.pre_start_container);
+  }
+  return std::unique_ptr<PluginServer>(std::make_unique<PluginServerImpl>(
+      std::move(options), std::move(*socket_path), std::move(handler)));
 }
 
 }  // namespace kdm::plugin

@@ -1,8 +1,10 @@
 // kdm::plugin::PluginServer: the C++ device plugin SDK.
 //
-// A plugin author supplies a resource name, options, the devices and an
-// Allocate handler (and, optionally, GetPreferredAllocation and
-// PreStartContainer handlers). The server then:
+// A plugin author supplies a resource name, the devices and a
+// DevicePluginHandler (device_plugin_handler.h: the answers of the five RPCs),
+// or, for the simple case, just an Allocate function (and, optionally,
+// GetPreferredAllocation and PreStartContainer functions), which the server
+// wraps in a handler of its own. The server then:
 //   - serves the v1beta1 DevicePlugin service on <dir>/<socket_name> (a stale
 //     socket there is removed first; the socket is made mode 0600);
 //   - registers with <dir>/kubelet.sock, retrying with back-off until it is
@@ -14,8 +16,8 @@
 //     removed and created again), then serves and registers again;
 //   - stops cleanly: streams finished, socket removed, threads joined.
 //
-// Thread-safety: every method may be called from any thread. Handlers run on
-// gRPC threads, possibly concurrently; they must be thread-safe.
+// Thread-safety: every method may be called from any thread. The handler runs
+// on gRPC threads, possibly concurrently; it must be thread-safe.
 //
 // Example:
 //   kdm::plugin::PluginServer::Options o;
@@ -45,21 +47,9 @@
 #include "deviceplugin/v1beta1/api.pb.h"
 #include "kdm/base/status.h"
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/sdk/device_plugin_handler.h"
 
 namespace kdm::plugin {
-
-// One device as the plugin advertises it.
-struct Device {
-  std::string id;
-  bool healthy = true;
-  // NUMA nodes the device is attached to; empty for no topology.
-  std::vector<int64_t> numa_nodes;
-
-  friend bool operator==(const Device&, const Device&) = default;
-};
-
-// Builds the wire form of `devices` (one ListAndWatchResponse snapshot).
-v1beta1::ListAndWatchResponse ToListAndWatchResponse(const std::vector<Device>& devices);
 
 class PluginServer {
  public:
@@ -86,12 +76,25 @@ class PluginServer {
     std::string socket_name;
     // Devices advertised at start.
     std::vector<Device> devices;
-    // Required.
+    // What the plugin answers. Give either a handler or the functions below
+    // (which the server wraps in a handler), not both.
+    std::shared_ptr<DevicePluginHandler> handler;
+    // Without a handler: required.
     AllocateHandler allocate;
     // Optional: when set, options advertise get_preferred_allocation_available.
     PreferredAllocationHandler get_preferred_allocation;
     // Optional: when set, options advertise pre_start_required.
     PreStartHandler pre_start_container;
+    // Optional: called before each Register call with the request the server
+    // built (version, endpoint, resource name, the handler's options) and the
+    // number of successful registrations so far; it may rewrite the request.
+    // Returning false withholds the registration: nothing is sent to this
+    // kubelet, and the server registers again only once kubelet.sock is
+    // created again or its own socket is served anew. For plugins that break
+    // the protocol on purpose (the fake faulty plugins); a real plugin
+    // leaves it empty.
+    std::function<bool(v1beta1::RegisterRequest& request, int registrations)>
+        rewrite_register_request;
     // Register with the kubelet after serving (off: serve only, e.g. tests
     // that dial the plugin directly).
     bool register_with_kubelet = true;
@@ -102,24 +105,31 @@ class PluginServer {
     std::chrono::milliseconds register_backoff_max{5'000};
     // How often the socket files are checked for a kubelet restart.
     std::chrono::milliseconds watch_interval{200};
+    // How often a waiting stream (or a call its handler holds) looks whether
+    // its client has gone. gRPC's synchronous server has no callback for a
+    // cancelled call, so this one check is a bounded poll; everything else a
+    // stream waits for (a new snapshot, Stop, a new socket) wakes it at once.
+    std::chrono::milliseconds cancel_check_interval{1'000};
     // Test seam: runs after the socket is bound and before its identity is
     // recorded (a restarting kubelet may delete the socket in that window).
     std::function<void()> after_bind_for_test;
   };
 
-  // Validates `options` (non-empty resource name, an allocate handler, a
-  // socket path that fits a unix socket). Does not touch the filesystem.
+  // Validates `options` (non-empty resource name, a handler or an allocate
+  // function but not both, a socket path that fits a unix socket). Does not
+  // touch the filesystem.
   static StatusOr<std::unique_ptr<PluginServer>> Create(Options options);
 
   virtual ~PluginServer() = default;
 
   // Serves on the socket and starts registering in the background. Errors:
   // the directory is missing or unwritable, the socket cannot be bound, or
-  // Start was already called.
+  // Start or Stop was already called.
   virtual Status Start() = 0;
 
-  // Finishes every stream, stops serving, removes the socket and joins every
-  // thread. Safe to call twice, and without Start.
+  // Finishes every stream, cancels a Register call in flight, stops serving,
+  // removes the socket and joins every thread. Safe to call twice, and
+  // without Start.
   virtual void Stop() = 0;
 
   // Replaces the whole device list and pushes a snapshot to every stream.
@@ -141,6 +151,10 @@ class PluginServer {
   virtual bool WaitForRegistrationCount(int count, std::chrono::milliseconds timeout) const = 0;
   // Number of ListAndWatch streams open now.
   virtual int OpenStreams() const = 0;
+  // How many times the waits of ListAndWatch streams have returned so far
+  // (a new snapshot, a deadline, the cancellation check, the end): a test's
+  // view that an idle stream does not wake.
+  virtual uint64_t StreamWakeupsForTest() const = 0;
 };
 
 // Socket file name derived from a resource name (see Options::socket_name).

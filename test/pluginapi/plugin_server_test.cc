@@ -513,5 +513,268 @@ TEST(PluginServerBadInput, UnwritableDirectory) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "child check failed with code " << WEXITSTATUS(status);
 }
 
+// --- the handler interface ---------------------------------------------------
+
+// A handler written against the interface directly: whole requests, its own
+// options, errors, and a ListAndWatch that decorates the SDK's stream.
+class WidgetHandler final : public DevicePluginHandler {
+ public:
+  StatusOr<v1beta1::DevicePluginOptions> GetDevicePluginOptions() override {
+    if (options_error) return FailedPreconditionError("options unavailable");
+    v1beta1::DevicePluginOptions o;
+    o.set_pre_start_required(true);
+    o.set_get_preferred_allocation_available(true);
+    return o;
+  }
+
+  Status ListAndWatch(ListAndWatchStream& stream) override {
+    if (refuse_streams) return NotFoundError("no streams today");
+    // The SDK's snapshots, every id prefixed on its way out.
+    class Prefixing final : public ForwardingStream {
+     public:
+      using ForwardingStream::ForwardingStream;
+      bool Write(const v1beta1::ListAndWatchResponse& message) override {
+        v1beta1::ListAndWatchResponse renamed = message;
+        for (auto& d : *renamed.mutable_devices()) d.set_id("x-" + d.id());
+        return inner().Write(renamed);
+      }
+    };
+    Prefixing prefixing(stream);
+    return StreamSnapshots(prefixing);
+  }
+
+  StatusOr<v1beta1::AllocateResponse> Allocate(const v1beta1::AllocateRequest& request,
+                                               CallContext& call) override {
+    allocate_calls.fetch_add(1);
+    EXPECT_FALSE(call.ClientGone());
+    EXPECT_FALSE(call.Ended());
+    v1beta1::AllocateResponse r;
+    for (const auto& c : request.container_requests()) {
+      if (c.devices_ids().empty()) return InvalidArgumentError("container without devices");
+      (*r.add_container_responses()->mutable_envs())["CONTAINERS"] =
+          std::to_string(request.container_requests_size());
+    }
+    return r;
+  }
+
+  StatusOr<v1beta1::PreferredAllocationResponse> GetPreferredAllocation(
+      const v1beta1::PreferredAllocationRequest& request, CallContext&) override {
+    return PreferEachContainer(request, [](const v1beta1::ContainerPreferredAllocationRequest& c) {
+      v1beta1::ContainerPreferredAllocationResponse r;
+      for (int i = 0; i < c.allocation_size() && i < c.available_deviceids_size(); ++i) {
+        r.add_deviceids(c.available_deviceids(i));
+      }
+      return r;
+    });
+  }
+
+  Status PreStartContainer(const std::vector<std::string>& ids, CallContext&) override {
+    if (std::find(ids.begin(), ids.end(), "w2") != ids.end()) {
+      return ResourceExhaustedError("w2 is warming up");
+    }
+    return OkStatus();
+  }
+
+  std::atomic<bool> options_error{false};
+  std::atomic<bool> refuse_streams{false};
+  std::atomic<int> allocate_calls{0};
+};
+
+PluginServer::Options HandlerOptions(const std::string& dir,
+                                     std::shared_ptr<DevicePluginHandler> handler) {
+  PluginServer::Options o = BaseOptions(dir);
+  o.allocate = nullptr;
+  o.handler = std::move(handler);
+  return o;
+}
+
+TEST_F(PluginServerTest, ServesAHandlerItsOptionsAnswersAndErrors) {
+  auto handler = std::make_shared<WidgetHandler>();
+  auto server = MustCreate(HandlerOptions(dir_.path(), handler));
+  ASSERT_TRUE(server->Start().ok());
+  ASSERT_TRUE(server->WaitForRegistrationCount(1, 10s));
+  auto requests = kubelet_->Requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_TRUE(requests[0].options().pre_start_required());
+  EXPECT_TRUE(requests[0].options().get_preferred_allocation_available());
+
+  auto stub = Dial(server->SocketPath());
+  {
+    // One Allocate call with two containers reaches the handler once, whole.
+    v1beta1::AllocateRequest req;
+    req.add_container_requests()->add_devices_ids("w0");
+    req.add_container_requests()->add_devices_ids("w1");
+    v1beta1::AllocateResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    ASSERT_TRUE(stub->Allocate(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.container_responses_size(), 2);
+    EXPECT_EQ(resp.container_responses(1).envs().at("CONTAINERS"), "2");
+    EXPECT_EQ(handler->allocate_calls.load(), 1);
+  }
+  {
+    v1beta1::AllocateRequest req;
+    req.add_container_requests();
+    v1beta1::AllocateResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    grpc::Status s = stub->Allocate(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(s.error_message(), "container without devices");
+  }
+  {
+    v1beta1::PreferredAllocationRequest req;
+    auto* c = req.add_container_requests();
+    c->add_available_deviceids("w2");
+    c->add_available_deviceids("w1");
+    c->set_allocation_size(1);
+    v1beta1::PreferredAllocationResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    ASSERT_TRUE(stub->GetPreferredAllocation(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.container_responses_size(), 1);
+    ASSERT_EQ(resp.container_responses(0).deviceids_size(), 1);
+    EXPECT_EQ(resp.container_responses(0).deviceids(0), "w2");
+  }
+  {
+    v1beta1::PreStartContainerRequest req;
+    req.add_devices_ids("w2");
+    v1beta1::PreStartContainerResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    grpc::Status s = stub->PreStartContainer(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(s.error_message(), "w2 is warming up");
+  }
+  {
+    // The handler decorates the SDK's stream: the snapshot, ids rewritten.
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    auto stream = stub->ListAndWatch(&ctx, v1beta1::Empty());
+    v1beta1::ListAndWatchResponse first;
+    ASSERT_TRUE(stream->Read(&first));
+    ASSERT_EQ(first.devices_size(), 3);
+    EXPECT_EQ(first.devices(0).id(), "x-w0");
+    ASSERT_TRUE(server->SetHealth("w1", false).ok());
+    v1beta1::ListAndWatchResponse second;
+    ASSERT_TRUE(stream->Read(&second));
+    EXPECT_TRUE(HasHealth(second, "x-w1", "Unhealthy"));
+    ctx.TryCancel();
+    stream->Finish();
+  }
+  {
+    // A stream's Status is the stream's end.
+    handler->refuse_streams = true;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    auto stream = stub->ListAndWatch(&ctx, v1beta1::Empty());
+    v1beta1::ListAndWatchResponse msg;
+    EXPECT_FALSE(stream->Read(&msg));
+    grpc::Status s = stream->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(s.error_message(), "no streams today");
+  }
+  {
+    handler->options_error = true;
+    v1beta1::DevicePluginOptions o;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    EXPECT_EQ(stub->GetDevicePluginOptions(&ctx, v1beta1::Empty(), &o).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  server->Stop();
+}
+
+TEST_F(PluginServerTest, OptionsErrorFailsTheRegistrationAttempt) {
+  auto handler = std::make_shared<WidgetHandler>();
+  handler->options_error = true;
+  auto server = MustCreate(HandlerOptions(dir_.path(), handler));
+  ASSERT_TRUE(server->Start().ok());
+  Status err;
+  for (int i = 0; i < 500 && err.ok(); ++i) {
+    err = server->LastRegistrationError();
+    if (err.ok()) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(err.code(), StatusCode::kFailedPrecondition) << err;
+  EXPECT_NE(err.message().find("options unavailable"), std::string::npos) << err;
+  EXPECT_TRUE(kubelet_->Requests().empty()) << "nothing is sent without options";
+  handler->options_error = false;
+  ASSERT_TRUE(server->WaitForRegistrationCount(1, 10s));
+  server->Stop();
+}
+
+TEST(PluginServerBadInput, HandlerAndFunctionsTogetherAreRefused) {
+  TempSocketDir dir;
+  PluginServer::Options o = BaseOptions(dir.path());
+  o.handler = std::make_shared<WidgetHandler>();
+  auto s = PluginServer::Create(std::move(o));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("not both"), std::string::npos) << s.status();
+}
+
+TEST_F(PluginServerTest, RewriteHookChangesTheRequestAndCanWithholdIt) {
+  std::atomic<int> calls{0};
+  auto o = BaseOptions(dir_.path());
+  o.rewrite_register_request = [&calls](v1beta1::RegisterRequest& r, int registrations) {
+    calls.fetch_add(1);
+    r.set_resource_name("example.com/renamed");
+    return registrations == 0;  // register once, never again
+  };
+  auto server = MustCreate(std::move(o));
+  ASSERT_TRUE(server->Start().ok());
+  ASSERT_TRUE(server->WaitForRegistrationCount(1, 10s));
+  auto requests = kubelet_->Requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].resource_name(), "example.com/renamed");
+  EXPECT_EQ(requests[0].endpoint(), "example.com_widget.sock");
+
+  // A kubelet restart: the hook is asked again and withholds.
+  kubelet_->Stop();
+  ASSERT_TRUE(kubelet_->Start());
+  for (int i = 0; i < 1000 && calls.load() < 2; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(calls.load(), 2);
+  EXPECT_EQ(server->RegistrationCount(), 1);
+  EXPECT_TRUE(server->LastRegistrationError().ok()) << "withholding is not a failure";
+  EXPECT_EQ(kubelet_->Requests().size(), 1u);
+  server->Stop();
+}
+
+// The stream waits on its condition: nothing that is not a new snapshot
+// wakes it, and a new snapshot reaches the client at once (the cancellation
+// check, the one bounded part of the wait, is an hour away here).
+TEST_F(PluginServerTest, IdleStreamDoesNotWakeAndAChangeArrivesAtOnce) {
+  auto o = BaseOptions(dir_.path());
+  o.register_with_kubelet = false;
+  o.cancel_check_interval = std::chrono::hours(1);
+  auto server = MustCreate(std::move(o));
+  ASSERT_TRUE(server->Start().ok());
+  auto stub = Dial(server->SocketPath());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  auto stream = stub->ListAndWatch(&ctx, v1beta1::Empty());
+  v1beta1::ListAndWatchResponse first;
+  ASSERT_TRUE(stream->Read(&first));
+  const uint64_t before = server->StreamWakeupsForTest();
+  // Not changes: the same health again, reads of the state.
+  ASSERT_TRUE(server->SetHealth("w0", true).ok());
+  EXPECT_EQ(server->Devices().size(), 3u);
+  EXPECT_EQ(server->OpenStreams(), 1);
+  // Long enough for the old stream (it woke every 100 ms) to have woken.
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(server->StreamWakeupsForTest(), before) << "an idle stream woke up";
+
+  ASSERT_TRUE(server->SetHealth("w1", false).ok());
+  v1beta1::ListAndWatchResponse second;
+  ASSERT_TRUE(stream->Read(&second)) << "the change did not arrive before the client's deadline";
+  EXPECT_TRUE(HasHealth(second, "w1", "Unhealthy"));
+  EXPECT_EQ(server->StreamWakeupsForTest(), before + 1) << "one change, one wake";
+  // Stop ends the waiting stream without the cancellation check.
+  server->Stop();
+  v1beta1::ListAndWatchResponse none;
+  EXPECT_FALSE(stream->Read(&none));
+  stream->Finish();
+}
+
 }  // namespace
 }  // namespace kdm::plugin
