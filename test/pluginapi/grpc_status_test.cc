@@ -33,11 +33,17 @@ TEST(GrpcStatusTest, OkIsOkAndDropsAnyMessage) {
 }
 
 TEST(GrpcStatusTest, UnknownCodesBecomeUnknownWithTheMessageKept) {
-  for (int code : {-1, 17, 99, 1 << 30}) {
+  // grpc::StatusCode has no fixed underlying type: with enumerators -1..16 it
+  // can hold -32..31 and nothing else (UBSan reports a load of 99), so the
+  // gRPC side is tried with codes inside that range; kdm's side takes any int.
+  for (int code : {-1, 17, 31}) {
     SCOPED_TRACE(code);
     Status s = FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(code), "odd"));
     EXPECT_EQ(s.code(), StatusCode::kUnknown);
     EXPECT_EQ(s.message(), "odd");
+  }
+  for (int code : {-1, 17, 99, 1 << 30}) {
+    SCOPED_TRACE(code);
     grpc::Status g = ToGrpcStatus(Status(static_cast<StatusCode>(code), "odd"));
     EXPECT_EQ(g.error_code(), grpc::StatusCode::UNKNOWN);
     EXPECT_EQ(g.error_message(), "odd");
