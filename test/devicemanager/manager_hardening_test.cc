@@ -265,8 +265,10 @@ class ManagerHardeningTest : public ::testing::Test {
   // test body has returned: whatever it touches is a member, never a local of
   // the body (a local Notification here was written after its frame was gone
   // and smashed the main thread's stack, seen under ThreadSanitizer).
-  kdm::Notification blocked_;  // the subscriber has started to block
-  kdm::Notification release_;  // lets a blocked subscriber go (TearDown too)
+  kdm::Notification blocked_;                  // the subscriber has started to block
+  std::atomic<bool> first_delivery_{true};     // the delivery hook acts once
+  std::atomic<bool> second_was_ready_{false};  // what the hook saw
+  kdm::Notification release_;                  // lets a blocked subscriber go (TearDown too)
   kdm::Mutex seen_mu_;
   std::vector<DeviceHealthEvent> seen_;
   std::unique_ptr<ManagerImpl> manager_;
@@ -287,12 +289,12 @@ TEST_F(ManagerHardeningTest, RegressionLaterSnapshotsEventsNeverOvertakeEarlierO
     kdm::MutexLock l(&seen_mu_);
     seen_.insert(seen_.end(), ev.begin(), ev.end());
   });
-  std::atomic<bool> first{true};
-  std::atomic<bool> second_was_ready{false};
-  manager_->SetBeforeHealthDeliveryForTest([&](const std::vector<DeviceHealthEvent>&) {
-    if (!first.exchange(false)) return;
-    p.stream->Push(Gpu1(false));
-    second_was_ready = WaitUntil([&] {
+  // The hook runs on the delivery thread until TearDown: members, not locals.
+  FakePlugin* plugin = &p;  // a fixture member (plugins_), copied into the hook
+  manager_->SetBeforeHealthDeliveryForTest([this, plugin](const std::vector<DeviceHealthEvent>&) {
+    if (!first_delivery_.exchange(false)) return;
+    plugin->stream->Push(Gpu1(false));
+    second_was_ready_ = WaitUntil([&] {
       for (const auto& e : Seen()) {
         if (!e.healthy) return true;  // delivered already
       }
@@ -301,7 +303,7 @@ TEST_F(ManagerHardeningTest, RegressionLaterSnapshotsEventsNeverOvertakeEarlierO
   });
   ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
   ASSERT_TRUE(WaitUntil([&] { return Seen().size() >= 3; }));
-  EXPECT_TRUE(second_was_ready);
+  EXPECT_TRUE(second_was_ready_);
   EXPECT_THAT(Seen(), ElementsAre(DeviceHealthEvent{kGpu, "gpu0", true},
                                   DeviceHealthEvent{kGpu, "gpu1", true},
                                   DeviceHealthEvent{kGpu, "gpu1", false}));
