@@ -1,23 +1,20 @@
 // The in-memory Env for tests: one map from path to entry, under one lock.
 // Errors use the same errno policy and the same message shapes as the POSIX
 // Env, so a test written against one reads the same against the other.
-// Its locks are std::mutex, not kdm::Mutex (sync.h): kdm::base depends on
-// nothing, and kdm::Mutex is abseil's in normal builds.
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <random>
 #include <set>
 
 #include "kdm/base/env.h"
 #include "kdm/base/env_internal.h"
 #include "kdm/base/file_system.h"
+#include "kdm/base/sync.h"
 
 namespace kdm {
 namespace {
@@ -47,22 +44,22 @@ class MemoryDirectoryWatcher final : public DirectoryWatcher {
   ~MemoryDirectoryWatcher() override;
 
   std::vector<Event> ReadEvents() override {
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     return TakeLocked();
   }
 
   std::vector<Event> Wait(std::chrono::milliseconds timeout) override {
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, std::max(timeout, std::chrono::milliseconds(0)),
-                 [&] { return woken_ || !queue_.empty(); });
+    kdm::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return woken_ || !queue_.empty(); };
+    mu_.AwaitWithTimeout(kdm::Condition(&ready),
+                         absl::FromChrono(std::max(timeout, std::chrono::milliseconds(0))));
     woken_ = false;
     return TakeLocked();
   }
 
   void Wake() override {
-    std::lock_guard lock(mu_);
-    woken_ = true;
-    cv_.notify_all();
+    kdm::MutexLock lock(&mu_);
+    woken_ = true;  // the unlock wakes Wait's Await
   }
 
   int ReadyFd() const override { return ready_fd_; }
@@ -71,15 +68,14 @@ class MemoryDirectoryWatcher final : public DirectoryWatcher {
 
   // Called by the Env with its lock held.
   void Push(Kind kind, std::string name) {
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     queue_.push_back({kind, std::move(name)});
     uint64_t one = 1;
     (void)!::write(ready_fd_, &one, sizeof one);
-    cv_.notify_all();
   }
 
  private:
-  std::vector<Event> TakeLocked() {
+  std::vector<Event> TakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     uint64_t count;
     (void)!::read(ready_fd_, &count, sizeof count);
     std::vector<Event> out(queue_.begin(), queue_.end());
@@ -90,10 +86,9 @@ class MemoryDirectoryWatcher final : public DirectoryWatcher {
   MemoryEnvImpl* const env_;
   const std::string dir_;
   const int ready_fd_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Event> queue_;  // guarded by mu_
-  bool woken_ = false;       // guarded by mu_
+  kdm::Mutex mu_;
+  std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
+  bool woken_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class MemoryEnvImpl final : public MemoryEnv {
@@ -107,7 +102,7 @@ class MemoryEnvImpl final : public MemoryEnv {
   StatusOr<std::string> ReadFile(const std::string& raw, uint64_t max_bytes) override {
     KDM_RETURN_IF_ERROR(CheckPath(raw, "file"));
     const std::string path = Normalize(raw);
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     const Node* node = Find(path);
     if (!node) return ErrnoToStatus(ENOENT, "cannot open " + raw);
     if (node->type == FileType::kDirectory) {
@@ -129,7 +124,7 @@ class MemoryEnvImpl final : public MemoryEnv {
     const std::string path = Normalize(raw);
     const std::string dir = DirName(path);
     const std::string name = BaseName(path);
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     const std::string tmp_name = options.naming == TempFileNaming::kHiddenRandom
                                      ? "." + name + ".tmp-" + RandomSuffixLocked()
                                      : name + ".tmp-" + std::to_string(::getpid());
@@ -161,7 +156,7 @@ class MemoryEnvImpl final : public MemoryEnv {
     const std::string dir = by_pid ? DirName(norm) : norm;
     const std::string target = by_pid ? BaseName(norm) : "";
     KDM_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirectory(dir));
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     std::vector<std::string> removed;
     for (const std::string& name : names) {
       if (by_pid) {
@@ -183,7 +178,7 @@ class MemoryEnvImpl final : public MemoryEnv {
   Status CreateDirectories(const std::string& raw, unsigned mode) override {
     KDM_RETURN_IF_ERROR(CheckPath(raw, "directory"));
     const std::string dir = Normalize(raw);
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     size_t pos = 0;
     while (pos != std::string::npos) {
       pos = dir.find('/', pos + 1);
@@ -206,7 +201,7 @@ class MemoryEnvImpl final : public MemoryEnv {
 
   StatusOr<unsigned> TightenDirectoryMode(const std::string& raw, unsigned max_mode) override {
     KDM_RETURN_IF_ERROR(CheckPath(raw, "directory"));
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     Node* node = Find(Normalize(raw));
     if (!node) return ErrnoToStatus(ENOENT, "cannot stat " + raw);
     if (node->type != FileType::kDirectory) {
@@ -219,7 +214,7 @@ class MemoryEnvImpl final : public MemoryEnv {
 
   StatusOr<FileInfo> Stat(const std::string& raw) override {
     KDM_RETURN_IF_ERROR(CheckPath(raw, "path"));
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     const Node* node = Find(Normalize(raw));
     if (!node) return ErrnoToStatus(ENOENT, "cannot stat " + raw);
     return FileInfo{node->type, node->mode, node->data.size()};
@@ -228,7 +223,7 @@ class MemoryEnvImpl final : public MemoryEnv {
   StatusOr<std::vector<std::string>> ListDirectory(const std::string& raw) override {
     KDM_RETURN_IF_ERROR(CheckPath(raw, "directory"));
     const std::string dir = Normalize(raw);
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     const Node* node = Find(dir);
     if (!node) return ErrnoToStatus(ENOENT, "cannot list " + raw);
     if (node->type != FileType::kDirectory) return ErrnoToStatus(ENOTDIR, "cannot list " + raw);
@@ -245,7 +240,7 @@ class MemoryEnvImpl final : public MemoryEnv {
   Status RemoveFile(const std::string& raw) override {
     KDM_RETURN_IF_ERROR(CheckPath(raw, "file"));
     const std::string path = Normalize(raw);
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     const Node* node = Find(path);
     if (!node) return ErrnoToStatus(ENOENT, "cannot remove " + raw);
     if (node->type == FileType::kDirectory) return ErrnoToStatus(EISDIR, "cannot remove " + raw);
@@ -260,7 +255,7 @@ class MemoryEnvImpl final : public MemoryEnv {
     const std::string from = Normalize(raw_from);
     const std::string to = Normalize(raw_to);
     const std::string what = "cannot rename " + raw_from + " to " + raw_to;
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     const Node* source = Find(from);
     if (!source) return ErrnoToStatus(ENOENT, what);
     KDM_RETURN_IF_ERROR(CheckParentLocked(to, what));
@@ -293,7 +288,7 @@ class MemoryEnvImpl final : public MemoryEnv {
 
   Status SyncDirectory(const std::string& raw) override {
     KDM_RETURN_IF_ERROR(CheckPath(raw, "directory"));
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     const Node* node = Find(Normalize(raw));
     if (!node) return ErrnoToStatus(ENOENT, "cannot open directory " + raw);
     if (node->type != FileType::kDirectory) {
@@ -305,7 +300,7 @@ class MemoryEnvImpl final : public MemoryEnv {
   StatusOr<std::unique_ptr<DirectoryWatcher>> WatchDirectory(const std::string& raw) override {
     KDM_RETURN_IF_ERROR(CheckPath(raw, "directory"));
     const std::string dir = Normalize(raw);
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     const Node* node = Find(dir);
     if (!node) return ErrnoToStatus(ENOENT, "cannot watch " + raw);
     if (node->type != FileType::kDirectory) {
@@ -319,29 +314,29 @@ class MemoryEnvImpl final : public MemoryEnv {
   }
 
   StatusOr<std::string> ReadBootId() override {
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     return boot_id_;
   }
 
   bool ProcessExists(int64_t pid) override {
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     return live_pids_.count(pid) > 0;
   }
 
   void SetBootIdForTest(std::string boot_id) override {
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     boot_id_ = std::move(boot_id);
   }
 
   void SetLivePidsForTest(std::vector<int64_t> pids) override {
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     live_pids_ = std::set<int64_t>(pids.begin(), pids.end());
   }
 
   Status AddSocketForTest(const std::string& raw) override {
     KDM_RETURN_IF_ERROR(CheckPath(raw, "path"));
     const std::string path = Normalize(raw);
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     KDM_RETURN_IF_ERROR(CheckParentLocked(path, "cannot bind " + raw));
     if (Find(path)) return ErrnoToStatus(EADDRINUSE, "cannot bind " + raw);
     nodes_[path] = {FileType::kSocket, 0755, ""};
@@ -352,7 +347,7 @@ class MemoryEnvImpl final : public MemoryEnv {
   Status WriteFileInPlaceForTest(const std::string& raw, std::string_view contents) override {
     KDM_RETURN_IF_ERROR(CheckPath(raw, "file"));
     const std::string path = Normalize(raw);
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     KDM_RETURN_IF_ERROR(CheckParentLocked(path, "cannot open " + raw));
     if (Status s = TakeInjectedFailureLocked(); !s.ok()) return s.WithPrefix("cannot write " + raw);
     Node* node = Find(path);
@@ -373,13 +368,13 @@ class MemoryEnvImpl final : public MemoryEnv {
   }
 
   void FailWritesForTest(int count, Status error) override {
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     failures_left_ = count;
     failure_ = std::move(error);
   }
 
   void Unregister(MemoryDirectoryWatcher* watcher) {
-    std::lock_guard lock(mu_);
+    kdm::MutexLock lock(&mu_);
     watchers_.erase(watcher);
   }
 
@@ -425,7 +420,7 @@ class MemoryEnvImpl final : public MemoryEnv {
     }
   }
 
-  std::mutex mu_;  // taken before a watcher's own lock
+  kdm::Mutex mu_;  // taken before a watcher's own lock
   std::map<std::string, Node> nodes_;
   std::set<MemoryDirectoryWatcher*> watchers_;
   std::string boot_id_ = "00000000-0000-4000-8000-000000000000";

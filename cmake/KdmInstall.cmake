@@ -45,13 +45,24 @@ install(FILES
   ${PROJECT_BINARY_DIR}/kdmConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kdm)
 
-# pkg-config: one package "kdm" with every library, in dependency order.
+# pkg-config: one package "kdm" with every library, in dependency order (a
+# module is added after the ones it depends on, so prepending reverses it);
+# the generated protocol code follows the wire layer that uses it.
 set(kdm_pc_libs "")
 foreach(module ${kdm_modules})
   get_target_property(type kdm_${module} TYPE)
   if(NOT type STREQUAL "INTERFACE_LIBRARY")
+    if(module STREQUAL "pluginapi")
+      string(PREPEND kdm_pc_libs "-lkdm_pluginapi_proto ")
+    endif()
     string(PREPEND kdm_pc_libs "-lkdm_${module} ")
   endif()
 endforeach()
+string(STRIP "${kdm_pc_libs}" kdm_pc_libs)
+# kdm.pc names its prefix relative to its own directory (${pcfiledir}), so an
+# install moved elsewhere, or made with `cmake --install --prefix`, still
+# points at itself.
+file(RELATIVE_PATH kdm_pc_prefix_from_pcdir "/p/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/p")
+string(REGEX REPLACE "/$" "" kdm_pc_prefix_from_pcdir "${kdm_pc_prefix_from_pcdir}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/kdm.pc.in ${PROJECT_BINARY_DIR}/kdm.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/kdm.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -9,6 +9,7 @@
 #include "kdm/base/file_system.h"
 #include "kdm/base/sync.h"
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/grpc_server.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "spdlog/spdlog.h"
 
@@ -83,10 +84,8 @@ Status Registrar::Restart() {
 void Registrar::Stop() {
   if (!server_) return;
   // Register calls return at once, so a short grace is enough.
-  server_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  server_->server->Wait();
+  pluginapi::StopUnixServer(server_->server.get(), socket_path_, std::chrono::seconds(1));
   server_.reset();
-  ::unlink(socket_path_.c_str());
 }
 
 std::vector<Registrar::Registration> Registrar::Registrations() const {

@@ -17,6 +17,7 @@
 #include "kdm/base/env.h"
 #include "kdm/base/sync.h"
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/grpc_server.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "podresources/v1/api.grpc.pb.h"
 
@@ -137,12 +138,8 @@ class PodResourcesServerImpl final : public PodResourcesServer {
     kdm::MutexLock lock(&stop_mu_);
     if (stopped_) return;
     stopped_ = true;
-    if (server_) {
-      // Handlers only read in-memory state; a short deadline is plenty.
-      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-      server_->Wait();
-      ::unlink(socket_path_.c_str());
-    }
+    // Handlers only read in-memory state; a short deadline is plenty.
+    if (server_) pluginapi::StopUnixServer(server_.get(), socket_path_, std::chrono::seconds(1));
   }
 
   const std::string& socket_path() const override { return socket_path_; }

@@ -19,6 +19,7 @@
 #include "kdm/base/sync.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
+#include "kdm/pluginapi/grpc_server.h"
 #include "kdm/pluginapi/grpc_status.h"
 #include "kdm/pluginapi/unix_target.h"
 #include "spdlog/spdlog.h"
@@ -166,12 +167,8 @@ StatusOr<std::unique_ptr<RegistrationServer>> RegistrationServer::Start(const st
 void RegistrationServer::Stop() {
   if (stopped_) return;
   stopped_ = true;
-  if (server_) {
-    // Running Register calls are bounded by the dial/options/stream deadlines.
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    server_->Wait();
-  }
-  ::unlink(socket_path_.c_str());
+  // Running Register calls are bounded by the dial/options/stream deadlines.
+  pluginapi::StopUnixServer(server_.get(), socket_path_, std::chrono::seconds(1));
 }
 
 }  // namespace kdm::devicemanager

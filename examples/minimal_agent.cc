@@ -12,11 +12,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 
+#include "kdm/base/sync.h"
 #include "kdm/devicemanager/manager.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
 
@@ -33,17 +33,17 @@ int Fail(const std::string& what, const kdm::Status& s) {
 class PodTable {
  public:
   void Add(const std::string& uid) {
-    std::lock_guard<std::mutex> lock(mu_);
+    kdm::MutexLock lock(&mu_);
     active_.insert(uid);
   }
   std::set<std::string> Active() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    kdm::MutexLock lock(&mu_);
     return active_;
   }
 
  private:
-  mutable std::mutex mu_;
-  std::set<std::string> active_;
+  mutable kdm::Mutex mu_;
+  std::set<std::string> active_ ABSL_GUARDED_BY(mu_);
 };
 
 // The example plugin for --demo: two devices on NUMA nodes 0 and 1.

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kdm/base/log_value.h"
 #include "kdm/fakes/faulty_plugin.h"
 #include "kdm/pluginapi/constants.h"
 

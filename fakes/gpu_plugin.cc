@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "kdm/base/log_value.h"
+#include "kdm/pluginapi/api_rules.h"
 #include "kdm/topology/parse.h"
 #include "kdm/topology/presets.h"
 
@@ -25,8 +26,6 @@ std::string Join(const std::vector<std::string>& items, const char* sep = ",") {
   }
   return out;
 }
-
-std::string Quoted(std::string_view text) { return QuoteLogValue(text); }
 
 template <typename Repeated>
 std::vector<std::string> ToVector(const Repeated& r) {
@@ -105,17 +104,6 @@ class FakeHandler final : public plugin::DevicePluginHandler {
 
 }  // namespace
 
-Status CheckResourceName(std::string_view resource_name) {
-  if (resource_name.empty()) return InvalidArgumentError("the resource name is empty");
-  size_t slash = resource_name.find('/');
-  if (slash == std::string_view::npos || slash == 0 || slash + 1 == resource_name.size() ||
-      resource_name.find('/', slash + 1) != std::string_view::npos) {
-    return InvalidArgumentError("resource name \"" + std::string(resource_name) +
-                                "\" must look like <vendor>/<name>, e.g. nvidia.com/gpu");
-  }
-  return OkStatus();
-}
-
 StatusOr<PreferredPolicy> ParsePreferredPolicy(std::string_view name) {
   if (name == "none") return PreferredPolicy(std::nullopt);
   StatusOr<topology::Policy> p = topology::ParsePolicy(name);
@@ -128,7 +116,7 @@ StatusOr<PreferredPolicy> ParsePreferredPolicy(std::string_view name) {
 
 StatusOr<std::unique_ptr<FakeDevicePlugin>> FakeDevicePlugin::Create(PluginConfig config) {
   const std::string& resource = config.resource_name;
-  KDM_RETURN_IF_ERROR(CheckResourceName(resource));
+  KDM_RETURN_IF_ERROR(pluginapi::ValidateResourceName(resource));
   const size_t slash = resource.find('/');
   int sources = !config.preset.empty() + !config.topology_file.empty() + config.count.has_value();
   if (sources != 1) {
@@ -199,7 +187,7 @@ Status FakeDevicePlugin::Start() {
   spdlog::info(
       "event=serving resource={} socket={} devices={} source={} policy={} "
       "pre_start={} cdi={}",
-      config_.resource_name, server_->SocketPath(), topology_->size(), Quoted(source_),
+      config_.resource_name, server_->SocketPath(), topology_->size(), QuoteLogValue(source_),
       config_.policy ? topology::PolicyName(*config_.policy) : "none", config_.pre_start,
       config_.cdi);
   return OkStatus();
@@ -288,7 +276,7 @@ StatusOr<v1beta1::ContainerPreferredAllocationResponse> FakeDevicePlugin::Prefer
         "event=preferred_allocation_refused resource={} available={} must_include={} "
         "size={} error={}",
         config_.resource_name, Join(available), Join(must), request.allocation_size(),
-        Quoted(chosen.status().message()));
+        QuoteLogValue(chosen.status().message()));
     return chosen.status();
   }
   v1beta1::ContainerPreferredAllocationResponse r;
@@ -300,7 +288,5 @@ StatusOr<v1beta1::ContainerPreferredAllocationResponse> FakeDevicePlugin::Prefer
       request.allocation_size(), Join(*chosen));
   return r;
 }
-
-std::string QuoteLogValue(std::string_view text) { return kdm::QuoteLogValue(text); }
 
 }  // namespace kdm::fakes

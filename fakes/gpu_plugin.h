@@ -65,15 +65,6 @@ using PreferredPolicy = std::optional<topology::Policy>;
 // word and the choices otherwise.
 StatusOr<PreferredPolicy> ParsePreferredPolicy(std::string_view name);
 
-// OK when `resource_name` looks like "<vendor>/<name>" (one '/', both parts
-// non-empty); INVALID_ARGUMENT naming the name otherwise. (The kubelet checks
-// the full extended-resource rules at registration.)
-Status CheckResourceName(std::string_view resource_name);
-
-// A log field value in double quotes, escaped so that one event stays one
-// parseable key=value line (kdm::QuoteLogValue, base/log_value.h).
-std::string QuoteLogValue(std::string_view text);
-
 // The most generic devices --count may ask for (a topology's limit).
 inline constexpr int kMaxCountDevices = topology::kMaxDevices;
 

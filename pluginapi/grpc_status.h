@@ -1,6 +1,7 @@
 // The one conversion between kdm::Status and grpc::Status, both ways.
-// Private to kdm (not installed: an installed header names no gRPC type);
-// every kdm module that speaks gRPC uses it: servers answering an RPC with a
+// Installed (with grpc_server.h, the only installed headers that name gRPC
+// types) for conformance/, which builds against the installed headers; every
+// kdm module that speaks gRPC uses it: servers answering an RPC with a
 // kdm::Status (registration, the SDK, the fake plugins) and clients turning
 // an RPC's outcome into one (the device manager's endpoints, the SDK's and
 // the fake plugins' registration, `kdm get`, `kdm conform`).

@@ -34,6 +34,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "kdm/base/log_value.h"
 #include "kdm/fakes/faulty_plugin.h"
 #include "kdm/fakes/gpu_plugin.h"
 #include "kdm/fakes/health_file.h"
@@ -64,8 +65,6 @@ struct PluginFlags {
   bool cdi = false;
   bool verbose = false;
 };
-
-std::string Quoted(std::string_view text) { return fakes::QuoteLogValue(text); }
 
 int Fail(int code, const std::string& message) {
   std::cerr << "kdm plugin: " << message << "\n";
@@ -100,7 +99,7 @@ std::optional<std::string> CheckUsage(const PluginFlags& f, fakes::PluginConfig*
     return std::string(sources == 0 ? "no device source" : "more than one device source") +
            ": give exactly one of --preset NAME, --topology FILE or --count N";
   }
-  if (Status s = fakes::CheckResourceName(f.resource); !s.ok()) return s.message();
+  if (Status s = pluginapi::ValidateResourceName(f.resource); !s.ok()) return s.message();
   if (f.fault_given) {
     if (Status s = fakes::CheckFaultName(f.fault); !s.ok()) return "--fault: " + s.message();
     if (!f.health_file.empty()) {
@@ -172,7 +171,7 @@ int ServeUntilSignal(const sigset_t& stop_signals, const fakes::PluginConfig& co
     Status err = last_registration_error();
     if (!err.ok() && err.message() != last_error) {
       spdlog::warn("event=registration_failed resource={} error={} action=retry{}", resource,
-                   Quoted(err.message()), tag);
+                   QuoteLogValue(err.message()), tag);
     }
     last_error = err.ok() ? "" : err.message();
   };
@@ -200,7 +199,7 @@ int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
   if (Status s = plugin->Start(); !s.ok()) return Fail(kRuntimeError, s.message());
   spdlog::info("event=serving resource={} socket={} devices={} source={} fault={}", resource,
                plugin->SocketPath(), plugin->healthy().topology().size(),
-               Quoted(plugin->healthy().source()), f.fault);
+               QuoteLogValue(plugin->healthy().source()), f.fault);
   std::cout << "ready plugin=" << resource << " socket=" << plugin->SocketPath()
             << " devices=" << plugin->healthy().topology().size() << " fault=" << f.fault
             << std::endl;
@@ -290,12 +289,12 @@ int RunPlugin(const PluginFlags& given) {
             spdlog::info(
                 "event=health_file_missing resource={} path={} detail={} "
                 "action=keep_last_state",
-                resource, path, Quoted(error.message()));
+                resource, path, QuoteLogValue(error.message()));
           } else {
             spdlog::warn(
                 "event=health_file_rejected resource={} path={} error={} "
                 "action=keep_last_state",
-                resource, path, Quoted(error.message()));
+                resource, path, QuoteLogValue(error.message()));
           }
         });
     if (!w.ok()) return Fail(kUsageError, w.status().message());

@@ -352,11 +352,14 @@ TEST(GpuPluginTest, CreateRejectsBadConfigs) {
   };
   std::vector<Case> cases = {
       {"empty resource", [](PluginConfig& c) { c.resource_name.clear(); },
-       StatusCode::kInvalidArgument, "resource name is empty"},
+       StatusCode::kInvalidArgument, "the ResourceName \"\" is invalid"},
       {"resource without vendor", [](PluginConfig& c) { c.resource_name = "gpu"; },
        StatusCode::kInvalidArgument, "\"gpu\""},
       {"resource with two slashes", [](PluginConfig& c) { c.resource_name = "a/b/c"; },
        StatusCode::kInvalidArgument, "a/b/c"},
+      {"resource in the kubernetes.io domain",
+       [](PluginConfig& c) { c.resource_name = "kubernetes.io/gpu"; }, StatusCode::kInvalidArgument,
+       "the ResourceName \"kubernetes.io/gpu\" is invalid"},
       {"no source", [](PluginConfig& c) { c.preset.clear(); }, StatusCode::kInvalidArgument,
        "no device source"},
       {"two sources", [](PluginConfig& c) { c.count = 2; }, StatusCode::kInvalidArgument,

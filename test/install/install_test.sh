@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the kdm build tree into a temporary prefix, then builds and runs a
 # ten-line consumer project with find_package(kdm CONFIG), builds kdm's
-# conformance/ sources against the installed headers alone, and checks kdm.pc.
+# conformance/ sources against the installed headers alone, and links the same
+# consumer a second time with nothing but `pkg-config --cflags/--libs --static kdm`.
 # Usage: install_test.sh <kdm build dir> <consumer source dir> [compiler flags]
 #        [conformance source dir]
 set -euo pipefail
@@ -46,7 +47,28 @@ export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
 pkg-config --exists kdm
 pkg-config --modversion kdm
 cflags=$(pkg-config --cflags kdm)
-libs=$(pkg-config --libs kdm)
+libs=$(pkg-config --libs --static kdm)
 echo "kdm.pc: $cflags $libs"
-case "$libs" in *-lkdm_pluginapi*) ;; *) echo "kdm.pc lacks -lkdm_pluginapi"; exit 1 ;; esac
+for lib in -lkdm_pluginapi -lkdm_pluginapi_proto -lkdm_base; do
+  case " $libs " in *" $lib "*) ;; *) echo "kdm.pc lacks $lib"; exit 1 ;; esac
+done
+# Every archive kdm installs is named, so a consumer that links them all
+# finds every symbol they need.
+for archive in "$work"/prefix/lib/libkdm_*.a; do
+  lib=$(basename "$archive" .a)
+  case " $libs " in *" -l${lib#lib} "*) ;; *) echo "kdm.pc lacks -l${lib#lib}"; exit 1 ;; esac
+done
+# shellcheck disable=SC2086 # word splitting of the flags is the point
+if ! c++ -std=c++20 $flags $cflags "$consumer/main.cc" -o "$work/pc-consumer" $flags $libs \
+  >"$work/pc.log" 2>&1; then
+  cat "$work/pc.log"
+  echo "a consumer linked with pkg-config --libs --static kdm does not link"
+  exit 1
+fi
+out=$("$work/pc-consumer")
+case "$out" in
+  "v1beta1 plugin options: resource_name is empty manager=1 pick=0,3") ;;
+  *) echo "unexpected output from the pkg-config consumer: $out"; exit 1 ;;
+esac
+echo "pkg-config consumer printed: $out"
 echo "install test passed"
