@@ -232,6 +232,16 @@ TEST_F(NvmlPluginE2eTest, WithoutRecoveryAnUnhealthyGpuStaysOut) {
   EXPECT_EQ(plugins_.back()->Log().find("event=gpu_healthy"), std::string::npos);
 }
 
+TEST_F(NvmlPluginE2eTest, PassesKdmConform) {
+  // `kdm conform` acts as the kubelet toward the plugin: every check passes.
+  StartNvmlPlugin({"--cdi"});
+  Process conform({"conform", "--root", root_, "--resource", kGpu, "--timeout", "10s"},
+                  root_ + "/conform.out", root_ + "/conform.err");
+  std::optional<int> code = conform.Wait();
+  EXPECT_EQ(code, 0) << conform.Out() << conform.Err() << plugins_.back()->Log();
+  EXPECT_NE(conform.Out().find(" passed, 0 failed, "), std::string::npos) << conform.Out();
+}
+
 // The flags' errors: exit 2 with one clear line.
 class NvmlPluginFlagsE2eTest : public NvmlPluginE2eTest {
  protected:

@@ -205,6 +205,47 @@ TEST_F(NvmlPluginTest, AHealthEventReplacesTheDeviceSetAtOnce) {
   }
 }
 
+TEST_F(NvmlPluginTest, AGpuThatCannotRegisterStaysHealthyAndEccOffRegistersXidsOnly) {
+  // GPU 0 refuses nvmlDeviceRegisterEvents; GPU 1 has ECC off (Xid only).
+  nlohmann::json doc = nlohmann::json::parse(std::ifstream(node_));
+  doc["gpus"][0]["fail"] = {{"register_events", 3}};
+  doc["gpus"][1]["supported_events"] = {"xid"};
+  const std::string custom = root_ + "/node.json";
+  std::ofstream(custom) << doc.dump();
+  ::setenv("KDM_FAKE_NVML_NODE", custom.c_str(), 1);
+  fs::create_directories(root_ + "/dp");
+  CreatePlugin(Config());
+  Status started = plugin_->Start();
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  ASSERT_NE(plugin_->health_monitor(), nullptr);
+  EXPECT_THAT(plugin_->health_monitor()->Unmonitored(), ElementsAre(uuids_[0]));
+  // An Xid on the unmonitored GPU is never delivered; ECC on GPU 1 is not
+  // registered; an Xid on GPU 1 is. Events are read in order, so once GPU 1
+  // is unhealthy the earlier lines were consumed.
+  Inject("xid " + uuids_[0] + " 79");
+  Inject("ecc " + uuids_[2]);
+  ASSERT_TRUE(kdm::test::WaitUntil([&] {
+    for (const plugin::Device& d : plugin_->server().Devices()) {
+      if (d.id == uuids_[2]) return !d.healthy;
+    }
+    return false;
+  }));
+  Inject("ecc " + uuids_[1]);
+  Inject("xid " + uuids_[1] + " 48");
+  ASSERT_TRUE(kdm::test::WaitUntil([&] {
+    for (const plugin::Device& d : plugin_->server().Devices()) {
+      if (d.id == uuids_[1]) return !d.healthy;
+    }
+    return false;
+  }));
+  for (const plugin::Device& d : plugin_->server().Devices()) {
+    EXPECT_EQ(d.healthy, d.id != uuids_[1] && d.id != uuids_[2]) << d.id;
+  }
+  std::map<std::string, bool> health = plugin_->health_monitor()->Health();
+  EXPECT_TRUE(health[uuids_[0]]);
+  EXPECT_EQ(plugin_->health_monitor()->EventsSeenForTest(), 2u);  // ECC of 2, Xid of 1
+}
+
 TEST_F(NvmlPluginTest, AMissingLibraryIsNotFoundWithTheDriverHint) {
   NvmlPluginConfig c = Config();
   c.library_path = root_ + "/nope/libnvidia-ml.so.1";
