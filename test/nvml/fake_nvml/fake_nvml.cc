@@ -82,9 +82,11 @@ struct EventSet {
 kdm::Mutex g_mu;
 int g_init_count ABSL_GUARDED_BY(g_mu) = 0;
 std::unique_ptr<FakeNode> g_node ABSL_GUARDED_BY(g_mu);
-// The last load error, for nvmlErrorString(NVML_ERROR_UNKNOWN). Never freed:
-// the pointer handed out must stay valid.
-std::string* g_load_error ABSL_GUARDED_BY(g_mu) = new std::string;
+// The last load error, for nvmlErrorString(NVML_ERROR_UNKNOWN). An object,
+// not a leaked pointer: dlclose would leave a heap string unreachable, which
+// LeakSanitizer reports. The text handed out stays valid until the next
+// failed nvmlInit_v2 or the library's unloading; callers copy it at once.
+std::string g_load_error ABSL_GUARDED_BY(g_mu);
 
 // --- the description ----------------------------------------------------
 
@@ -487,7 +489,7 @@ __attribute__((visibility("default"))) Return nvmlInit_v2() {
   std::string error;
   std::unique_ptr<FakeNode> node = LoadNode(&error);
   if (node == nullptr) {
-    *g_load_error = error;
+    g_load_error = error;
     return kErrorUnknown;
   }
   auto it = node->fail.find("init");
@@ -530,7 +532,7 @@ __attribute__((visibility("default"))) const char* nvmlErrorString(Return ret) {
       return "GPU is lost";
     case kErrorUnknown: {
       kdm::MutexLock lock(&g_mu);
-      return g_load_error->empty() ? "Unknown Error" : g_load_error->c_str();
+      return g_load_error.empty() ? "Unknown Error" : g_load_error.c_str();
     }
     default:
       return "Unknown Error";
