@@ -453,14 +453,21 @@ std::string CellText(const Topology& t, int i, int j) {
 
 }  // namespace
 
-std::string RenderNvidiaSmi(const Topology& t) {
+std::string RenderNvidiaSmi(const Topology& t) { return RenderNvidiaSmi(t, {}); }
+
+std::string RenderNvidiaSmi(const Topology& t, const std::vector<std::string>& cpu_affinity) {
   std::ostringstream out;
   const int n = t.size();
+  const bool cpus = !cpu_affinity.empty();
   for (int j = 0; j < n; ++j) out << "\tGPU" << j;
-  out << "\tNUMA Affinity\n";
+  out << (cpus ? "\tCPU Affinity" : "") << "\tNUMA Affinity\n";
   for (int i = 0; i < n; ++i) {
     out << "GPU" << i;
     for (int j = 0; j < n; ++j) out << "\t" << CellText(t, i, j);
+    if (cpus) {
+      const std::string& c = i < static_cast<int>(cpu_affinity.size()) ? cpu_affinity[i] : "";
+      out << "\t" << (c.empty() ? "N/A" : c);
+    }
     out << "\t";
     if (t.Device(i).numa) {
       out << *t.Device(i).numa;

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kdm/base/status.h"
 #include "kdm/topology/topology.h"
@@ -56,6 +57,11 @@ StatusOr<Topology> LoadTopologyFile(const std::string& path);
 // a legend). ParseNvidiaSmiTopo reads it back; ids and the PCIe relation
 // beneath NVLink cells are not part of the text format.
 std::string RenderNvidiaSmi(const Topology& topology);
+// The same with a `CPU Affinity` column before `NUMA Affinity`, as
+// nvidia-smi prints on a real node: cpu_affinity[i] is device i's CPU list
+// ("0-55,112-167"; "" prints N/A). ParseNvidiaSmiTopo skips the column.
+// REQUIRES: cpu_affinity.size() == topology.size().
+std::string RenderNvidiaSmi(const Topology& topology, const std::vector<std::string>& cpu_affinity);
 // kdm's JSON format (devices with ids and NUMA nodes, matrix, pcie);
 // ParseTopologyJson reads it back to an equal Topology.
 std::string RenderTopologyJson(const Topology& topology);

@@ -4,14 +4,19 @@
 // kdm's topology allocator and follows a health file for fault injection.
 // With --fault NAME it runs a deliberately broken plugin instead
 // (kdm::fakes::FaultyPlugin), for testing `kdm conform` and kubelets.
-// See docs/plugin.md.
+// With --nvml it serves the node's real NVIDIA GPUs from NVML instead
+// (kdm::nvml::NvmlPlugin: UUIDs, live topology, Xid health). See
+// docs/plugin.md and docs/nvml.md.
 //
 // Exit codes: 0 after SIGTERM or SIGINT (a clean stop); 1 a runtime error (a
 // topology file that cannot be read or parsed, a socket path too long for a
 // unix socket, a directory that cannot be used, a socket that cannot be
 // bound); 2 bad usage (missing or conflicting flags, a malformed number, an
 // unknown preset, policy or fault, an empty or malformed resource name,
-// --fault together with --health-file). Path flags may be relative; they are
+// --fault together with --health-file, a flag that does not apply to --nvml
+// or needs it, a bad DP_DISABLE_HEALTHCHECKS, --nvml on a machine without
+// libnvidia-ml: one line "NVML not found: ...; is the NVIDIA driver
+// installed?"). Path flags may be relative; they are
 // made absolute at once, and a directory or socket path that cannot work is
 // an error naming its flag.
 #include <pthread.h>
@@ -20,6 +25,7 @@
 #include <spdlog/spdlog.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -34,10 +40,14 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "duration_flag.h"
 #include "kdm/base/log_value.h"
 #include "kdm/fakes/faulty_plugin.h"
 #include "kdm/fakes/gpu_plugin.h"
 #include "kdm/fakes/health_file.h"
+#include "kdm/nvml/health_rules.h"
+#include "kdm/nvml/library.h"
+#include "kdm/nvml/nvml_plugin.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
@@ -64,6 +74,12 @@ struct PluginFlags {
   bool pre_start = false;
   bool cdi = false;
   bool verbose = false;
+  // --nvml and the flags only it takes.
+  bool nvml = false;
+  std::string nvml_library;
+  std::string sysfs_root;
+  std::string dev_root;
+  std::string health_recovery;
 };
 
 int Fail(int code, const std::string& message) {
@@ -95,7 +111,19 @@ std::optional<std::string> CheckUsage(const PluginFlags& f, fakes::PluginConfig*
            "DIR/device-plugins) or --plugin-dir PATH";
   }
   int sources = !f.preset.empty() + !f.topology_file.empty() + !f.count.empty();
-  if (sources != 1) {
+  if (f.nvml) {
+    if (sources != 0) {
+      return "--nvml takes its devices from NVML: --preset, --topology and --count do not apply";
+    }
+    if (!f.health_file.empty()) {
+      return "--health-file does not apply to --nvml (health comes from NVML events)";
+    }
+    if (f.fault_given) return "--fault does not apply to --nvml";
+    if (f.pre_start) return "--pre-start does not apply to --nvml";
+  } else if (!f.nvml_library.empty() || !f.sysfs_root.empty() || !f.dev_root.empty() ||
+             !f.health_recovery.empty()) {
+    return "--nvml-library, --sysfs-root, --dev-root and --health-recovery need --nvml";
+  } else if (sources != 1) {
     return std::string(sources == 0 ? "no device source" : "more than one device source") +
            ": give exactly one of --preset NAME, --topology FILE or --count N";
   }
@@ -131,6 +159,9 @@ std::optional<std::string> CheckUsage(const PluginFlags& f, fakes::PluginConfig*
   config->topology_file = f.topology_file;
   StatusOr<fakes::PreferredPolicy> policy = fakes::ParsePreferredPolicy(f.policy);
   if (!policy.ok()) return policy.status().message();
+  if (f.nvml && !policy->has_value()) {
+    return "--policy none does not apply to --nvml (it always answers GetPreferredAllocation)";
+  }
   config->policy = *policy;
   // Empty: the default name. Else the rules the kubelet side applies to the
   // endpoint a plugin registers.
@@ -219,17 +250,77 @@ StatusOr<PluginFlags> WithAbsolutePaths(const PluginFlags& given) {
   const std::pair<const char*, std::string*> paths[] = {{"--root", &f.root},
                                                         {"--plugin-dir", &f.plugin_dir},
                                                         {"--topology", &f.topology_file},
-                                                        {"--health-file", &f.health_file}};
+                                                        {"--health-file", &f.health_file},
+                                                        {"--sysfs-root", &f.sysfs_root},
+                                                        {"--dev-root", &f.dev_root}};
   for (const auto& [flag, value] : paths) {
     KDM_ASSIGN_OR_RETURN(*value, AbsolutePathFlag(flag, *value));
   }
+  // A bare library name goes through the loader's search path; a path is
+  // made absolute like every other.
+  if (f.nvml_library.find('/') != std::string::npos) {
+    KDM_ASSIGN_OR_RETURN(f.nvml_library, AbsolutePathFlag("--nvml-library", f.nvml_library));
+  }
   return f;
+}
+
+// Runs the NVML GPU plugin until SIGTERM or SIGINT (see RunPlugin).
+int RunNvmlPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
+                  const sigset_t& stop_signals) {
+  nvml::NvmlPluginConfig c;
+  c.resource_name = config.resource_name;
+  c.plugin_dir = config.plugin_dir;
+  c.socket_name = config.socket_name;
+  c.library_path = f.nvml_library;
+  if (!f.sysfs_root.empty()) c.sysfs_root = f.sysfs_root;
+  if (!f.dev_root.empty()) c.dev_root = f.dev_root;
+  c.cdi = f.cdi;
+  c.policy = *config.policy;
+  if (!f.health_recovery.empty()) {
+    StatusOr<std::chrono::milliseconds> d = ParseDurationFlag(f.health_recovery);
+    if (!d.ok()) return Fail(kUsageError, "--health-recovery: " + d.status().message());
+    if (d->count() <= 0) {
+      return Fail(kUsageError, "--health-recovery must be a positive duration, got '" +
+                                   f.health_recovery + "' (leave it out for no recovery)");
+    }
+    c.health_recovery = *d;
+  }
+  const char* disable = std::getenv(nvml::kDisableHealthChecksEnv);
+  StatusOr<nvml::HealthChecks> checks = nvml::ParseDisableHealthChecks(disable ? disable : "");
+  if (!checks.ok()) return Fail(kUsageError, checks.status().message());
+  c.health_checks = *checks;
+
+  // No NVML at all is the one failure users meet first: one line, exit 2.
+  StatusOr<std::unique_ptr<nvml::Library>> library = nvml::Library::Load(c.library_path);
+  if (!library.ok()) {
+    if (library.status().code() == StatusCode::kNotFound) {
+      std::cerr << library.status().message() << "\n";
+      return kUsageError;
+    }
+    return Fail(kRuntimeError, library.status().message());
+  }
+  StatusOr<std::unique_ptr<nvml::NvmlPlugin>> created =
+      nvml::NvmlPlugin::Create(std::move(c), std::move(*library));
+  if (!created.ok()) return Fail(kRuntimeError, created.status().message());
+  std::unique_ptr<nvml::NvmlPlugin> plugin = std::move(*created);
+  const std::string& resource = config.resource_name;
+  if (Status s = plugin->Start(); !s.ok()) return Fail(kRuntimeError, s.message());
+  std::cout << "ready plugin=" << resource << " socket=" << plugin->server().SocketPath()
+            << " devices=" << plugin->node().gpus.size() << " source=nvml" << std::endl;
+  const int sig = ServeUntilSignal(
+      stop_signals, config, [&] { return plugin->server().RegistrationCount(); },
+      [&] { return plugin->server().LastRegistrationError(); }, /*fault=*/"");
+  spdlog::info("event=stopping resource={} signal={}", resource, SignalName(sig));
+  plugin->Stop();
+  spdlog::info("event=stopped resource={}", resource);
+  return 0;
 }
 
 int RunPlugin(const PluginFlags& given) {
   StatusOr<PluginFlags> absolute = WithAbsolutePaths(given);
   if (!absolute.ok()) return Fail(kRuntimeError, absolute.status().message());
-  const PluginFlags& f = *absolute;
+  PluginFlags f = *absolute;
+  if (f.nvml && f.resource.empty()) f.resource = nvml::kNvidiaGpuResource;
 
   // Block the stop signals before any thread exists, so every thread
   // inherits the mask and only the sigtimedwait below receives them.
@@ -261,6 +352,7 @@ int RunPlugin(const PluginFlags& given) {
     }
   }
   if (f.fault_given) return RunFaultyPlugin(f, config, stop_signals);
+  if (f.nvml) return RunNvmlPlugin(f, config, stop_signals);
 
   StatusOr<std::unique_ptr<fakes::FakeDevicePlugin>> created =
       fakes::FakeDevicePlugin::Create(config);
@@ -349,6 +441,18 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
   CLI::Option* fault = cmd->add_option("--fault", flags->fault, fault_help);
   cmd->add_flag("--pre-start", flags->pre_start, "Offer PreStartContainer and log each call");
   cmd->add_flag("--cdi", flags->cdi, "Answer CDI device names <vendor>/<class>=<id>");
+  cmd->add_flag("--nvml", flags->nvml,
+                "Serve this node's NVIDIA GPUs from NVML (UUIDs, live topology, Xid health; "
+                "docs/nvml.md); --resource defaults to nvidia.com/gpu");
+  cmd->add_option("--nvml-library", flags->nvml_library,
+                  "With --nvml: the NVML library (default libnvidia-ml.so.1 via the loader)");
+  cmd->add_option("--sysfs-root", flags->sysfs_root,
+                  "With --nvml: where sysfs is mounted, for NUMA nodes (default /sys)");
+  cmd->add_option("--dev-root", flags->dev_root,
+                  "With --nvml: where the host's /dev is seen, for the control nodes (default /)");
+  cmd->add_option("--health-recovery", flags->health_recovery,
+                  "With --nvml: mark a GPU healthy again after DURATION (e.g. 10m) without a new "
+                  "critical event (default: never)");
   cmd->add_flag("-v,--verbose", flags->verbose, "Debug logging");
   // Unknown arguments are a usage error (exit 2) like every other bad flag,
   // not CLI11's own exit code.

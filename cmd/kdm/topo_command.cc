@@ -1,11 +1,16 @@
 // `kdm topo`: explains the best device set for a request on a topology, beside
 // what first-fit would pick; `kdm topo presets` lists the built-in machines;
 // `kdm topo show` prints a topology as `nvidia-smi topo -m` would.
+// `kdm topo --nvml` reads the node's own GPUs through NVML (docs/nvml.md):
+// without --size it prints their matrix and attributes, with --size it
+// answers as the NVIDIA GPU plugin's GetPreferredAllocation would.
 //
 // Exit codes: 0 success; 1 a runtime error (a file that cannot be read or
-// parsed, an id or index the topology does not know, an impossible request);
-// 2 bad usage (missing or conflicting flags, a malformed number or list, an
-// unknown preset or policy).
+// parsed, an id or index the topology does not know, an impossible request,
+// an NVML call that fails); 2 bad usage (missing or conflicting flags, a
+// malformed number or list, an unknown preset or policy) and a machine
+// without NVML (one line: `NVML not found: ...; is the NVIDIA driver
+// installed?`).
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -19,6 +24,8 @@
 #include <vector>
 
 #include "commands.h"
+#include "kdm/nvml/discovery.h"
+#include "kdm/nvml/library.h"
 #include "kdm/topology/allocator.h"
 #include "kdm/topology/parse.h"
 #include "kdm/topology/presets.h"
@@ -33,13 +40,19 @@ using topology::Topology;
 constexpr int kRuntimeError = 1;
 constexpr int kUsageError = 2;
 
-// An error with the exit code it maps to.
+// An error with the exit code it maps to. A bare one is printed as it is,
+// without the command's prefix or the usage hint.
 struct Failure {
   int code;
   std::string message;
+  bool bare = false;
 };
 
 int Fail(const Failure& f) {
+  if (f.bare) {
+    std::cerr << f.message << "\n";
+    return f.code;
+  }
   std::cerr << "kdm topo: " << f.message << "\n";
   if (f.code == kUsageError) std::cerr << "Run 'kdm topo --help' for usage.\n";
   return f.code;
@@ -59,12 +72,53 @@ bool AllDigits(std::string_view s) {
 struct Source {
   std::string preset;
   std::string file;
+  bool nvml = false;
+  std::string nvml_library;  // empty: libnvidia-ml.so.1 through the loader's path
+  std::string sysfs_root;    // empty: /sys
 };
 
-// Loads the topology named by --preset or --topology (exactly one).
-std::variant<Topology, Failure> LoadSource(const Source& src, std::string* label) {
+// What NVML told about the node, beside the topology.
+struct NvmlFacts {
+  nvml::NodeInfo node;
+  std::vector<std::string> ignored;
+};
+
+// The node's topology from NVML.
+std::variant<Topology, Failure> LoadNvml(const Source& src, std::string* label, NvmlFacts* facts) {
+  auto library = nvml::Library::Load(src.nvml_library);
+  if (!library.ok()) {
+    const std::string& m = library.status().message();
+    if (m.rfind("NVML not found: ", 0) == 0) return Failure{kUsageError, m, /*bare=*/true};
+    return Failure{kRuntimeError, m};
+  }
+  nvml::DiscoveryOptions options;
+  if (!src.sysfs_root.empty()) options.sysfs_root = src.sysfs_root;
+  auto node = nvml::Discover(**library, options);
+  if (!node.ok()) return Failure{kRuntimeError, node.status().message()};
+  auto t = nvml::DiscoverTopology(**library, *node);
+  if (!t.ok()) return Failure{kRuntimeError, t.status().message()};
+  for (const std::string& line : t->ignored) {
+    std::cerr << "kdm topo: warning: " << line << "\n";
+  }
+  *label = "NVML (" + (*library)->path() + ")";
+  if (facts != nullptr) *facts = NvmlFacts{std::move(*node), t->ignored};
+  return std::move(t->topology);
+}
+
+// Loads the topology named by --preset, --topology or --nvml (exactly one).
+std::variant<Topology, Failure> LoadSource(const Source& src, std::string* label,
+                                           NvmlFacts* facts = nullptr) {
+  if (!src.nvml && (!src.nvml_library.empty() || !src.sysfs_root.empty())) {
+    return Failure{kUsageError, "--nvml-library and --sysfs-root need --nvml"};
+  }
+  if (src.nvml) {
+    if (!src.preset.empty() || !src.file.empty()) {
+      return Failure{kUsageError, "give exactly one of --preset NAME, --topology FILE or --nvml"};
+    }
+    return LoadNvml(src, label, facts);
+  }
   if (src.preset.empty() == src.file.empty()) {
-    return Failure{kUsageError, "give exactly one of --preset NAME or --topology FILE"};
+    return Failure{kUsageError, "give exactly one of --preset NAME, --topology FILE or --nvml"};
   }
   if (!src.preset.empty()) {
     auto t = topology::Preset(src.preset);
@@ -142,7 +196,12 @@ struct AllocateFlags {
   bool json = false;
 };
 
+int RunNvmlShow(const Source& source, bool json);
+
 int RunAllocate(const AllocateFlags& f) {
+  if (f.size.empty() && f.source.nvml && f.available.empty() && f.must_include.empty()) {
+    return RunNvmlShow(f.source, f.json);
+  }
   if (f.size.empty()) return Fail({kUsageError, "--size N is required"});
   auto size = ParseNonNegative(f.size);
   if (!size) return Fail({kUsageError, "--size '" + f.size + "' is not a number"});
@@ -230,6 +289,53 @@ int RunShow(const Source& source, bool json) {
   return 0;
 }
 
+// `kdm topo --nvml` without --size: the matrix with CPU and NUMA affinity,
+// then each GPU's attributes; or all of it as JSON.
+int RunNvmlShow(const Source& source, bool json) {
+  std::string label;
+  NvmlFacts facts;
+  auto loaded = LoadSource(source, &label, &facts);
+  if (auto* e = std::get_if<Failure>(&loaded)) return Fail(*e);
+  const Topology& t = std::get<Topology>(loaded);
+  const nvml::NodeInfo& node = facts.node;
+  if (json) {
+    nlohmann::ordered_json out;
+    out["topology"] = nlohmann::ordered_json::parse(topology::RenderTopologyJson(t));
+    out["driver_version"] = node.driver_version;
+    out["cuda_driver_version"] = node.cuda_driver_version;
+    out["gpus"] = nlohmann::ordered_json::array();
+    for (const nvml::GpuInfo& g : node.gpus) {
+      nlohmann::ordered_json gpu;
+      gpu["index"] = g.index;
+      gpu["uuid"] = g.uuid;
+      gpu["minor"] = g.minor;
+      gpu["pci_bus_id"] = g.pci_bus_id;
+      gpu["numa"] = g.numa ? nlohmann::ordered_json(*g.numa) : nlohmann::ordered_json(nullptr);
+      gpu["cpu_affinity"] = g.cpu_affinity;
+      gpu["attributes"] = {{"model", g.attributes.model},   {"memory_mib", g.attributes.memory_mib},
+                           {"driver", g.attributes.driver}, {"cuda", g.attributes.cuda},
+                           {"arch", g.attributes.arch},     {"brand", g.attributes.brand}};
+      out["gpus"].push_back(gpu);
+    }
+    out["ignored_links"] = facts.ignored;
+    std::cout << out.dump() << "\n";
+    return 0;
+  }
+  std::vector<std::string> cpus;
+  for (const nvml::GpuInfo& g : node.gpus) cpus.push_back(g.cpu_affinity);
+  std::cout << topology::RenderNvidiaSmi(t, cpus) << "\nDriver " << node.driver_version << ", CUDA "
+            << node.cuda_driver_version << "\n";
+  for (const nvml::GpuInfo& g : node.gpus) {
+    std::cout << "GPU" << g.index << "\t" << g.uuid << "\tmodel=\"" << g.attributes.model
+              << "\" memory_mib=" << g.attributes.memory_mib << " arch=" << g.attributes.arch
+              << " brand=" << g.attributes.brand << " driver=" << g.attributes.driver
+              << " cuda=" << g.attributes.cuda << " minor=" << g.minor
+              << " pci_bus_id=" << g.pci_bus_id
+              << " numa=" << (g.numa ? std::to_string(*g.numa) : std::string("N/A")) << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 void AddTopoCommand(CLI::App& app, int& exit_code) {
@@ -250,6 +356,13 @@ void AddTopoCommand(CLI::App& app, int& exit_code) {
   topo->add_option("--budget-ms", flags->budget_ms,
                    "Search time before settling for the best set found (default 50)");
   topo->add_flag("--json", flags->json, "Print the answer as JSON");
+  topo->add_flag("--nvml", flags->source.nvml,
+                 "Read this node's GPUs through NVML: without --size print their matrix and "
+                 "attributes, with --size answer as the NVIDIA GPU plugin would");
+  topo->add_option("--nvml-library", flags->source.nvml_library,
+                   "The NVML library to open (default: libnvidia-ml.so.1 from the loader's path)");
+  topo->add_option("--sysfs-root", flags->source.sysfs_root,
+                   "Where sysfs is mounted, for GPUs' NUMA nodes (default /sys)");
 
   auto show_source = std::make_shared<Source>();
   auto show_json = std::make_shared<bool>(false);

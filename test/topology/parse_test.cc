@@ -238,6 +238,17 @@ TEST(RenderTest, LooksLikeNvidiaSmi) {
   EXPECT_THAT(text, HasSubstr("Legend:"));
 }
 
+TEST(RenderTest, CpuAffinityColumnBeforeNumaAndReadBack) {
+  Topology t = *Preset("rtx-4x-bridged");
+  const std::string text = RenderNvidiaSmi(t, {"0-15", "0-15", "", "16-31,48-63"});
+  EXPECT_THAT(text, HasSubstr("\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\n"));
+  EXPECT_THAT(text, HasSubstr("GPU0\t X \tNODE\tSYS\tNV2\t0-15\t0\n"));
+  EXPECT_THAT(text, HasSubstr("GPU2\tSYS\tNV2\t X \tNODE\tN/A\t1\n"));
+  auto back = ParseTopology(text);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
+  for (int i = 0; i < t.size(); ++i) EXPECT_EQ(back->Device(i), t.Device(i));
+}
+
 class LoadFileTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -144,7 +144,7 @@ TEST_F(TopoCliTest, BadInputGivesAClearErrorAndExitCode) {
       {"topo --preset dgx1-v100 --size two", 2, "--size 'two' is not a number"},
       {"topo --preset dgx1-v100", 2, "--size N is required"},
       {"topo --preset dgx-9000 --size 1", 2, "unknown preset 'dgx-9000'"},
-      {"topo --size 1", 2, "give exactly one of --preset NAME or --topology FILE"},
+      {"topo --size 1", 2, "give exactly one of --preset NAME, --topology FILE or --nvml"},
       {"topo --preset dgx1-v100 --topology x --size 1", 2, "give exactly one"},
       {"topo --preset dgx1-v100 --size 1 --policy fastest", 2, "unknown policy 'fastest'"},
       {"topo --preset dgx1-v100 --size 2 --available 0,1 --must-include 5", 1,
