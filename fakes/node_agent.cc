@@ -538,7 +538,10 @@ void NodeAgentImpl::OnManifestEvent(const ManifestWatcher::Event& e) {
   if (Status req = CheckDeviceRequirements(*entry.pod, options_.attributes); !req.ok()) {
     // Devices restored for this uid at start (nobody else holds the uid:
     // duplicates were refused above) are freed with it.
-    if (!UidHeldByOtherFile(entry.pod->uid, e.file_name)) RemovePodDevices(entry.pod->uid);
+    // An admission of its previous version still running frees its own.
+    if (!UidHeldByOtherFile(entry.pod->uid, e.file_name) && !in_flight_.count(entry.pod->uid)) {
+      RemovePodDevices(entry.pod->uid);
+    }
     Reject(e.file_name, entry, kReasonUnmetDeviceRequirement, req.message());
     return;
   }

@@ -108,7 +108,16 @@ StatusOr<DeviceAttributes> DecodeAttributes(const json& a, const std::string& wh
     if (it == a.end()) continue;
     if (!it->is_string()) return Bad(where + "." + key, "must be a string");
     std::string v = it->get<std::string>();
-    if (Status s = CheckAttributeValue(key, v); !s.ok()) return Bad(where, s.message());
+    // Another writer may name a model in any UTF-8; the rest must have the
+    // shape the requirement checks compare.
+    if (std::string_view(key) == "model") {
+      if (v.size() > kMaxAttributeBytes) {
+        return Bad(where + ".model",
+                   "longer than " + std::to_string(kMaxAttributeBytes) + " bytes");
+      }
+    } else if (Status s = CheckAttributeValue(key, v); !s.ok()) {
+      return Bad(where, s.message());
+    }
     std::string k = key;
     (k == "model"    ? out.model
      : k == "driver" ? out.driver

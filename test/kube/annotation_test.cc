@@ -236,6 +236,20 @@ TEST(AnnotationTest, DecodeBadInputNamesTheField) {
   EXPECT_THAT(DecodeError(std::string("{\"version\":1}\0", 14)), HasSubstr("NUL byte"));
 }
 
+TEST(AnnotationTest, DecodeTakesAModelInAnyUtf8) {
+  std::string model = "NVIDIA GeForce RTX\u2122 4090";
+  StatusOr<DevicesAnnotation> a = DecodeDevicesAnnotation(
+      WithResource({{"devices", json::array()},
+                    {"available", json::array()},
+                    {"attributes", {{"model", json::parse("\"" + model + "\"")}}}}));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->resources.at("r.io/x").attributes->model, "NVIDIA GeForce RTX\xe2\x84\xa2 4090");
+  EXPECT_THAT(DecodeError(WithResource({{"devices", json::array()},
+                                        {"available", json::array()},
+                                        {"attributes", {{"model", std::string(300, 'm')}}}})),
+              HasSubstr("attributes.model: longer than 256 bytes"));
+}
+
 TEST(AnnotationTest, DecodeRefusesHugeValues) {
   std::string huge = WithResource({{"devices", json::array()},
                                    {"available", json::array()},
