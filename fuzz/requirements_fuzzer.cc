@@ -5,8 +5,9 @@
 //   short printable ASCII (tokens are shown cut, control bytes replaced);
 // - an accepted value holds only known keys, brand only with =/!=, versions
 //   that compare equal to themselves; written back (constraints joined by
-//   commas, groups by spaces, and once more from key, operator and value) it
-//   parses to the same constraints;
+//   commas, groups by spaces, and once more from key, operator and value,
+//   where that stays within kMaxRequirementBytes) it parses to the same
+//   constraints;
 // - checking it against a few nodes is OK or FAILED_PRECONDITION naming the
 //   variable;
 // - CompareVersions of the input's first line and the rest is antisymmetric.
@@ -90,6 +91,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (bool from_parts : {false, true}) {
     std::string again = Join(*r, from_parts);
+    // Written from parts, "=" becomes "==": a value near the limit can grow
+    // past it (a false alarm of the first `./run fuzz`, kept in regressions/).
+    if (again.size() > kdm::kube::kMaxRequirementBytes) {
+      FUZZ_CHECK(from_parts, "written back as written, it grew: " << again.size());
+      continue;
+    }
     kdm::StatusOr<Requirement> back = kdm::kube::ParseRequirement(kVariable, again);
     FUZZ_CHECK(back.ok(), "written back it does not parse: " << back.status() << "\n" << again);
     FUZZ_CHECK(back->groups.size() == r->groups.size(), "group count changed: " << again);
