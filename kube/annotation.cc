@@ -177,6 +177,24 @@ StatusOr<ResourceDevices> DecodeResource(const std::string& name, const json& r)
   auto matrix = r.find("matrix");
   auto pcie = r.find("pcie");
   if (pcie != r.end() && matrix == r.end()) return Bad(where, "'pcie' without 'matrix'");
+  // Rows of string cells, checked before anything is copied: copying a
+  // JSON value recurses, and a deeply nested one from outside would take
+  // the stack with it.
+  for (auto cells : {matrix, pcie}) {
+    if (cells == r.end()) continue;
+    const std::string at = where + "." + (cells == matrix ? "matrix" : "pcie");
+    if (!cells->is_array()) return Bad(at, "must be an array of rows");
+    for (size_t i = 0; i < cells->size(); ++i) {
+      const json& row = (*cells)[i];
+      if (!row.is_array()) return Bad(at + "[" + std::to_string(i) + "]", "must be an array");
+      for (size_t j = 0; j < row.size(); ++j) {
+        if (!row[j].is_string()) {
+          return Bad(at + "[" + std::to_string(i) + "][" + std::to_string(j) + "]",
+                     "must be a string");
+        }
+      }
+    }
+  }
   if (matrix != r.end()) {
     json topo;
     topo["devices"] = json::array();

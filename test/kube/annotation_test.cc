@@ -221,6 +221,14 @@ TEST(AnnotationTest, DecodeBadInputNamesTheField) {
   EXPECT_THAT(DecodeError(WithResource(
                   {{"devices", {{{"id", "a"}}}}, {"available", json::array()}, {"pcie", {{"X"}}}})),
               HasSubstr("'pcie' without 'matrix'"));
+  EXPECT_THAT(DecodeError(WithResource(
+                  {{"devices", json::array()}, {"available", json::array()}, {"matrix", 1}})),
+              HasSubstr("resources['r.io/x'].matrix: must be an array of rows"));
+  EXPECT_THAT(DecodeError(WithResource({{"devices", {{{"id", "a"}}}},
+                                        {"available", json::array()},
+                                        {"matrix", json::array({json::array({"X"})})},
+                                        {"pcie", json::array({"X"})}})),
+              HasSubstr("resources['r.io/x'].pcie[0]: must be an array"));
   EXPECT_THAT(DecodeError(WithResource({{"devices", json::array()},
                                         {"available", json::array()},
                                         {"attributes", {{"memory_mib", "80GB"}}}})),
@@ -258,12 +266,18 @@ TEST(AnnotationTest, DecodeRefusesHugeValues) {
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), StatusCode::kOutOfRange);
   EXPECT_THAT(a.status().message(), HasSubstr("the limit is 262144"));
-  // Deep nesting inside the limit is parsed without trouble (and ignored).
-  std::string deep = std::string(20000, '[') + std::string(20000, ']');
-  EXPECT_TRUE(DecodeDevicesAnnotation(WithResource({{"devices", json::array()},
-                                                    {"available", json::array()},
-                                                    {"pad", json::parse(deep)}}))
-                  .ok());
+  // Deep nesting inside the limit, as an unknown key or where the matrix
+  // goes, is refused or ignored without recursing (built as text: a
+  // json value that deep could not even be copied).
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string head = R"({"version":1,"node":"n","resources":{"r.io/x":{"devices":[],)"
+                           R"("available":[],)";
+  StatusOr<DevicesAnnotation> ignored = DecodeDevicesAnnotation(head + R"("pad":)" + deep + "}}}");
+  EXPECT_TRUE(ignored.ok()) << ignored.status();
+  EXPECT_THAT(DecodeError(head + R"("matrix":)" + deep + "}}}"),
+              HasSubstr("resources['r.io/x'].matrix[0][0]: must be a string"));
+  EXPECT_THAT(DecodeError(head + R"("matrix":[],"pcie":)" + deep + "}}}"),
+              HasSubstr("resources['r.io/x'].pcie[0][0]: must be a string"));
 }
 
 TEST(AttributesTest, Parse) {
