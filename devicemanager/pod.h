@@ -29,6 +29,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kdm/devicemanager/quantity.h"
@@ -42,6 +43,11 @@ struct Container {
   std::map<std::string, Quantity> requests;
   // Init containers only: restartPolicy Always, i.e. a sidecar.
   bool restartable = false;
+  // Environment variables with a literal value (name, value), in manifest
+  // order, each name once (a later entry of the same name replaces the
+  // earlier value, as the kubelet does). The device manager does not read
+  // them; the node agent checks NVIDIA_REQUIRE_* against them.
+  std::vector<std::pair<std::string, std::string>> env;
 };
 
 // What role a container plays in its pod.

@@ -30,6 +30,7 @@
 #include "kdm/fakes/manifest_watcher.h"
 #include "kdm/fakes/pod_manifest.h"
 #include "kdm/fakes/status_file.h"
+#include "kdm/kube/requirements.h"
 #include "kdm/pluginapi/api_rules.h"
 
 namespace kdm::fakes {
@@ -532,6 +533,18 @@ void NodeAgentImpl::OnManifestEvent(const ManifestWatcher::Event& e) {
     return;
   }
   entry.pod = std::move(*pod);
+  // Before any device is given: a container the node's devices cannot run
+  // is refused as a whole pod, like any other admission failure.
+  if (Status req = CheckDeviceRequirements(*entry.pod, options_.attributes); !req.ok()) {
+    // Devices restored for this uid at start (nobody else holds the uid:
+    // duplicates were refused above) are freed with it.
+    // An admission of its previous version still running frees its own.
+    if (!UidHeldByOtherFile(entry.pod->uid, e.file_name) && !in_flight_.count(entry.pod->uid)) {
+      RemovePodDevices(entry.pod->uid);
+    }
+    Reject(e.file_name, entry, kReasonUnmetDeviceRequirement, req.message());
+    return;
+  }
   if (!startup_done_) {
     const std::string phase = PhaseAtStart(e.path, entry.status_file);
     if (phase == kPhaseRejected) {
@@ -812,6 +825,29 @@ StatusOr<std::unique_ptr<NodeAgent>> NodeAgent::Start(Options options) {
     return s;
   }
   return std::unique_ptr<NodeAgent>(std::move(agent));
+}
+
+Status CheckDeviceRequirements(const dm::Pod& pod,
+                               const std::map<std::string, kube::DeviceAttributes>& attributes) {
+  if (attributes.empty()) return OkStatus();
+  for (const auto* list : {&pod.init_containers, &pod.containers}) {
+    for (const dm::Container& c : *list) {
+      std::optional<kube::RequirementSet> set;
+      for (const auto& [resource, limit] : c.limits) {
+        auto attrs = attributes.find(resource);
+        if (attrs == attributes.end() || limit.IsZero()) continue;
+        const std::string where = "container " + c.name + ", resource " + resource + ": ";
+        if (!set) {
+          StatusOr<kube::RequirementSet> parsed = kube::ParseRequirementEnv(c.env);
+          if (!parsed.ok()) return parsed.status().WithPrefix("container " + c.name);
+          set = *std::move(parsed);
+        }
+        Status s = kube::CheckRequirements(*set, attrs->second.ForRequirements());
+        if (!s.ok()) return Status(s.code(), where + s.message());
+      }
+    }
+  }
+  return OkStatus();
 }
 
 StatusOr<std::map<std::string, std::set<std::string>>> ParseRestrictions(

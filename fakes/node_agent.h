@@ -65,7 +65,9 @@
 
 #include "kdm/base/status.h"
 #include "kdm/checkpoint/paths.h"
+#include "kdm/devicemanager/pod.h"
 #include "kdm/devicemanager/pod_resources_server.h"
+#include "kdm/kube/annotation.h"
 #include "kdm/pluginapi/constants.h"
 
 namespace kdm::fakes {
@@ -78,6 +80,17 @@ namespace kdm::fakes {
 // Example: ParseRestrictions({"nvidia.com/gpu=ml,research"}).
 StatusOr<std::map<std::string, std::set<std::string>>> ParseRestrictions(
     const std::vector<std::string>& values);
+
+// Checks the device requirements of every container (init and app) of
+// `pod`: its NVIDIA_REQUIRE_* env (kube/requirements.h) against the
+// attributes of each device resource it asks for (a limit above 0). A
+// resource without attributes is not checked; NVIDIA_DISABLE_REQUIRE=true
+// skips the container. OK when all hold; otherwise FAILED_PRECONDITION
+// (unmet) or INVALID_ARGUMENT (a value that does not parse), the message
+// naming the container and resource first: "container main, resource
+// nvidia.com/gpu: NVIDIA_REQUIRE_CUDA: cuda 11.8 does not satisfy cuda>=12.2".
+Status CheckDeviceRequirements(const devicemanager::Pod& pod,
+                               const std::map<std::string, kube::DeviceAttributes>& attributes);
 
 class NodeAgent {
  public:
@@ -111,6 +124,11 @@ class NodeAgent {
     // restrictions). A pod of another namespace asking for it is rejected
     // with reason "RestrictedResource".
     std::map<std::string, std::set<std::string>> restrictions;
+    // Resource -> what is known of its devices (`kdm kubelet --attributes`).
+    // A pod whose container's NVIDIA_REQUIRE_* these do not meet is
+    // rejected with reason "UnmetDeviceRequirement" before any device is
+    // allocated (CheckDeviceRequirements).
+    std::map<std::string, kube::DeviceAttributes> attributes;
   };
 
   // Creates the directories, opens the checkpoint, starts the Manager, the

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -273,6 +274,7 @@ class Walker {
         container.restartable = true;
       }
       KDM_RETURN_IF_ERROR(Resources(c, field, container));
+      KDM_RETURN_IF_ERROR(Env(c, field, container));
       out.push_back(std::move(container));
     }
     return out;
@@ -342,6 +344,43 @@ class Walker {
     }
     // The API server defaults a missing request to the limit.
     for (const auto& [name, limit] : container.limits) container.requests.emplace(name, limit);
+    return OkStatus();
+  }
+
+  // Reads env: a list of {name, value}. An entry with valueFrom (a value
+  // known only to the API server) and no value is kept out: it cannot be
+  // read here.
+  Status Env(const json& c, const std::string& field, Container& container) const {
+    auto it = c.find("env");
+    if (it == c.end() || it->is_null()) return OkStatus();
+    if (!it->is_array()) return Error(field + ".env", "must be a list, got " + Describe(*it));
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& e = (*it)[i];
+      const std::string entry = field + ".env[" + std::to_string(i) + "]";
+      if (!e.is_object()) return Error(entry, "must be a mapping, got " + Describe(e));
+      auto name_it = e.find("name");
+      if (name_it == e.end() || name_it->is_null()) return Error(entry + ".name", "missing");
+      KDM_ASSIGN_OR_RETURN(std::string name, RequiredString(e, "name", entry + ".name"));
+      if (name.empty() || name.find('=') != std::string::npos ||
+          !std::all_of(name.begin(), name.end(), [](char ch) {
+            auto u = static_cast<unsigned char>(ch);
+            return u > 0x20 && u < 0x7f;
+          })) {
+        return Error(entry + ".name", Quote(name) +
+                                          " is not an environment variable name (printable "
+                                          "ASCII without '=' or blanks)");
+      }
+      KDM_ASSIGN_OR_RETURN(std::optional<std::string> value,
+                           OptionalString(e, "value", entry + ".value"));
+      if (!value && e.contains("valueFrom")) continue;
+      auto same = std::find_if(container.env.begin(), container.env.end(),
+                               [&](const auto& kv) { return kv.first == name; });
+      if (same != container.env.end()) {
+        same->second = value.value_or("");
+      } else {
+        container.env.emplace_back(std::move(name), value.value_or(""));
+      }
+    }
     return OkStatus();
   }
 

@@ -7,7 +7,8 @@
 // label), metadata.uid (when absent: DerivePodUid(namespace, name), stable
 // across restarts and edits), spec.initContainers (restartPolicy "Always"
 // makes a sidecar) and spec.containers (name, resources.limits,
-// resources.requests). Every other field is ignored.
+// resources.requests, env: name and literal value; an entry with only
+// valueFrom is skipped). Every other field is ignored.
 //
 // Resources follow the API server's validation: a resource name is native
 // (cpu, memory, ephemeral-storage, storage, pods, hugepages-<size>, or under

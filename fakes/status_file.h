@@ -49,6 +49,9 @@ inline constexpr char kReasonDuplicatePod[] = "DuplicatePod";
 // kdm's reason for a pod outside the namespaces allowed a resource
 // (`kdm kubelet --restrict`).
 inline constexpr char kReasonRestrictedResource[] = "RestrictedResource";
+// kdm's reason for a container whose NVIDIA_REQUIRE_* the node's devices do
+// not meet (or that cannot be read); see CheckDeviceRequirements.
+inline constexpr char kReasonUnmetDeviceRequirement[] = "UnmetDeviceRequirement";
 
 // The kubelet's message for a device manager Allocate error:
 // "Allocate failed due to <error>, which is unexpected".

@@ -36,6 +36,9 @@ nlohmann::json ContainerJson(const Container& c, bool init) {
   for (const auto& [name, q] : c.limits) limits[name] = q.ToString();
   for (const auto& [name, q] : c.requests) requests[name] = q.ToString();
   out["resources"] = {{"limits", limits}, {"requests", requests}};
+  nlohmann::json env = nlohmann::json::array();
+  for (const auto& [name, value] : c.env) env.push_back({{"name", name}, {"value", value}});
+  out["env"] = env;
   return out;
 }
 
@@ -62,7 +65,7 @@ bool SameContainers(const std::vector<Container>& a, const std::vector<Container
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].name != b[i].name || a[i].limits != b[i].limits || a[i].requests != b[i].requests ||
-        a[i].restartable != b[i].restartable) {
+        a[i].restartable != b[i].restartable || a[i].env != b[i].env) {
       return false;
     }
   }

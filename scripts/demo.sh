@@ -146,6 +146,13 @@ echo "   train-b's init container used $init_gpu, handed on to its app container
   "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. Requested: 2, Available: 0, which is unexpected" ]] ||
   fail "too-big's message"
 
+echo "-- kdm publish --dry-run: the node's kdm.io/devices annotation (every GPU is held now)"
+annotation=$("$kdm" publish --node-name demo-node --pod-resources-socket "$root/pod-resources/kubelet.sock" \
+  --topology nvidia.com/gpu=preset:dgx1-v100 --dry-run) || fail "kdm publish --dry-run"
+published=$(py "import json,sys; r=json.loads(sys.argv[1])['resources']; print(len(r['nvidia.com/gpu']['devices']), len(r['nvidia.com/gpu']['available']), len(r['example.com/fpga']['available']))" "$annotation")
+[[ "$published" == "8 0 3" ]] || fail "published devices/available: $published, expected 8 GPUs, 0 free, 3 free FPGAs"
+echo "   ${annotation:0:160}..."
+
 echo "-- SIGKILL the kubelet, start it again on the same --root"
 kill -KILL "$kubelet_pid"
 wait "$kubelet_pid" 2>/dev/null || true

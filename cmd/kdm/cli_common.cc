@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "kdm/base/log_value.h"
+#include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/unix_target.h"
 
 namespace kdm::cli {
@@ -65,5 +66,30 @@ Status MakeDirectoryFlag(std::string_view flag, const std::string& dir) {
 }
 
 void RouteGrpcLogsToDebug() { gpr_set_log_function(GrpcLogToSpdlog); }
+
+StatusOr<std::map<std::string, kube::DeviceAttributes>> ParseResourceAttributes(
+    const std::vector<std::string>& values) {
+  std::map<std::string, kube::DeviceAttributes> out;
+  for (const std::string& value : values) {
+    auto bad = [&](const std::string& why) {
+      return InvalidArgumentError("--attributes " + QuoteLogValue(value, kMaxLogValueBytes) + ": " +
+                                  why +
+                                  " (expected RESOURCE=KEY=VALUE[,KEY=VALUE...], e.g. "
+                                  "nvidia.com/gpu=cuda=12.4,driver=550.54.15)");
+    };
+    size_t eq = value.find('=');
+    if (eq == std::string::npos) return bad("no '='");
+    std::string resource = value.substr(0, eq);
+    if (!pluginapi::IsExtendedResourceName(resource)) {
+      return bad(QuoteLogValue(resource, kMaxLogValueBytes) +
+                 " is not an extended resource name (domain/name)");
+    }
+    if (out.count(resource)) return bad("resource " + resource + " given twice");
+    StatusOr<kube::DeviceAttributes> attrs = kube::ParseAttributes(value.substr(eq + 1));
+    if (!attrs.ok()) return bad(attrs.status().message());
+    out[resource] = *std::move(attrs);
+  }
+  return out;
+}
 
 }  // namespace kdm::cli

@@ -12,11 +12,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "kdm/base/status.h"
+#include "kdm/kube/annotation.h"
 
 namespace kdm::cli {
 
@@ -41,6 +43,14 @@ Status CheckSocketPathFlag(std::string_view flag, const std::string& socket);
 // OK when it exists already. Error: "<flag>: cannot create directory <dir>:
 // <reason>".
 Status MakeDirectoryFlag(std::string_view flag, const std::string& dir);
+
+// Parses the values of a repeatable `--attributes` flag, each
+// "RESOURCE=KEY=VALUE,KEY=VALUE,..." (keys as kube::ParseAttributes). Error:
+// INVALID_ARGUMENT "--attributes 'VALUE': <what>" for no '=', a resource
+// that is not an extended resource name (domain/name), the same resource
+// twice, or a bad attribute list.
+StatusOr<std::map<std::string, kube::DeviceAttributes>> ParseResourceAttributes(
+    const std::vector<std::string>& values);
 
 // Sends gRPC core's own log lines (printed to stderr in its own format, e.g.
 // a failed bind) to the spdlog default logger at debug level, so that users

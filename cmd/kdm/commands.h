@@ -17,6 +17,7 @@ void AddGetCommand(CLI::App& app, int& exit_code);
 void AddPluginCommand(CLI::App& app, int& exit_code);
 void AddKubeletCommand(CLI::App& app, int& exit_code);
 void AddConformCommand(CLI::App& app, int& exit_code);
+void AddPublishCommand(CLI::App& app, int& exit_code);
 
 }  // namespace kdm::cli
 

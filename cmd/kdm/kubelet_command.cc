@@ -35,6 +35,7 @@ struct KubeletFlags {
   std::string pre_start_timeout = "30s";
   std::string registration_grace = "30s";
   std::vector<std::string> restrictions;  // RESOURCE=NS1,NS2 (repeatable)
+  std::vector<std::string> attributes;    // RESOURCE=KEY=VALUE,... (repeatable)
   int verbosity = 0;
 };
 
@@ -82,6 +83,9 @@ int RunKubelet(const KubeletFlags& flags) {
   auto restrictions = fakes::ParseRestrictions(flags.restrictions);
   if (!restrictions.ok()) return usage("--restrict " + restrictions.status().message());
   options.restrictions = std::move(*restrictions);
+  auto attributes = cli::ParseResourceAttributes(flags.attributes);
+  if (!attributes.ok()) return usage(attributes.status().message());
+  options.attributes = std::move(*attributes);
   if (flags.verbosity < 0) return usage("-v: must be 0 or more");
 
   // Block the stop signals before any thread exists: every thread inherits
@@ -157,6 +161,12 @@ void AddKubeletCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--restrict", flags->restrictions,
                   "RESOURCE=NS1,NS2: only pods of these namespaces may use RESOURCE; others are "
                   "rejected (repeatable, e.g. --restrict nvidia.com/gpu=ml,research)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--attributes", flags->attributes,
+                  "RESOURCE=KEY=VALUE,...: what is known of RESOURCE's devices (model, "
+                  "memory_mib, driver, cuda, arch, brand); containers whose NVIDIA_REQUIRE_* "
+                  "they do not meet are rejected (repeatable, e.g. --attributes "
+                  "nvidia.com/gpu=cuda=12.4,driver=550.54.15,brand=tesla)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("-v", flags->verbosity, "Log verbosity: 0 info, 1 debug, 2 trace")
       ->capture_default_str();

@@ -128,6 +128,72 @@ TEST(PodManifestTest, ZeroDeviceLimitIsAccepted) {
   EXPECT_TRUE(pod->containers[0].limits.at("nvidia.com/gpu").IsZero());
 }
 
+TEST(PodManifestTest, ReadsEnvWithLiteralValues) {
+  constexpr char kYaml[] = R"(apiVersion: v1
+kind: Pod
+metadata: {name: cuda}
+spec:
+  initContainers:
+  - name: init
+    env: [{name: NVIDIA_DISABLE_REQUIRE, value: "true"}]
+  containers:
+  - name: main
+    env:
+    - name: NVIDIA_REQUIRE_CUDA
+      value: "cuda>=12.2 brand=tesla,driver>=470"
+    - name: FROM_API
+      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    - name: EMPTY
+    - name: NVIDIA_REQUIRE_CUDA
+      value: cuda>=12.0
+    - name: COUNT
+      value: 7
+)";
+  auto pod = ParsePodManifest(kYaml, "cuda.yaml");
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  using Env = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(pod->init_containers[0].env, (Env{{"NVIDIA_DISABLE_REQUIRE", "true"}}));
+  // A later entry of the same name replaces the value in place; valueFrom is
+  // not readable here and is skipped.
+  EXPECT_EQ(pod->containers[0].env,
+            (Env{{"NVIDIA_REQUIRE_CUDA", "cuda>=12.0"}, {"EMPTY", ""}, {"COUNT", "7"}}));
+
+  auto json = ParsePodManifest(
+      R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[)"
+      R"({"name":"c","env":[{"name":"NVIDIA_REQUIRE_CUDA","value":"cuda>=12"}]}]}})",
+      "p.json");
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(json->containers[0].env, (Env{{"NVIDIA_REQUIRE_CUDA", "cuda>=12"}}));
+}
+
+TEST(PodManifestTest, BadEnvNamesTheField) {
+  auto error = [](const std::string& container_fields, const char* file = "p.yaml") {
+    auto pod = ParsePodManifest(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n" +
+            container_fields,
+        file);
+    EXPECT_FALSE(pod.ok()) << container_fields;
+    return pod.ok() ? std::string() : pod.status().message();
+  };
+  EXPECT_THAT(error("    env: {A: b}\n"),
+              HasSubstr("p.yaml: spec.containers[0].env: must be a list, got a mapping"));
+  EXPECT_THAT(error("    env: [x]\n"), HasSubstr("spec.containers[0].env[0]: must be a mapping"));
+  EXPECT_THAT(error("    env: [{value: x}]\n"), HasSubstr("env[0].name: missing"));
+  EXPECT_THAT(error("    env: [{name: [a]}]\n"), HasSubstr("env[0].name: must be a string"));
+  EXPECT_THAT(error("    env: [{name: 'A=B', value: x}]\n"),
+              HasSubstr("env[0].name: \"A=B\" is not an environment variable name"));
+  EXPECT_THAT(error("    env: [{name: 'A B'}]\n"), HasSubstr("is not an environment variable"));
+  EXPECT_THAT(error("    env: [{name: A, value: {x: 1}}]\n"),
+              HasSubstr("env[0].value: must be a string, got a mapping"));
+  auto pod = ParsePodManifest(
+      R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[)"
+      R"({"name":"c","env":[{"name":"A","value":7}]}]}})",
+      "p.json");
+  ASSERT_FALSE(pod.ok());
+  EXPECT_THAT(pod.status().message(),
+              HasSubstr("p.json: spec.containers[0].env[0].value: must be a string, got a number"));
+}
+
 struct BadCase {
   const char* label;
   std::string text;

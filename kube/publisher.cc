@@ -1,0 +1,133 @@
+#include "kdm/kube/publisher.h"
+
+#include <spdlog/spdlog.h>
+
+#include <utility>
+
+#include "kdm/base/log_value.h"
+
+namespace kdm::kube {
+namespace {
+
+class RealClock final : public PublishClock {
+ public:
+  std::chrono::steady_clock::time_point Now() override { return std::chrono::steady_clock::now(); }
+  std::chrono::system_clock::time_point WallNow() override {
+    return std::chrono::system_clock::now();
+  }
+};
+
+}  // namespace
+
+PublishClock* RealPublishClock() {
+  static RealClock* clock = new RealClock();
+  return clock;
+}
+
+DevicesAnnotation BuildDevicesAnnotation(
+    const std::string& node, const std::string& updated, const NodeDevices& devices,
+    const std::map<std::string, topology::Topology>& topologies,
+    const std::map<std::string, DeviceAttributes>& attributes, std::vector<std::string>* warnings) {
+  DevicesAnnotation a;
+  a.node = node;
+  a.updated = updated;
+  std::set<std::string> names;
+  for (const auto& [r, _] : devices.allocatable) names.insert(r);
+  for (const auto& [r, _] : topologies) names.insert(r);
+  for (const auto& [r, _] : attributes) names.insert(r);
+  static const std::map<std::string, std::optional<int>> kNone;
+  static const std::set<std::string> kNoIds;
+  for (const std::string& r : names) {
+    ResourceInput in;
+    auto alloc = devices.allocatable.find(r);
+    in.allocatable = alloc == devices.allocatable.end() ? kNone : alloc->second;
+    auto used = devices.in_use.find(r);
+    in.in_use = used == devices.in_use.end() ? kNoIds : used->second;
+    auto topo = topologies.find(r);
+    in.topology = topo == topologies.end() ? nullptr : &topo->second;
+    auto attrs = attributes.find(r);
+    if (attrs != attributes.end()) in.attributes = attrs->second;
+    std::string warning;
+    a.resources[r] = BuildResourceDevices(in, &warning);
+    if (!warning.empty() && warnings) warnings->push_back(r + ": " + warning);
+  }
+  return a;
+}
+
+Publisher::Publisher(Options options, DeviceSource* source, AnnotationWriter* writer,
+                     PublishClock* clock)
+    : options_(std::move(options)), source_(source), writer_(writer), clock_(clock) {}
+
+Publisher::StepResult Publisher::Step() {
+  StatusOr<NodeDevices> read = source_->Read();
+  if (!read.ok()) {
+    // Logged when it starts failing and when it recovers, not every poll.
+    if (!read_failing_) {
+      spdlog::warn("event=publish_read_failed error={}",
+                   QuoteLogValue(read.status().message(), kMaxLogValueBytes));
+    }
+    read_failing_ = true;
+    return StepResult::kReadFailed;
+  }
+  if (read_failing_) spdlog::info("event=publish_read_recovered");
+  read_failing_ = false;
+
+  std::vector<std::string> warnings;
+  DevicesAnnotation a = BuildDevicesAnnotation(options_.node, "", *read, options_.topologies,
+                                               options_.attributes, &warnings);
+  for (const std::string& w : warnings) {
+    if (warned_.insert(w).second) {
+      spdlog::warn("event=publish_without_matrix detail={}", QuoteLogValue(w, kMaxLogValueBytes));
+    }
+  }
+  std::string content = EncodeDevicesAnnotation(a);
+  const auto now = clock_->Now();
+  const bool changed = !last_content_ || *last_content_ != content;
+  const bool resync_due = last_success_ && now - *last_success_ >= options_.resync;
+  if (!changed && !resync_due) return StepResult::kUnchanged;
+  if (last_attempt_ && now - *last_attempt_ < options_.min_write_interval) {
+    return StepResult::kRateLimited;
+  }
+  a.updated = FormatRfc3339(clock_->WallNow());
+  std::string value = EncodeDevicesAnnotation(a);
+  last_attempt_ = now;
+  Status s = writer_->Write(options_.node, value);
+  if (!s.ok()) {
+    ++write_failures_;
+    spdlog::log(write_failing_ ? spdlog::level::debug : spdlog::level::warn,
+                "event=publish_write_failed node={} error={}",
+                QuoteLogValue(options_.node, kMaxLogValueBytes),
+                QuoteLogValue(s.message(), kMaxLogValueBytes));
+    write_failing_ = true;
+    return StepResult::kWriteFailed;
+  }
+  if (write_failing_) spdlog::info("event=publish_write_recovered failures={}", write_failures_);
+  write_failing_ = false;
+  ++writes_;
+  last_content_ = std::move(content);
+  last_written_ = std::move(value);
+  last_success_ = now;
+  spdlog::debug("event=publish_written node={} bytes={} resync={}",
+                QuoteLogValue(options_.node, kMaxLogValueBytes), last_written_.size(), !changed);
+  return StepResult::kWritten;
+}
+
+void Publisher::Run() {
+  const absl::Duration interval = absl::FromChrono(options_.interval);
+  while (true) {
+    {
+      kdm::MutexLock lock(&mu_);
+      if (stop_) return;
+    }
+    Step();
+    kdm::MutexLock lock(&mu_);
+    if (mu_.AwaitWithTimeout(kdm::Condition(&stop_), interval)) return;
+  }
+}
+
+void Publisher::Stop() {
+  kdm::MutexLock lock(&mu_);
+  stop_ = true;
+}
+
+}  // namespace kdm::kube

@@ -1,0 +1,245 @@
+// The publish loop's rules (dedupe, min write interval, resync, failures)
+// with a fake source, a fake writer and a fake clock; Run/Stop with the real
+// clock and bounded waits.
+#include "kdm/kube/publisher.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kdm/test/wait_until.h"
+#include "kdm/topology/presets.h"
+
+namespace kdm::kube {
+namespace {
+
+using namespace std::chrono_literals;
+using Result = Publisher::StepResult;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class FakeClock final : public PublishClock {
+ public:
+  std::chrono::steady_clock::time_point Now() override { return now; }
+  std::chrono::system_clock::time_point WallNow() override {
+    return std::chrono::system_clock::time_point(std::chrono::seconds(1795561200)) +
+           (now - std::chrono::steady_clock::time_point());
+  }
+  void Advance(std::chrono::milliseconds d) { now += d; }
+  std::chrono::steady_clock::time_point now{};
+};
+
+// Eight GPUs GPU0..GPU7 (the dgx1-v100 preset's ids); `used` of them held.
+class FakeSource final : public DeviceSource {
+ public:
+  StatusOr<NodeDevices> Read() override {
+    ++reads;
+    if (!fail.ok()) return fail;
+    NodeDevices d;
+    for (int i = 0; i < 8; ++i) d.allocatable["nvidia.com/gpu"]["GPU" + std::to_string(i)] = i / 4;
+    for (int i = 0; i < used; ++i) d.in_use["nvidia.com/gpu"].insert("GPU" + std::to_string(i));
+    return d;
+  }
+  std::atomic<int> used{0};
+  std::atomic<int> reads{0};
+  Status fail;
+};
+
+class FakeWriter final : public AnnotationWriter {
+ public:
+  Status Write(const std::string& node, const std::string& value) override {
+    ++attempts;
+    if (!fail.ok()) return fail;
+    nodes.push_back(node);
+    values.push_back(value);
+    count = static_cast<int>(values.size());
+    return OkStatus();
+  }
+  // The `available` count of the value written `i`-th.
+  size_t Available(size_t i) const {
+    return nlohmann::json::parse(values.at(i))["resources"]["nvidia.com/gpu"]["available"].size();
+  }
+  std::vector<std::string> nodes;
+  std::vector<std::string> values;
+  std::atomic<int> count{0};
+  int attempts = 0;
+  Status fail;
+};
+
+class PublisherTest : public ::testing::Test {
+ protected:
+  Publisher::Options Opts() {
+    Publisher::Options o;
+    o.node = "gpu-node-7";
+    o.topologies.emplace("nvidia.com/gpu", *topology::Preset("dgx1-v100"));
+    o.interval = 100ms;
+    o.min_write_interval = 1s;
+    o.resync = 5min;
+    return o;
+  }
+  FakeClock clock_;
+  FakeSource source_;
+  FakeWriter writer_;
+};
+
+TEST_F(PublisherTest, FirstPollWritesAndAnUnchangedValueIsNotWrittenAgain) {
+  Publisher p(Opts(), &source_, &writer_, &clock_);
+  EXPECT_EQ(p.Step(), Result::kWritten);
+  ASSERT_EQ(writer_.values.size(), 1u);
+  EXPECT_EQ(writer_.nodes[0], "gpu-node-7");
+  EXPECT_EQ(writer_.Available(0), 8u);
+  EXPECT_THAT(writer_.values[0], HasSubstr(R"("updated":"2026-11-24T23:00:00Z")"));
+  EXPECT_THAT(writer_.values[0], HasSubstr(R"("matrix":[["X","NV1")"));
+  EXPECT_EQ(p.last_written(), writer_.values[0]);
+  // Time passes (and `updated` would change) but the devices do not.
+  for (int i = 0; i < 50; ++i) {
+    clock_.Advance(2s);
+    EXPECT_EQ(p.Step(), Result::kUnchanged);
+  }
+  EXPECT_EQ(writer_.values.size(), 1u);
+}
+
+TEST_F(PublisherTest, ChangesAreWrittenAtMostOncePerMinWriteInterval) {
+  Publisher p(Opts(), &source_, &writer_, &clock_);
+  ASSERT_EQ(p.Step(), Result::kWritten);
+  // A burst: 50 admissions, one poll every 10 ms, within 500 ms.
+  for (int i = 1; i <= 50; ++i) {
+    source_.used = 1 + i % 8;  // never the value written first
+    clock_.Advance(10ms);
+    EXPECT_EQ(p.Step(), Result::kRateLimited) << i;
+  }
+  EXPECT_EQ(writer_.values.size(), 1u);
+  // Once the interval is over the newest value lands, once.
+  clock_.Advance(500ms);
+  EXPECT_EQ(p.Step(), Result::kWritten);
+  EXPECT_EQ(writer_.Available(1), 8u - (1 + 50 % 8));
+  clock_.Advance(1s);
+  EXPECT_EQ(p.Step(), Result::kUnchanged);
+  EXPECT_EQ(writer_.values.size(), 2u);
+}
+
+TEST_F(PublisherTest, BurstWithRegularPollsGivesBoundedWrites) {
+  Publisher p(Opts(), &source_, &writer_, &clock_);
+  // 10 s of polls every 100 ms, the value changing at every poll.
+  for (int i = 0; i < 100; ++i) {
+    source_.used = i % 8;
+    p.Step();
+    clock_.Advance(100ms);
+  }
+  // One write per second at most (the first poll included).
+  EXPECT_LE(writer_.values.size(), 10u);
+  EXPECT_GE(writer_.values.size(), 9u);
+}
+
+TEST_F(PublisherTest, ResyncRewritesAnUnchangedValue) {
+  Publisher p(Opts(), &source_, &writer_, &clock_);
+  ASSERT_EQ(p.Step(), Result::kWritten);
+  clock_.Advance(5min - 1ms);
+  EXPECT_EQ(p.Step(), Result::kUnchanged);
+  clock_.Advance(1ms);
+  EXPECT_EQ(p.Step(), Result::kWritten);
+  ASSERT_EQ(writer_.values.size(), 2u);
+  // Same content, a new `updated`.
+  EXPECT_NE(writer_.values[0], writer_.values[1]);
+  EXPECT_THAT(writer_.values[1], HasSubstr(R"("updated":"2026-11-24T23:05:00Z")"));
+  // The resync period restarts from the last write.
+  clock_.Advance(4min);
+  EXPECT_EQ(p.Step(), Result::kUnchanged);
+}
+
+TEST_F(PublisherTest, WriteFailuresAreRetriedWithTheNewestValue) {
+  Publisher p(Opts(), &source_, &writer_, &clock_);
+  writer_.fail = UnavailableError("connection refused");
+  EXPECT_EQ(p.Step(), Result::kWriteFailed);
+  // Retried at the next poll past the min write interval, not before.
+  clock_.Advance(500ms);
+  EXPECT_EQ(p.Step(), Result::kRateLimited);
+  clock_.Advance(500ms);
+  EXPECT_EQ(p.Step(), Result::kWriteFailed);
+  EXPECT_EQ(writer_.attempts, 2);
+  // The API server is down for 10 s while pods come and go.
+  for (int i = 0; i < 100; ++i) {
+    source_.used = (i % 3) + 1;
+    clock_.Advance(100ms);
+    p.Step();
+  }
+  EXPECT_LE(writer_.attempts, 12);
+  EXPECT_TRUE(writer_.values.empty());
+  // It comes back: the value of now lands.
+  writer_.fail = OkStatus();
+  source_.used = 5;
+  clock_.Advance(1s);
+  EXPECT_EQ(p.Step(), Result::kWritten);
+  ASSERT_EQ(writer_.values.size(), 1u);
+  EXPECT_EQ(writer_.Available(0), 3u);
+  EXPECT_EQ(p.write_failures(), writer_.attempts - 1);
+}
+
+TEST_F(PublisherTest, ReadFailuresWriteNothing) {
+  Publisher p(Opts(), &source_, &writer_, &clock_);
+  source_.fail = UnavailableError("List on /x failed: connection refused");
+  EXPECT_EQ(p.Step(), Result::kReadFailed);
+  clock_.Advance(10min);
+  EXPECT_EQ(p.Step(), Result::kReadFailed);
+  EXPECT_EQ(writer_.attempts, 0);
+  source_.fail = OkStatus();
+  EXPECT_EQ(p.Step(), Result::kWritten);
+}
+
+TEST_F(PublisherTest, RunPollsUntilStop) {
+  Publisher::Options o = Opts();
+  o.interval = 5ms;
+  o.min_write_interval = 0ms;
+  auto p = std::make_unique<Publisher>(o, &source_, &writer_, RealPublishClock());
+  std::thread loop([this, pub = p.get()] { pub->Run(); });
+  ASSERT_TRUE(test::WaitUntil([this] { return writer_.count >= 1; }, 10s));
+  source_.used = 3;
+  ASSERT_TRUE(test::WaitUntil([this] { return writer_.count >= 2; }, 10s));
+  p->Stop();
+  loop.join();
+  const int reads = source_.reads;
+  EXPECT_GE(reads, 2);
+  p->Stop();  // idempotent
+  EXPECT_EQ(source_.reads, reads);
+}
+
+TEST_F(PublisherTest, StopBeforeRunReturnsAtOnce) {
+  Publisher p(Opts(), &source_, &writer_, RealPublishClock());
+  p.Stop();
+  p.Run();
+  EXPECT_EQ(source_.reads, 0);
+}
+
+TEST(BuildDevicesAnnotationTest, NamedResourcesArePublishedEvenWithoutDevices) {
+  NodeDevices d;
+  d.allocatable["example.com/fpga"]["f0"] = std::nullopt;
+  d.in_use["example.com/fpga"] = {"f0"};
+  d.in_use["nvidia.com/gpu"] = {"GPU3"};  // held but unhealthy
+  std::map<std::string, topology::Topology> topos;
+  topos.emplace("nvidia.com/gpu", *topology::Preset("dgx1-v100"));
+  std::map<std::string, DeviceAttributes> attrs = {
+      {"vendor.com/npu", *ParseAttributes("model=N1")}};
+  std::vector<std::string> warnings;
+  DevicesAnnotation a = BuildDevicesAnnotation("n", "t", d, topos, attrs, &warnings);
+  EXPECT_EQ(a.node, "n");
+  EXPECT_EQ(a.updated, "t");
+  ASSERT_EQ(a.resources.size(), 3u);
+  EXPECT_TRUE(a.resources["nvidia.com/gpu"].devices.empty());
+  EXPECT_FALSE(a.resources["nvidia.com/gpu"].topology.has_value());
+  EXPECT_TRUE(a.resources["example.com/fpga"].available.empty());
+  EXPECT_EQ(a.resources["vendor.com/npu"].attributes->model, "N1");
+  EXPECT_TRUE(warnings.empty());
+
+  d.allocatable["nvidia.com/gpu"]["GPU-x"] = 0;
+  a = BuildDevicesAnnotation("n", "t", d, topos, attrs, &warnings);
+  EXPECT_THAT(warnings, ElementsAre(HasSubstr("nvidia.com/gpu: device 'GPU-x' is allocatable")));
+}
+
+}  // namespace
+}  // namespace kdm::kube
