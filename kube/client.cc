@@ -585,12 +585,18 @@ StatusOr<std::unique_ptr<Client>> Client::Create(Options options) {
       return InvalidArgumentError(c.client_certificate.origin +
                                   ": not a PEM certificate: " + ec.message());
     }
-    ctx->use_private_key(net::buffer(c.client_key.text), ssl::context::pem, ec);
-    if (ec) {
-      ERR_clear_error();
-      return InvalidArgumentError(c.client_key.origin + ": not a PEM private key: " + ec.message());
+    BIO* bio =
+        BIO_new_mem_buf(c.client_key.text.data(), static_cast<int>(c.client_key.text.size()));
+    EVP_PKEY* key =
+        bio == nullptr ? nullptr : PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+    BIO_free(bio);
+    if (key == nullptr) {
+      return InvalidArgumentError(c.client_key.origin + ": not a PEM private key (" +
+                                  OpenSslError() + ")");
     }
-    if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+    const int used = SSL_CTX_use_PrivateKey(ctx->native_handle(), key);
+    EVP_PKEY_free(key);
+    if (used != 1 || SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
       return InvalidArgumentError(c.client_key.origin + ": does not match the certificate " +
                                   c.client_certificate.origin + " (" + OpenSslError() + ")");
     }
