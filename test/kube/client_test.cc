@@ -120,6 +120,22 @@ TEST_F(KubeClientTest, MergePatchSendsBodyAndHeaders) {
   EXPECT_TRUE(sleeps_.empty());
 }
 
+TEST_F(KubeClientTest, HostNameIsSentAsSniAndVerifiedAgainstTheCertificate) {
+  server_->SetHandler([](const test::RecordedRequest&) { return Reply{.body = "{}"}; });
+  ClientConfig by_name = Config(server_->port());
+  by_name.host = "localhost";  // the certificate names localhost and 127.0.0.1
+  auto client = NewClient(by_name);
+  StatusOr<std::string> r = client->Get("/api/v1/nodes", kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto by_ip = NewClient();
+  ASSERT_TRUE(by_ip->Get("/api/v1/nodes", kTimeout).ok());
+  std::vector<test::RecordedRequest> seen = server_->Requests();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].sni, "localhost");
+  EXPECT_EQ(seen[0].headers["host"], "localhost:" + std::to_string(server_->port()));
+  EXPECT_EQ(seen[1].sni, "");  // never an IP address in SNI
+}
+
 TEST_F(KubeClientTest, GetKeepsTheQueryAndTheBasePath) {
   server_->Enqueue({.status = 200, .body = "{}"});
   ClientConfig c = Config(server_->port());

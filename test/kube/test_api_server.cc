@@ -211,6 +211,9 @@ void Connection::OnRequest() {
     r.headers[Lower(std::string(field.name_string()))] = std::string(field.value());
   }
   r.body = request_.body();
+  if (const char* sni = SSL_get_servername(stream_.native_handle(), TLSEXT_NAMETYPE_host_name)) {
+    r.sni = sni;
+  }
   if (X509* peer = SSL_get_peer_certificate(stream_.native_handle())) {
     char cn[256] = {};
     X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, cn, sizeof cn);

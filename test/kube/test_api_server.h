@@ -46,6 +46,7 @@ struct RecordedRequest {
   std::map<std::string, std::string> headers;  // names in lower case
   std::string body;
   std::string client_cn;  // the client certificate's CN (mTLS), or ""
+  std::string sni;        // the TLS server name the client sent, or ""
 };
 
 // The body of a streamed (chunked) reply, written by the test while the
