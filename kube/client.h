@@ -1,0 +1,142 @@
+// kube::Client: HTTPS requests to the kube-apiserver (GET, merge PATCH, and
+// a streaming GET for watches), with the credentials of a ClientConfig.
+//
+// - TLS verification is on unless the config says insecure-skip-tls-verify:
+//   the server's certificate must chain to the config's CA (or the system's
+//   roots when the config has none) and name the host (DNS name or IP
+//   address). SNI carries the host name (never an IP address, RFC 6066).
+//   A client certificate and key are presented when the config has them.
+// - Every call has a deadline, which bounds everything: name lookup, connect,
+//   handshake, the answer, and the waits between retries.
+// - Retries: 409, 429, 5xx and connection failures are tried again with
+//   exponential back-off and jitter; a Retry-After header (seconds) replaces
+//   the back-off for that wait. A wait that would end past the deadline is
+//   not started: the last failure is returned instead.
+// - Errors are one line naming the method, the path and the server's
+//   message: 401 -> UNAUTHENTICATED, 403 -> PERMISSION_DENIED, 404 ->
+//   NOT_FOUND, 409 -> ABORTED, 410 -> FAILED_PRECONDITION ("410 Gone"),
+//   other 4xx -> INVALID_ARGUMENT, 429/5xx/network -> UNAVAILABLE, the
+//   deadline -> DEADLINE_EXCEEDED. A certificate that fails verification is
+//   UNAVAILABLE and is not retried.
+// - One connection per request (Connection: close): kdm's traffic is a PATCH
+//   a second at most and long-lived watches.
+//
+// Thread-safety: every method may be called from any thread, concurrently.
+// The header names no Boost or OpenSSL type.
+//
+// Example:
+//   KDM_ASSIGN_OR_RETURN(auto client, kube::Client::Create({.config = config}));
+//   KDM_RETURN_IF_ERROR(client->MergePatch("/api/v1/nodes/n1", body, 10s).status());
+#ifndef KDM_KUBE_CLIENT_H_
+#define KDM_KUBE_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kdm/base/status.h"
+#include "kdm/base/sync.h"
+#include "kdm/kube/kubeconfig.h"
+
+namespace kdm::kube {
+
+// Lets another thread end a call in flight (a watch, usually) at once.
+// Cancel() is sticky: every later call given this object fails at once
+// with CANCELLED. Thread-safe.
+class Cancellation {
+ public:
+  Cancellation() = default;
+  Cancellation(const Cancellation&) = delete;
+  Cancellation& operator=(const Cancellation&) = delete;
+
+  void Cancel();
+  bool cancelled() const;
+
+  // For the client: registers what Cancel() runs while a call is in flight
+  // (nullptr when it ends). Returns false (and registers nothing) when
+  // already cancelled.
+  bool SetCanceller(std::function<void()> canceller);
+
+ private:
+  mutable Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> canceller_ ABSL_GUARDED_BY(mu_);
+};
+
+struct RetryPolicy {
+  // Most attempts per call, the first included.
+  int max_attempts = 8;
+  // Back-off before retry n (n = 1, 2, ...): initial * 2^(n-1), at most max,
+  // plus up to half of it again as jitter.
+  std::chrono::milliseconds initial_backoff{100};
+  std::chrono::milliseconds max_backoff{5000};
+  // A Retry-After longer than this is cut to it.
+  std::chrono::milliseconds max_retry_after{60'000};
+};
+
+class Client {
+ public:
+  struct Options {
+    ClientConfig config;
+    RetryPolicy retry;
+    // The biggest answer body accepted (a LIST of 5,000 nodes is ~50 MB).
+    uint64_t max_body_bytes = 256ull << 20;
+    std::string user_agent = "kdm";
+    // How the client waits between retries; tests pass a recorder that
+    // returns at once. Default: sleeps (the call's deadline still bounds it).
+    std::function<void(std::chrono::milliseconds)> sleep_for;
+    // Seed of the jitter; 0 picks one at random.
+    uint64_t jitter_seed = 0;
+  };
+
+  struct Response {
+    int status = 0;
+    std::string body;
+  };
+
+  // Checks the config (PEM certificates and key parse, the key matches the
+  // certificate). Errors: INVALID_ARGUMENT naming the PEM's origin.
+  static StatusOr<std::unique_ptr<Client>> Create(Options options);
+
+  virtual ~Client() = default;
+
+  // GET `path` (with any query, e.g. "/api/v1/nodes?limit=500"): the body of
+  // a 2xx answer, or the error described above.
+  virtual StatusOr<std::string> Get(std::string_view path, std::chrono::milliseconds timeout,
+                                    Cancellation* cancel = nullptr) = 0;
+
+  // PATCH `path` with `json` as application/merge-patch+json: the body of
+  // the 2xx answer (the patched object), or the error described above.
+  virtual StatusOr<std::string> MergePatch(std::string_view path, std::string_view json,
+                                           std::chrono::milliseconds timeout,
+                                           Cancellation* cancel = nullptr) = 0;
+
+  // The one request, with retries, answering any HTTP status: GET/PATCH and
+  // error mapping for callers that handle statuses themselves (410 on LIST).
+  virtual StatusOr<Response> Send(std::string_view method, std::string_view path,
+                                  std::string_view json_body, std::chrono::milliseconds timeout,
+                                  Cancellation* cancel = nullptr) = 0;
+
+  // A streaming GET (a watch): connects within `connect_timeout` (with
+  // retries as above), then calls `on_line` with each line of a 2xx body as
+  // it arrives (without its '\n'), until the server ends the body (OK), no
+  // byte arrives for `idle_timeout` (DEADLINE_EXCEEDED), `on_line` returns
+  // false (OK), `cancel` fires (CANCELLED) or the connection fails
+  // (UNAVAILABLE). A non-2xx answer is returned as the error described above
+  // without calling `on_line`. A line longer than max_body_bytes is an error.
+  virtual Status Stream(std::string_view path, std::chrono::milliseconds connect_timeout,
+                        std::chrono::milliseconds idle_timeout,
+                        const std::function<bool(std::string_view line)>& on_line,
+                        Cancellation* cancel = nullptr) = 0;
+
+  // The error a non-2xx answer becomes (exposed for callers of Send).
+  static Status StatusForResponse(std::string_view method, std::string_view path,
+                                  const Response& response);
+};
+
+}  // namespace kdm::kube
+
+#endif  // KDM_KUBE_CLIENT_H_

@@ -1,0 +1,464 @@
+// kube::Client against the in-tree HTTPS test server: real TLS over real
+// TCP on 127.0.0.1, certificates made at test time.
+#include "kdm/kube/client.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "kdm/test/kube/test_api_server.h"
+#include "kdm/test/kube/test_pki.h"
+#include "kdm/test/wait_until.h"
+
+namespace kdm::kube {
+namespace {
+
+using std::chrono::milliseconds;
+using test::Reply;
+using test::TestApiServer;
+using test::TestPki;
+using test::WatchFeed;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr milliseconds kTimeout{20'000};
+
+class KubeClientTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    StatusOr<TestPki> pki = test::MakeTestPki();
+    ASSERT_TRUE(pki.ok()) << pki.status();
+    pki_ = new TestPki(std::move(*pki));
+  }
+  static void TearDownTestSuite() {
+    delete pki_;
+    pki_ = nullptr;
+  }
+
+  void SetUp() override {
+    char tmpl[] = "/tmp/kdm-kube-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    server_ = StartServer(pki_->server, "");
+    ASSERT_NE(server_, nullptr);
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+    std::filesystem::remove_all(dir_);
+  }
+
+  static std::unique_ptr<TestApiServer> StartServer(const test::KeyAndCert& cert,
+                                                    const std::string& client_ca) {
+    StatusOr<std::unique_ptr<TestApiServer>> s = TestApiServer::Start(
+        {.cert_pem = cert.cert_pem, .key_pem = cert.key_pem, .client_ca_pem = client_ca});
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+
+  ClientConfig Config(uint16_t port) const {
+    ClientConfig c;
+    c.source = "test";
+    c.host = "127.0.0.1";
+    c.port = port;
+    c.ca = Pem{pki_->ca.cert_pem, "the test CA"};
+    c.token = "t0";
+    return c;
+  }
+
+  // A client whose waits between retries are recorded, not slept.
+  std::unique_ptr<Client> NewClient(ClientConfig config, RetryPolicy retry = {}) {
+    Client::Options options;
+    options.config = std::move(config);
+    options.retry = retry;
+    options.jitter_seed = 42;
+    options.sleep_for = [this](milliseconds d) { sleeps_.push_back(d); };
+    StatusOr<std::unique_ptr<Client>> c = Client::Create(std::move(options));
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+  std::unique_ptr<Client> NewClient() { return NewClient(Config(server_->port())); }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  static TestPki* pki_;
+  std::string dir_;
+  std::unique_ptr<TestApiServer> server_;
+  std::vector<milliseconds> sleeps_;  // the calling thread's only
+  // For calls made on a helper thread.
+  std::unique_ptr<Client> client_;
+  Cancellation cancel_;
+  Status stream_status_;
+  std::vector<std::string> lines_;
+};
+
+TestPki* KubeClientTest::pki_ = nullptr;
+
+TEST_F(KubeClientTest, MergePatchSendsBodyAndHeaders) {
+  server_->Enqueue({.status = 200, .body = R"({"metadata":{"name":"n1"}})"});
+  auto client = NewClient();
+  const std::string patch = R"({"metadata":{"annotations":{"kdm.io/devices":"{}"}}})";
+  StatusOr<std::string> r = client->MergePatch("/api/v1/nodes/n1", patch, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, R"({"metadata":{"name":"n1"}})");
+  std::vector<test::RecordedRequest> seen = server_->Requests();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].method, "PATCH");
+  EXPECT_EQ(seen[0].target, "/api/v1/nodes/n1");
+  EXPECT_EQ(seen[0].body, patch);
+  EXPECT_EQ(seen[0].headers["content-type"], "application/merge-patch+json");
+  EXPECT_EQ(seen[0].headers["authorization"], "Bearer t0");
+  EXPECT_EQ(seen[0].headers["accept"], "application/json");
+  EXPECT_EQ(seen[0].headers["host"], "127.0.0.1:" + std::to_string(server_->port()));
+  EXPECT_TRUE(sleeps_.empty());
+}
+
+TEST_F(KubeClientTest, HostNameIsSentAsSniAndVerifiedAgainstTheCertificate) {
+  server_->SetHandler([](const test::RecordedRequest&) { return Reply{.body = "{}"}; });
+  ClientConfig by_name = Config(server_->port());
+  by_name.host = "localhost";  // the certificate names localhost and 127.0.0.1
+  auto client = NewClient(by_name);
+  StatusOr<std::string> r = client->Get("/api/v1/nodes", kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto by_ip = NewClient();
+  ASSERT_TRUE(by_ip->Get("/api/v1/nodes", kTimeout).ok());
+  std::vector<test::RecordedRequest> seen = server_->Requests();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].sni, "localhost");
+  EXPECT_EQ(seen[0].headers["host"], "localhost:" + std::to_string(server_->port()));
+  EXPECT_EQ(seen[1].sni, "");  // never an IP address in SNI
+}
+
+TEST_F(KubeClientTest, GetKeepsTheQueryAndTheBasePath) {
+  server_->Enqueue({.status = 200, .body = "{}"});
+  ClientConfig c = Config(server_->port());
+  c.base_path = "/k8s/clusters/c1";
+  c.token.clear();
+  auto client = NewClient(c);
+  ASSERT_TRUE(client->Get("/api/v1/nodes?limit=5", kTimeout).ok());
+  std::vector<test::RecordedRequest> seen = server_->Requests();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].method, "GET");
+  EXPECT_EQ(seen[0].path, "/k8s/clusters/c1/api/v1/nodes");
+  EXPECT_EQ(seen[0].query, "limit=5");
+  EXPECT_EQ(seen[0].headers.count("authorization"), 0u);  // no credentials: anonymous
+}
+
+TEST_F(KubeClientTest, InClusterTokenIsReadAgainBeforeEveryRequest) {
+  std::filesystem::create_directories(dir_ + "/sa");
+  Write("sa/ca.crt", pki_->ca.cert_pem);
+  Write("sa/token", "token-one\n");
+  InClusterOptions options;
+  options.service_account_dir = dir_ + "/sa";
+  const std::string port = std::to_string(server_->port());
+  options.lookup_env = [port](const std::string& name) -> std::optional<std::string> {
+    if (name == "KUBERNETES_SERVICE_HOST") return "127.0.0.1";
+    if (name == "KUBERNETES_SERVICE_PORT") return port;
+    return std::nullopt;
+  };
+  StatusOr<ClientConfig> config = LoadInClusterConfig(options);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto client = NewClient(*config);
+  server_->SetHandler([](const test::RecordedRequest&) { return Reply{.body = "{}"}; });
+  ASSERT_TRUE(client->Get("/api/v1/nodes/n1", kTimeout).ok());
+  Write("sa/token", "token-two\n");  // the kubelet rotated it
+  ASSERT_TRUE(client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout).ok());
+  std::vector<test::RecordedRequest> seen = server_->Requests();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].headers["authorization"], "Bearer token-one");
+  EXPECT_EQ(seen[1].headers["authorization"], "Bearer token-two");
+
+  std::filesystem::remove(dir_ + "/sa/token");
+  StatusOr<std::string> gone = client->Get("/api/v1/nodes/n1", kTimeout);
+  EXPECT_EQ(gone.status().code(), StatusCode::kNotFound) << gone.status();
+  EXPECT_THAT(gone.status().message(), HasSubstr(dir_ + "/sa/token"));
+  EXPECT_EQ(server_->RequestCount(), 2u);  // nothing sent without a token
+}
+
+TEST_F(KubeClientTest, UnauthorizedIsOneLineAndNotRetried) {
+  server_->Enqueue(
+      {.status = 401, .body = R"({"kind":"Status","status":"Failure","message":"Unauthorized",
+                                "reason":"Unauthorized","code":401})"});
+  auto client = NewClient();
+  StatusOr<std::string> r = client->Get("/api/v1/nodes", kTimeout);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(r.status().message(), "GET /api/v1/nodes: 401 Unauthorized: Unauthorized");
+  EXPECT_EQ(server_->RequestCount(), 1u);
+  EXPECT_TRUE(sleeps_.empty());
+}
+
+TEST_F(KubeClientTest, ForbiddenAndNotFoundNameThePathAndTheServerMessage) {
+  server_->Enqueue(
+      {.status = 403,
+       .body = R"({"kind":"Status","message":"nodes \"n1\" is forbidden: User )"
+               R"(\"system:serviceaccount:kdm:kdm\" cannot patch resource\nin the cluster"})"});
+  server_->Enqueue(
+      {.status = 404, .body = R"({"kind":"Status","message":"nodes \"ghost\" not found"})"});
+  server_->Enqueue({.status = 404, .body = "404 page not found\n"});
+  auto client = NewClient();
+  StatusOr<std::string> forbidden = client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout);
+  EXPECT_EQ(forbidden.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_THAT(forbidden.status().message(),
+              HasSubstr("PATCH /api/v1/nodes/n1: 403 Forbidden: nodes \"n1\" is forbidden"));
+  EXPECT_EQ(forbidden.status().message().find('\n'), std::string::npos);
+  StatusOr<std::string> missing = client->MergePatch("/api/v1/nodes/ghost", "{}", kTimeout);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(),
+            "PATCH /api/v1/nodes/ghost: 404 Not Found: nodes \"ghost\" not found");
+  StatusOr<std::string> plain = client->Get("/nope", kTimeout);
+  EXPECT_EQ(plain.status().message(), "GET /nope: 404 Not Found: 404 page not found");
+  EXPECT_EQ(server_->RequestCount(), 3u);
+  EXPECT_TRUE(sleeps_.empty());
+}
+
+TEST_F(KubeClientTest, TooManyRequestsWaitsForRetryAfter) {
+  server_->Enqueue({.status = 429, .headers = {{"Retry-After", "3"}}});
+  server_->Enqueue({.status = 200, .body = "{}"});
+  auto client = NewClient();
+  StatusOr<std::string> r = client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(sleeps_, ElementsAre(milliseconds(3000)));
+  EXPECT_EQ(server_->RequestCount(), 2u);
+}
+
+TEST_F(KubeClientTest, RetryAfterPastTheDeadlineIsNotWaited) {
+  server_->Enqueue(
+      {.status = 429, .body = R"({"message":"slow down"})", .headers = {{"Retry-After", "30"}}});
+  auto client = NewClient();
+  StatusOr<std::string> r = client->MergePatch("/api/v1/nodes/n1", "{}", milliseconds(5000));
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(r.status().message(), HasSubstr("429 Too Many Requests: slow down"));
+  EXPECT_THAT(r.status().message(), HasSubstr("no time left for a retry in 30s"));
+  EXPECT_TRUE(sleeps_.empty());
+  EXPECT_EQ(server_->RequestCount(), 1u);
+}
+
+TEST_F(KubeClientTest, ServerErrorThenSuccessBacksOffWithJitter) {
+  server_->Enqueue({.status = 500, .body = R"({"message":"etcd leader changed"})"});
+  server_->Enqueue({.status = 503});
+  server_->Enqueue({.status = 200, .body = R"({"ok":true})"});
+  auto client = NewClient();
+  StatusOr<std::string> r = client->Get("/api/v1/nodes/n1", kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, R"({"ok":true})");
+  ASSERT_EQ(sleeps_.size(), 2u);
+  // 100 ms then 200 ms, each plus up to half of it as jitter.
+  EXPECT_GE(sleeps_[0], milliseconds(100));
+  EXPECT_LE(sleeps_[0], milliseconds(150));
+  EXPECT_GE(sleeps_[1], milliseconds(200));
+  EXPECT_LE(sleeps_[1], milliseconds(300));
+}
+
+TEST_F(KubeClientTest, ConflictIsRetriedUpToMaxAttempts) {
+  server_->SetHandler([](const test::RecordedRequest&) {
+    return Reply{.status = 409, .body = R"({"message":"the object has been modified"})"};
+  });
+  auto client = NewClient(Config(server_->port()), RetryPolicy{.max_attempts = 3});
+  StatusOr<std::string> r = client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout);
+  EXPECT_EQ(r.status().code(), StatusCode::kAborted);
+  EXPECT_THAT(r.status().message(), HasSubstr("409 Conflict: the object has been modified"));
+  EXPECT_THAT(r.status().message(), HasSubstr("gave up after 3 attempts"));
+  EXPECT_EQ(server_->RequestCount(), 3u);
+  EXPECT_EQ(sleeps_.size(), 2u);
+}
+
+TEST_F(KubeClientTest, DroppedConnectionIsRetried) {
+  server_->Enqueue({.drop = true});
+  server_->Enqueue({.status = 200, .body = "{}"});
+  auto client = NewClient();
+  StatusOr<std::string> r = client->MergePatch("/api/v1/nodes/n1", R"({"a":1})", kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<test::RecordedRequest> seen = server_->Requests();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1].body, R"({"a":1})");
+  EXPECT_EQ(sleeps_.size(), 1u);
+}
+
+TEST_F(KubeClientTest, ConnectionRefusedGivesUpWithUnavailable) {
+  const uint16_t port = server_->port();
+  server_->Stop();
+  auto client = NewClient(Config(port), RetryPolicy{.max_attempts = 3});
+  StatusOr<std::string> r = client->Get("/api/v1/nodes", kTimeout);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(r.status().message(), HasSubstr("GET /api/v1/nodes: https://127.0.0.1:"));
+  EXPECT_THAT(r.status().message(), HasSubstr("connect"));
+  EXPECT_THAT(r.status().message(), HasSubstr("gave up after 3 attempts"));
+  EXPECT_EQ(sleeps_.size(), 2u);
+}
+
+TEST_F(KubeClientTest, SlowServerPastTheDeadline) {
+  server_->Enqueue({.status = 200, .body = "{}", .delay = milliseconds(60'000)});
+  auto client = NewClient();
+  StatusOr<std::string> r = client->Get("/api/v1/nodes", milliseconds(300));
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("GET /api/v1/nodes"));
+  EXPECT_TRUE(sleeps_.empty());
+}
+
+TEST_F(KubeClientTest, ServerCertificateFromAnotherCaIsRefused) {
+  auto other = StartServer(pki_->other_server, "");
+  ASSERT_NE(other, nullptr);
+  other->Enqueue({.status = 200, .body = "{}"});
+  auto client = NewClient(Config(other->port()));
+  StatusOr<std::string> r = client->Get("/api/v1/nodes", kTimeout);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(r.status().message(), HasSubstr("certificate was refused"));
+  EXPECT_EQ(other->RequestCount(), 0u);
+  EXPECT_TRUE(sleeps_.empty());  // not retried: it would fail the same way
+  EXPECT_TRUE(kdm::test::WaitUntil([&] { return other->FailedHandshakes() == 1; }));
+  other->Stop();
+}
+
+TEST_F(KubeClientTest, CertificateForAnotherNameIsRefused) {
+  // Signed by the trusted CA, but for elsewhere.example only.
+  auto other = StartServer(pki_->wrong_name_server, "");
+  ASSERT_NE(other, nullptr);
+  auto client = NewClient(Config(other->port()));
+  StatusOr<std::string> r = client->Get("/api/v1/nodes", kTimeout);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(r.status().message(), HasSubstr("certificate was refused"));
+  EXPECT_EQ(other->RequestCount(), 0u);
+  other->Stop();
+}
+
+TEST_F(KubeClientTest, InsecureSkipTlsVerifyAcceptsAnyCertificate) {
+  auto other = StartServer(pki_->other_server, "");
+  ASSERT_NE(other, nullptr);
+  other->Enqueue({.status = 200, .body = "{}"});
+  ClientConfig c = Config(other->port());
+  c.ca = Pem{};
+  c.insecure_skip_tls_verify = true;
+  auto client = NewClient(c);
+  StatusOr<std::string> r = client->Get("/api/v1/nodes", kTimeout);
+  EXPECT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(other->RequestCount(), 1u);
+  other->Stop();
+}
+
+TEST_F(KubeClientTest, ClientCertificateIsPresented) {
+  auto mtls = StartServer(pki_->server, pki_->ca.cert_pem);
+  ASSERT_NE(mtls, nullptr);
+  mtls->SetHandler([](const test::RecordedRequest&) { return Reply{.body = "{}"}; });
+  ClientConfig c = Config(mtls->port());
+  c.token.clear();
+  c.client_certificate = Pem{pki_->client.cert_pem, "client.crt"};
+  c.client_key = Pem{pki_->client.key_pem, "client.key"};
+  auto client = NewClient(c);
+  StatusOr<std::string> r = client->Get("/api/v1/nodes", kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<test::RecordedRequest> seen = mtls->Requests();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].client_cn, "kdm-test-client");
+
+  // Without a certificate the server ends the handshake.
+  auto anonymous = NewClient(Config(mtls->port()), RetryPolicy{.max_attempts = 1});
+  StatusOr<std::string> refused = anonymous->Get("/api/v1/nodes", kTimeout);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_EQ(mtls->RequestCount(), 1u);
+  mtls->Stop();
+}
+
+TEST_F(KubeClientTest, BadPemIsRefusedAtCreateNamingItsOrigin) {
+  Client::Options options;
+  options.config = Config(server_->port());
+  options.config.ca = Pem{"not a certificate", "kubeconfig /k: clusters[0].cluster.ca-data"};
+  StatusOr<std::unique_ptr<Client>> c = Client::Create(options);
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("kubeconfig /k: clusters[0].cluster.ca-data"));
+
+  options.config = Config(server_->port());
+  options.config.client_certificate = Pem{pki_->client.cert_pem, "c.crt"};
+  options.config.client_key = Pem{"-----BEGIN PRIVATE KEY-----\nAAAA\n", "c.key"};
+  c = Client::Create(options);
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("c.key: not a PEM private key"));
+
+  options.config.client_key = Pem{pki_->server.key_pem, "server.key"};  // another key
+  c = Client::Create(options);
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("server.key: does not match the certificate"));
+}
+
+TEST_F(KubeClientTest, StreamDeliversLinesAcrossChunks) {
+  auto feed = std::make_shared<WatchFeed>();
+  server_->Enqueue({.status = 200, .feed = feed});
+  feed->Send("{\"a\":1}\n{\"b\"");
+  feed->Send(":2}\n\n");
+  feed->Send("{\"c\":3}");
+  feed->End();
+  auto client = NewClient();
+  Status s = client->Stream(
+      "/api/v1/nodes?watch=1", kTimeout, kTimeout,
+      [this](std::string_view line) {
+        lines_.emplace_back(line);
+        return true;
+      },
+      nullptr);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_THAT(lines_, ElementsAre("{\"a\":1}", "{\"b\":2}", "{\"c\":3}"));
+}
+
+TEST_F(KubeClientTest, StreamEndsWhenNothingArrivesForTheIdleBound) {
+  auto feed = std::make_shared<WatchFeed>();
+  server_->Enqueue({.status = 200, .feed = feed});
+  auto client = NewClient();
+  Status s = client->Stream(
+      "/w", kTimeout, milliseconds(200), [](std::string_view) { return true; }, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+  EXPECT_THAT(s.message(), HasSubstr("GET /w: no data on the stream for 200ms"));
+}
+
+TEST_F(KubeClientTest, StreamErrorStatusIsReturnedWithoutLines) {
+  server_->Enqueue(
+      {.status = 410, .body = R"json({"message":"too old resource version: 1 (5)"})json"});
+  auto client = NewClient();
+  Status s = client->Stream(
+      "/w", kTimeout, kTimeout,
+      [this](std::string_view line) {
+        lines_.emplace_back(line);
+        return true;
+      },
+      nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "GET /w: 410 Gone: too old resource version: 1 (5)");
+  EXPECT_TRUE(lines_.empty());
+}
+
+TEST_F(KubeClientTest, CancelEndsAStreamAtOnce) {
+  auto feed = std::make_shared<WatchFeed>();
+  server_->Enqueue({.status = 200, .feed = feed});
+  client_ = NewClient();
+  std::thread watcher([this] {
+    stream_status_ = client_->Stream(
+        "/w", kTimeout, milliseconds(600'000), [](std::string_view) { return true; }, &cancel_);
+  });
+  const bool streaming = kdm::test::WaitUntil([&] { return feed->attached(); });
+  cancel_.Cancel();
+  watcher.join();
+  ASSERT_TRUE(streaming);
+  EXPECT_EQ(stream_status_.code(), StatusCode::kCancelled) << stream_status_;
+  // Sticky: a later call fails at once.
+  EXPECT_EQ(client_->Get("/x", kTimeout, &cancel_).status().code(), StatusCode::kCancelled);
+}
+
+TEST_F(KubeClientTest, AnswerOverTheBodyLimitIsRefused) {
+  server_->Enqueue({.status = 200, .body = std::string(100'000, 'x')});
+  Client::Options options;
+  options.config = Config(server_->port());
+  options.max_body_bytes = 50'000;
+  StatusOr<std::unique_ptr<Client>> c = Client::Create(options);
+  ASSERT_TRUE(c.ok());
+  StatusOr<std::string> r = (*c)->Get("/big", kTimeout);
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("larger than 50000 bytes"));
+}
+
+}  // namespace
+}  // namespace kdm::kube

@@ -1,0 +1,191 @@
+// kube::NodeInformer against the in-tree HTTPS test server: LIST, a chunked
+// WATCH stream with bookmarks, 410 Gone and a relist, resuming after a
+// stream ends, and recovery from a failed LIST.
+#include "kdm/kube/node_informer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "kdm/base/sync.h"
+#include "kdm/test/kube/test_api_server.h"
+#include "kdm/test/kube/test_pki.h"
+#include "kdm/test/wait_until.h"
+
+namespace kdm::kube {
+namespace {
+
+using std::chrono::milliseconds;
+using test::Reply;
+using test::TestApiServer;
+using test::WatchFeed;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::string Node(const std::string& name, const std::string& rv) {
+  return R"({"kind":"Node","metadata":{"name":")" + name + R"(","resourceVersion":")" + rv +
+         R"("}})";
+}
+std::string List(const std::string& rv, const std::vector<std::string>& nodes) {
+  std::string items;
+  for (const auto& n : nodes) items += (items.empty() ? "" : ",") + n;
+  return R"({"kind":"NodeList","metadata":{"resourceVersion":")" + rv + R"("},"items":[)" + items +
+         "]}";
+}
+std::string Event(const std::string& type, const std::string& object) {
+  return R"({"type":")" + type + R"(","object":)" + object + "}\n";
+}
+
+class NodeInformerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StatusOr<test::TestPki> pki = test::MakeTestPki();
+    ASSERT_TRUE(pki.ok()) << pki.status();
+    StatusOr<std::unique_ptr<TestApiServer>> s =
+        TestApiServer::Start({.cert_pem = pki->server.cert_pem, .key_pem = pki->server.key_pem});
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    Client::Options options;
+    options.config.source = "test";
+    options.config.host = "127.0.0.1";
+    options.config.port = server_->port();
+    options.config.ca = Pem{pki->ca.cert_pem, "the test CA"};
+    options.config.token = "t";
+    options.retry.max_attempts = 1;  // the informer's own back-off is under test
+    StatusOr<std::unique_ptr<Client>> c = Client::Create(std::move(options));
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = std::move(*c);
+  }
+  void TearDown() override {
+    if (informer_) informer_->Stop();
+    // Feeds left open would hold their connection until the server stops.
+    if (server_) server_->Stop();
+  }
+
+  void StartInformer() {
+    NodeInformer::Options o;
+    o.client = client_.get();
+    o.initial_backoff = milliseconds(5);
+    o.max_backoff = milliseconds(20);
+    o.on_list = [this](std::vector<NodeObject> nodes) {
+      std::string names;
+      for (const auto& n : nodes) names += (names.empty() ? "" : ",") + n.name;
+      MutexLock lock(&mu_);
+      log_.push_back("list " + names);
+    };
+    o.on_event = [this](NodeEventType t, const NodeObject& n) {
+      const char* type = t == NodeEventType::kAdded      ? "added"
+                         : t == NodeEventType::kModified ? "modified"
+                                                         : "deleted";
+      MutexLock lock(&mu_);
+      log_.push_back(std::string(type) + " " + n.name + "@" + n.resource_version);
+    };
+    StatusOr<std::unique_ptr<NodeInformer>> i = NodeInformer::Start(std::move(o));
+    ASSERT_TRUE(i.ok()) << i.status();
+    informer_ = std::move(*i);
+  }
+
+  std::vector<std::string> Log() {
+    MutexLock lock(&mu_);
+    return log_;
+  }
+
+  std::unique_ptr<TestApiServer> server_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<NodeInformer> informer_;
+  Mutex mu_;
+  std::vector<std::string> log_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(NodeInformerTest, ListWatchBookmarksAndRelistAfterGone) {
+  auto feed1 = std::make_shared<WatchFeed>();
+  auto feed2 = std::make_shared<WatchFeed>();
+  server_->Enqueue({.body = List("100", {Node("n1", "90"), Node("n2", "95")})});
+  server_->Enqueue({.feed = feed1});
+  server_->Enqueue({.body = List("300", {Node("n1", "160"), Node("n3", "101")})});
+  server_->Enqueue({.feed = feed2});
+  feed1->Send(Event("ADDED", Node("n3", "101")));
+  feed1->Send(Event("BOOKMARK", R"({"kind":"Node","metadata":{"resourceVersion":"150"}})"));
+  feed1->Send(Event("MODIFIED", Node("n1", "160")) + Event("DELETED", Node("n2", "170")));
+  feed1->Send(Event("ERROR", R"json({"kind":"Status","code":410,"reason":"Expired",)json"
+                             R"json("message":"too old resource version: 170 (250)"})json"));
+  StartInformer();
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return server_->RequestCount() == 4; }));
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return Log().size() == 5; }));
+  EXPECT_THAT(Log(), ElementsAre("list n1,n2", "added n3@101", "modified n1@160", "deleted n2@170",
+                                 "list n1,n3"));
+  std::vector<test::RecordedRequest> seen = server_->Requests();
+  EXPECT_EQ(seen[0].target, "/api/v1/nodes");
+  EXPECT_EQ(seen[1].target, "/api/v1/nodes?watch=1&resourceVersion=100&allowWatchBookmarks=true");
+  EXPECT_EQ(seen[2].target, "/api/v1/nodes");
+  EXPECT_EQ(seen[3].target, "/api/v1/nodes?watch=1&resourceVersion=300&allowWatchBookmarks=true");
+  EXPECT_TRUE(kdm::test::WaitUntil([&] { return feed2->attached(); }));
+  NodeInformer::Stats stats = informer_->stats();
+  EXPECT_EQ(stats.lists, 2u);
+  EXPECT_EQ(stats.bookmarks, 1u);
+  EXPECT_EQ(stats.events, 3u);
+  EXPECT_EQ(stats.relists_after_gone, 1u);
+  EXPECT_EQ(stats.resource_version, "300");
+  // Stop ends the open watch at once.
+  informer_->Stop();
+  EXPECT_EQ(server_->RequestCount(), 4u);
+}
+
+TEST_F(NodeInformerTest, EndedStreamResumesFromTheLastBookmark) {
+  auto feed1 = std::make_shared<WatchFeed>();
+  auto feed2 = std::make_shared<WatchFeed>();
+  server_->Enqueue({.body = List("7", {})});
+  server_->Enqueue({.feed = feed1});
+  server_->Enqueue({.feed = feed2});
+  feed1->Send(Event("ADDED", Node("a", "8")));
+  feed1->Send(Event("BOOKMARK", R"({"metadata":{"resourceVersion":"12"}})"));
+  feed1->End();  // the server's watch timeout
+  StartInformer();
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return server_->RequestCount() == 3; }));
+  std::vector<test::RecordedRequest> seen = server_->Requests();
+  EXPECT_EQ(seen[2].target, "/api/v1/nodes?watch=1&resourceVersion=12&allowWatchBookmarks=true");
+  EXPECT_THAT(Log(), ElementsAre("list ", "added a@8"));
+  EXPECT_EQ(informer_->stats().lists, 1u);
+}
+
+TEST_F(NodeInformerTest, GoneOnTheWatchRequestRelists) {
+  server_->Enqueue({.body = List("5", {Node("a", "5")})});
+  server_->Enqueue({.status = 410, .body = R"({"kind":"Status","code":410})"});
+  server_->Enqueue({.body = List("9", {Node("b", "9")})});
+  auto feed = std::make_shared<WatchFeed>();
+  server_->Enqueue({.feed = feed});
+  StartInformer();
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return feed->attached(); }));
+  EXPECT_THAT(Log(), ElementsAre("list a", "list b"));
+  EXPECT_EQ(informer_->stats().relists_after_gone, 1u);
+}
+
+TEST_F(NodeInformerTest, FailedListAndGarbageLinesBackOffAndRecover) {
+  server_->Enqueue({.status = 403, .body = R"({"message":"nodes is forbidden"})"});
+  server_->Enqueue({.body = "not json"});
+  server_->Enqueue({.body = R"({"metadata":{"resourceVersion":"1"},"items":[{"metadata":{}}]})"});
+  server_->Enqueue({.body = List("2", {Node("a", "2")})});
+  auto feed1 = std::make_shared<WatchFeed>();
+  server_->Enqueue({.feed = feed1});
+  feed1->Send("{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"x\"}}}\n");
+  feed1->Send("}}} garbage\n");
+  server_->Enqueue({.body = List("3", {Node("a", "3")})});
+  auto feed2 = std::make_shared<WatchFeed>();
+  server_->Enqueue({.feed = feed2});
+  StartInformer();
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return feed2->attached(); }));
+  EXPECT_THAT(Log(), ElementsAre("list a", "added x@", "list a"));
+  NodeInformer::Stats stats = informer_->stats();
+  EXPECT_EQ(stats.errors, 4u);
+  EXPECT_THAT(stats.last_error, HasSubstr("not a JSON object"));
+  EXPECT_EQ(stats.lists, 2u);
+}
+
+TEST_F(NodeInformerTest, StartNeedsAClientAndCallbacks) {
+  NodeInformer::Options o;
+  EXPECT_EQ(NodeInformer::Start(o).status().code(), StatusCode::kInvalidArgument);
+  o.client = client_.get();
+  EXPECT_EQ(NodeInformer::Start(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kdm::kube
