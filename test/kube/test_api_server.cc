@@ -1,5 +1,6 @@
 #include "kdm/test/kube/test_api_server.h"
 
+#include <fcntl.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
@@ -88,8 +89,14 @@ class ServerImpl final : public TestApiServer {
       if (ec) return InvalidArgumentError("test server: client CA: " + ec.message());
       ctx_.set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
     }
-    tcp::endpoint endpoint(net::ip::make_address("127.0.0.1"), 0);
+    tcp::endpoint endpoint(net::ip::make_address("127.0.0.1"), options_.port);
     acceptor_.open(endpoint.protocol(), ec);
+    // Asio does not set close-on-exec: without it every process a test
+    // spawns (a `kdm publish`) inherits the listening socket, keeps it open
+    // after Stop() and makes a restart on the same port fail.
+    if (!ec) ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
+    // A restart on the port of a stopped server must not wait for TIME_WAIT.
+    if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
     if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
     if (ec) return UnavailableError("test server: listen: " + ec.message());
@@ -162,6 +169,7 @@ class ServerImpl final : public TestApiServer {
   void Accept() {
     acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
       if (ec) return;  // closed by Stop()
+      ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
       auto c = std::make_shared<Connection>(*this, std::move(socket), ctx_);
       connections_.push_back(c);
       std::erase_if(connections_, [](const auto& w) { return w.expired(); });

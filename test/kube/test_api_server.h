@@ -98,6 +98,9 @@ class TestApiServer {
     std::string key_pem;
     // Set: require a client certificate signed by this CA.
     std::string client_ca_pem;
+    // The port to listen on; 0 picks a free one. A test that restarts a
+    // stopped server on its old port passes that port here.
+    uint16_t port = 0;
   };
   using Handler = std::function<Reply(const RecordedRequest&)>;
 
