@@ -5,6 +5,9 @@
 // cannot start (message on stderr; for a --root that cannot work, e.g. too
 // long for its sockets or not creatable, the message names --root), 2 usage.
 // --root may be relative; it is made absolute at once.
+//
+// `--publish` also runs the publish loop of `kdm publish` (publish_flags.h)
+// on the agent's own pod-resources socket, on a thread joined at shutdown.
 #include <signal.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -21,7 +24,11 @@
 #include "commands.h"
 #include "duration_flag.h"
 #include "kdm/checkpoint/paths.h"
+#include "kdm/devicemanager/pod_resources_client.h"
 #include "kdm/fakes/node_agent.h"
+#include "kdm/kube/client.h"
+#include "kube_flags.h"
+#include "publish_flags.h"
 
 namespace kdm::cli {
 namespace {
@@ -37,6 +44,9 @@ struct KubeletFlags {
   std::vector<std::string> restrictions;  // RESOURCE=NS1,NS2 (repeatable)
   std::vector<std::string> attributes;    // RESOURCE=KEY=VALUE,... (repeatable)
   int verbosity = 0;
+  // --publish: the kdm.io/devices annotation, as `kdm publish` writes it.
+  bool publish = false;
+  PublishLoopFlags publish_loop;
 };
 
 constexpr int kUsageError = 2;
@@ -87,6 +97,33 @@ int RunKubelet(const KubeletFlags& flags) {
   if (!attributes.ok()) return usage(attributes.status().message());
   options.attributes = std::move(*attributes);
   if (flags.verbosity < 0) return usage("-v: must be 0 or more");
+  if (!flags.publish && flags.publish_loop.any_given()) {
+    return usage(
+        "--node-name, --topology, --ids, --nvml-library, --sysfs-root, --kubeconfig, --in-cluster, "
+        "--interval, --min-write-interval, --resync and --timeout need --publish");
+  }
+  PublishSetup publish_setup;
+  std::unique_ptr<kube::Client> kube_client;
+  if (flags.publish) {
+    // The same checks and loading as `kdm publish`; the attributes (NVML's
+    // included) also feed the requirement checks.
+    if (auto f = LoadPublishFlags(flags.publish_loop, flags.attributes, ClientFlags::kRequired,
+                                  &publish_setup)) {
+      if (f->code == kUsageError) return usage(f->message);
+      std::cerr << "kdm kubelet: " << f->message << "\n";
+      return 1;
+    }
+    for (const std::string& w : publish_setup.warnings) {
+      std::cerr << "kdm kubelet: warning: " << w << "\n";
+    }
+    options.attributes = publish_setup.attributes;
+    auto made = MakeKubeClient(flags.publish_loop.kube);
+    if (!made.ok()) {
+      std::cerr << "kdm kubelet: " << made.status().message() << "\n";
+      return 1;
+    }
+    kube_client = std::move(*made);
+  }
 
   // Block the stop signals before any thread exists: every thread inherits
   // the mask and only sigwait below receives them.
@@ -120,10 +157,30 @@ int RunKubelet(const KubeletFlags& flags) {
       options.metrics_addr.empty() ? "off" : options.metrics_addr);
   auto agent = fakes::NodeAgent::Start(options);
   if (!agent.ok()) return cannot_start(agent.status());
+  // The publish loop reads the agent through its own pod-resources socket,
+  // as `kdm publish` beside it would: one code path for the annotation.
+  std::unique_ptr<PublishLoop> publish_loop;
+  if (flags.publish) {
+    auto pod_resources = devicemanager::PodResourcesClient::Connect(
+        {.socket_path = options.root + "/pod-resources/kubelet.sock",
+         .timeout = publish_setup.timeout});
+    if (!pod_resources.ok()) {
+      (*agent)->Stop();
+      return cannot_start(pod_resources.status());
+    }
+    spdlog::info("event=publish_starting node={} interval={}ms min_write_interval={}ms",
+                 publish_setup.node, publish_setup.interval.count(),
+                 publish_setup.min_write_interval.count());
+    publish_loop = PublishLoop::Start(
+        std::move(publish_setup), std::make_unique<PodResourcesSource>(std::move(*pod_resources)),
+        std::move(kube_client));
+  }
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {
   }
   spdlog::info("event=stopping signal={}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  // The loop reads the agent's socket: it stops first.
+  if (publish_loop) publish_loop->Stop();
   (*agent)->Stop();
   spdlog::info("event=stopped");
   return 0;
@@ -170,6 +227,10 @@ void AddKubeletCommand(CLI::App& app, int& exit_code) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("-v", flags->verbosity, "Log verbosity: 0 info, 1 debug, 2 trace")
       ->capture_default_str();
+  cmd->add_flag("--publish", flags->publish,
+                "Also publish the node's devices as the kdm.io/devices annotation of Node "
+                "--node-name, as `kdm publish` does (needs --kubeconfig or --in-cluster)");
+  AddPublishLoopFlags(cmd, &flags->publish_loop);
   cmd->callback([flags, &exit_code] { exit_code = RunKubelet(*flags); });
 }
 

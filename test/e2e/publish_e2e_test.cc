@@ -4,6 +4,7 @@
 // the annotation decodes with the library's strict decoder. Bad flags (an
 // unknown preset, a bad RESOURCE=SOURCE, an ids file with the wrong row
 // count, path tricks) are clear errors with exit 2 (usage) or 1 (runtime).
+// Writing to an API server is publish_apiserver_e2e_test.cc's.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -162,7 +163,9 @@ TEST_F(PublishE2eTest, BadFlagsAreClearErrors) {
         "nvidia.com/gpu=preset:dgx1-p100", "--dry-run"},
        2,
        "--topology: resource nvidia.com/gpu given twice"},
-      {{"--topology", "nvidia.com/gpu=nvml", "--dry-run"}, 1, "nvml is not built into this kdm"},
+      {{"--topology", "nvidia.com/gpu=nvml", "--nvml-library", root_ + "/no-nvml.so", "--dry-run"},
+       1,
+       "no-nvml.so"},
       {{"--topology", "nvidia.com/gpu=" + root_ + "/missing.txt", "--dry-run"}, 1, "missing.txt"},
       {{"--topology", "nvidia.com/gpu=" + root_ + "/dir", "--dry-run"}, 1, "/dir"},
       {{"--topology",
@@ -198,7 +201,7 @@ TEST_F(PublishE2eTest, BadFlagsAreClearErrors) {
       {{"--resync", "0s", "--dry-run"}, 2, "--resync: must be more than 0"},
       {{}, 2, "one of --kubeconfig FILE or --in-cluster is required (or --dry-run)"},
       {{"--kubeconfig", root_ + "/kc", "--in-cluster"}, 2, "give one, not both"},
-      {{"--kubeconfig", root_ + "/kc"}, 2, "not built into this kdm yet"},
+      {{"--kubeconfig", root_ + "/kc"}, 1, "--kubeconfig: kubeconfig " + root_ + "/kc"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     EXPECT_EQ(Publish(cases[i].args), cases[i].code) << i << ": " << err_;
