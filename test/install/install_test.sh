@@ -58,6 +58,14 @@ for archive in "$work"/prefix/lib/libkdm_*.a; do
   lib=$(basename "$archive" .a)
   case " $libs " in *" -l${lib#lib} "*) ;; *) echo "kdm.pc lacks -l${lib#lib}"; exit 1 ;; esac
 done
+# The kube-apiserver client's archive calls into OpenSSL: kdm.pc must say so.
+if [ -f "$work/prefix/lib/libkdm_kube.a" ]; then
+  case " $(pkg-config --print-requires-private kdm | tr '\n' ' ') " in
+    *" openssl "*) ;;
+    *) echo "kdm.pc installs libkdm_kube but lacks openssl in Requires.private"; exit 1 ;;
+  esac
+  case " $libs " in *" -lssl "*) ;; *) echo "kdm.pc --static lacks -lssl"; exit 1 ;; esac
+fi
 # shellcheck disable=SC2086 # word splitting of the flags is the point
 if ! c++ -std=c++20 $flags $cflags "$consumer/main.cc" -o "$work/pc-consumer" $flags $libs \
   >"$work/pc.log" 2>&1; then
