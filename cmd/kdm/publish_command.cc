@@ -11,7 +11,8 @@
 //
 // Exit codes: 0 ok (--dry-run printed, or stopped by a signal), 1 runtime
 // error (the socket cannot be read, a topology, ids or kubeconfig file cannot
-// be read or parsed, NVML cannot be loaded), 2 usage (bad or missing flags).
+// be read or parsed, NVML fails), 2 usage (bad or missing flags; no NVML
+// library on the machine for --topology RESOURCE=nvml).
 #include <signal.h>
 
 #include <chrono>

@@ -115,9 +115,7 @@ struct NvmlResource {
   std::vector<std::string> warnings;
 };
 
-StatusOr<NvmlResource> LoadNvml(const PublishLoopFlags& flags) {
-  KDM_ASSIGN_OR_RETURN(std::unique_ptr<nvml::Library> library,
-                       nvml::Library::Load(flags.nvml_library));
+StatusOr<NvmlResource> ReadNvml(const nvml::Library* library, const PublishLoopFlags& flags) {
   nvml::DiscoveryOptions options;
   if (!flags.sysfs_root.empty()) options.sysfs_root = flags.sysfs_root;
   KDM_ASSIGN_OR_RETURN(nvml::NodeInfo node, nvml::Discover(*library, options));
@@ -176,7 +174,16 @@ std::optional<PublishFailure> LoadTopologies(
     }
     StatusOr<topology::Topology> t = InvalidArgumentError("");
     if (source == "nvml") {
-      StatusOr<NvmlResource> n = LoadNvml(flags);
+      // A machine without NVML is a usage error (exit 2), as for `kdm plugin
+      // --nvml` and `kdm topo --nvml`: the one line says what is missing.
+      StatusOr<std::unique_ptr<nvml::Library>> library = nvml::Library::Load(flags.nvml_library);
+      if (!library.ok()) {
+        return PublishFailure{library.status().code() == StatusCode::kNotFound
+                                  ? kPublishUsageError
+                                  : kPublishRuntimeError,
+                              "--topology " + Show(value) + ": " + library.status().message()};
+      }
+      StatusOr<NvmlResource> n = ReadNvml(library->get(), flags);
       if (!n.ok()) {
         return PublishFailure{kPublishRuntimeError,
                               "--topology " + Show(value) + ": " + n.status().message()};

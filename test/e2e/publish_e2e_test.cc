@@ -164,7 +164,7 @@ TEST_F(PublishE2eTest, BadFlagsAreClearErrors) {
        2,
        "--topology: resource nvidia.com/gpu given twice"},
       {{"--topology", "nvidia.com/gpu=nvml", "--nvml-library", root_ + "/no-nvml.so", "--dry-run"},
-       1,
+       2,
        "no-nvml.so"},
       {{"--topology", "nvidia.com/gpu=" + root_ + "/missing.txt", "--dry-run"}, 1, "missing.txt"},
       {{"--topology", "nvidia.com/gpu=" + root_ + "/dir", "--dry-run"}, 1, "/dir"},
