@@ -1,5 +1,6 @@
 #include "kdm/scheduler/http_server.h"
 
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -243,6 +244,11 @@ class ServerImpl final : public ExtenderServer {
 };
 
 }  // namespace
+
+void KeepLargeAllocationsMapped() {
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
 
 Status ParseListenAddress(const std::string& text, std::string* host, uint16_t* port) {
   const size_t colon = text.rfind(':');

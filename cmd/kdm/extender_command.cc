@@ -106,6 +106,7 @@ int RunExtender(const ExtenderFlags& flags) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  scheduler::KeepLargeAllocationsMapped();
   scheduler::TopologyCache topologies;
   std::unique_ptr<scheduler::ExtenderMetrics> metrics = scheduler::ExtenderMetrics::Create();
   std::unique_ptr<scheduler::NodeCache> cache;
