@@ -67,7 +67,10 @@ Nodes Collect(const ExtenderArgs& args, TopologyCache* topologies, const NodeCac
       if (out.cached[i]->devices) out.devices[i] = &*out.cached[i]->devices;
     }
     if (cache == nullptr) unknown = n;
-    if (metrics) metrics->NodeCache(found, unknown);
+    if (metrics) {
+      metrics->NodeCache(found, unknown);
+      if (cache) metrics->CachedNodes(cache->size());
+    }
   }
   if (errors > 0) {
     spdlog::warn("event=annotation_unreadable pod={} nodes={} first={}",
