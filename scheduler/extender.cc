@@ -43,7 +43,8 @@ Nodes Collect(const ExtenderArgs& args, TopologyCache* topologies, const NodeCac
       const NodeItem& item = (*args.nodes)[i];
       out.names.push_back(item.name);
       if (!item.annotation) continue;
-      StatusOr<NodeDevices> d = ReadNodeDevices(*item.annotation, topologies);
+      StatusOr<NodeDevices> d = ReadNodeDevices(
+          *item.annotation, topologies, item.annotation->capacity() - item.annotation->size());
       if (!d.ok()) {
         if (errors++ == 0) first_error = item.name + ": " + std::string(d.status().message());
         continue;

@@ -230,7 +230,10 @@ Status ReadNode(od::value v, const std::string& where, NodeItem* node) {
         if (af.value().get_string().get(s)) {
           return Bad(where + ".metadata.annotations['kdm.io/devices']", "must be a string");
         }
-        node->annotation = std::string(s);
+        // Room for simdjson's padding, so that it is read in place.
+        node->annotation.emplace();
+        node->annotation->reserve(s.size() + simdjson::SIMDJSON_PADDING);
+        node->annotation->assign(s);
       }
     }
   }

@@ -31,8 +31,9 @@ void PadBody(std::string* body);
 
 struct NodeItem {
   std::string name;
-  std::optional<std::string> annotation;  // kdm.io/devices, when present
-  std::string_view raw;                   // the node's JSON, inside the body
+  // kdm.io/devices, when present; its capacity holds BodyPadding() more.
+  std::optional<std::string> annotation;
+  std::string_view raw;  // the node's JSON, inside the body
 };
 
 struct ExtenderArgs {

@@ -102,22 +102,43 @@ Status ReadResource(od::value v, const std::string& where, RawResource* r) {
 
 }  // namespace
 
-std::shared_ptr<const SharedTopology> TopologyCache::Find(const std::string& key) const {
-  MutexLock lock(&mu_);
-  auto it = by_cells_.find(key);
-  return it == by_cells_.end() ? nullptr : it->second;
+uint64_t TopologyCache::Hash(std::string_view matrix, std::string_view pcie) {
+  // FNV-1a over both texts, a separator between them.
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](std::string_view s) {
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  };
+  mix(matrix);
+  h = (h ^ 0xff) * 0x100000001b3ull;
+  mix(pcie);
+  return h;
 }
 
-std::shared_ptr<const SharedTopology> TopologyCache::Insert(const std::string& key,
-                                                            topology::Topology t) {
+std::shared_ptr<const SharedTopology> TopologyCache::Find(std::string_view matrix,
+                                                          std::string_view pcie) const {
+  const uint64_t h = Hash(matrix, pcie);
   MutexLock lock(&mu_);
-  auto it = by_cells_.find(key);
-  if (it != by_cells_.end()) return it->second;
+  auto [begin, end] = by_cells_.equal_range(h);
+  for (auto it = begin; it != end; ++it) {
+    if (it->second.matrix == matrix && it->second.pcie == pcie) return it->second.topology;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<const SharedTopology> TopologyCache::Insert(std::string_view matrix,
+                                                            std::string_view pcie,
+                                                            topology::Topology t) {
+  const uint64_t h = Hash(matrix, pcie);
+  MutexLock lock(&mu_);
+  auto [begin, end] = by_cells_.equal_range(h);
+  for (auto it = begin; it != end; ++it) {
+    if (it->second.matrix == matrix && it->second.pcie == pcie) return it->second.topology;
+  }
   if (by_cells_.size() >= max_entries_) {
     return std::make_shared<const SharedTopology>(SharedTopology{0, std::move(t)});
   }
   auto shared = std::make_shared<const SharedTopology>(SharedTopology{next_id_++, std::move(t)});
-  by_cells_.emplace(key, shared);
+  by_cells_.emplace(h, Entry{std::string(matrix), std::string(pcie), shared});
   return shared;
 }
 
@@ -126,16 +147,25 @@ size_t TopologyCache::size() const {
   return by_cells_.size();
 }
 
-StatusOr<NodeDevices> ReadNodeDevices(std::string_view annotation, TopologyCache* topologies) {
+StatusOr<NodeDevices> ReadNodeDevices(std::string_view annotation, TopologyCache* topologies,
+                                      size_t readable_padding) {
   if (annotation.size() > kube::kMaxAnnotationBytes) {
     return OutOfRangeError("kdm.io/devices: " + std::to_string(annotation.size()) +
                            " bytes, more than the " + std::to_string(kube::kMaxAnnotationBytes) +
                            " an annotation may hold");
   }
-  simdjson::padded_string padded(annotation);
+  simdjson::padded_string copy;
+  simdjson::padded_string_view view;
+  if (readable_padding >= simdjson::SIMDJSON_PADDING) {
+    view = simdjson::padded_string_view(annotation.data(), annotation.size(),
+                                        annotation.size() + readable_padding);
+  } else {
+    copy = simdjson::padded_string(annotation);
+    view = copy;
+  }
   thread_local od::parser parser;
   od::document doc;
-  if (auto e = parser.iterate(padded).get(doc); e) {
+  if (auto e = parser.iterate(view).get(doc); e) {
     return Bad("", std::string("not JSON: ") + simdjson::error_message(e));
   }
   od::object root;
@@ -189,10 +219,7 @@ StatusOr<NodeDevices> ReadNodeDevices(std::string_view annotation, TopologyCache
       return Bad(where + ".available", "lists a device twice");
     }
     if (r.has_matrix) {
-      std::string key;
-      key.reserve(r.matrix.size() + r.pcie.size() + 1);
-      key.append(r.matrix).append("\n").append(r.pcie);
-      view.topology = topologies->Find(key);
+      view.topology = topologies->Find(r.matrix, r.pcie);
       if (view.topology == nullptr) {
         // First time this matrix is seen: the strict decoder checks it.
         StatusOr<kube::DevicesAnnotation> strict = kube::DecodeDevicesAnnotation(annotation);
@@ -201,7 +228,7 @@ StatusOr<NodeDevices> ReadNodeDevices(std::string_view annotation, TopologyCache
         if (it == strict->resources.end() || !it->second.topology) {
           return Bad(where + ".matrix", "not read by the decoder");
         }
-        view.topology = topologies->Insert(key, std::move(*it->second.topology));
+        view.topology = topologies->Insert(r.matrix, r.pcie, std::move(*it->second.topology));
       }
       if (view.topology->topology.size() != view.device_count) {
         return Bad(where + ".matrix", "has " + std::to_string(view.topology->topology.size()) +

@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "kdm/base/status.h"
@@ -46,16 +47,25 @@ struct SharedTopology {
 class TopologyCache {
  public:
   explicit TopologyCache(size_t max_entries = 4096) : max_entries_(max_entries) {}
-  std::shared_ptr<const SharedTopology> Find(const std::string& key) const;
-  // Keeps `t` under `key` (when there is room) and returns what is kept.
-  std::shared_ptr<const SharedTopology> Insert(const std::string& key, topology::Topology t);
+  // The topology kept for these cells (the raw `matrix` and `pcie` texts).
+  std::shared_ptr<const SharedTopology> Find(std::string_view matrix, std::string_view pcie) const;
+  // Keeps `t` under the cells (when there is room) and returns what is kept.
+  std::shared_ptr<const SharedTopology> Insert(std::string_view matrix, std::string_view pcie,
+                                               topology::Topology t);
   size_t size() const;
 
  private:
+  struct Entry {
+    std::string matrix;
+    std::string pcie;
+    std::shared_ptr<const SharedTopology> topology;
+  };
+  static uint64_t Hash(std::string_view matrix, std::string_view pcie);
+
   const size_t max_entries_;
   mutable Mutex mu_;
-  std::map<std::string, std::shared_ptr<const SharedTopology>, std::less<>> by_cells_
-      ABSL_GUARDED_BY(mu_);
+  // By a hash of the cells; equal hashes are told apart by the texts.
+  std::unordered_multimap<uint64_t, Entry> by_cells_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
@@ -73,11 +83,14 @@ struct NodeDevices {
   std::map<std::string, ResourceView, std::less<>> resources;
 };
 
-// Reads an annotation value. INVALID_ARGUMENT naming the field for a
-// document that is not a version-1 annotation (bad JSON, wrong types, an
-// available id that is not a device, a matrix the strict decoder refuses),
-// OUT_OF_RANGE above kube::kMaxAnnotationBytes.
-StatusOr<NodeDevices> ReadNodeDevices(std::string_view annotation, TopologyCache* topologies);
+// Reads an annotation value. When `annotation` is followed by at least
+// `readable_padding` >= simdjson's padding bytes that may be read (a string
+// with that much spare capacity), it is read in place; otherwise copied. INVALID_ARGUMENT naming
+// the field for a document that is not a version-1 annotation (bad JSON, wrong types, an available
+// id that is not a device, a matrix the strict decoder refuses), OUT_OF_RANGE above
+// kube::kMaxAnnotationBytes.
+StatusOr<NodeDevices> ReadNodeDevices(std::string_view annotation, TopologyCache* topologies,
+                                      size_t readable_padding = 0);
 
 }  // namespace kdm::scheduler
 
