@@ -114,18 +114,18 @@ HttpAnswer Extender::Prioritize(const std::string& body) {
   StatusOr<ExtenderArgs> args = DecodeExtenderArgs(body);
   if (!args.ok()) return {400, EncodeError(args.status().message())};
   Nodes nodes = Collect(*args, topologies_, options_.cache, options_.metrics, args->pod.name);
-  const Scorer::Stats before = scorer_.stats();
+  Scorer::Stats counts;
   std::vector<double> raw(nodes.names.size());
-  for (size_t i = 0; i < raw.size(); ++i) raw[i] = scorer_.Score(args->pod, nodes.devices[i]);
+  for (size_t i = 0; i < raw.size(); ++i) {
+    raw[i] = scorer_.Score(args->pod, nodes.devices[i], &counts);
+  }
   std::vector<int> scores = Scorer::ExtenderScores(raw);
   std::vector<std::pair<std::string, int>> list;
   list.reserve(raw.size());
   for (size_t i = 0; i < raw.size(); ++i) list.emplace_back(std::move(nodes.names[i]), scores[i]);
   if (options_.metrics) {
-    const Scorer::Stats after = scorer_.stats();
     options_.metrics->Nodes("prioritize", raw.size());
-    options_.metrics->Memo(after.memo_hits - before.memo_hits,
-                           after.memo_misses - before.memo_misses);
+    options_.metrics->Memo(counts.memo_hits, counts.memo_misses);
   }
   return {200, EncodePriorityList(list)};
 }

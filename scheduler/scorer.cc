@@ -131,7 +131,7 @@ Verdict Scorer::Filter(const PodRequest& pod, const NodeDevices* node) const {
   return {};
 }
 
-double Scorer::ResourceScore(const ResourceView& view, int size) {
+double Scorer::ResourceScore(const ResourceView& view, int size, Stats* counts) {
   const topology::Topology& t = view.topology->topology;
   const bool memo = view.topology->id != 0 && t.size() <= 64;
   Key key;
@@ -143,9 +143,11 @@ double Scorer::ResourceScore(const ResourceView& view, int size) {
     auto it = memo_.find(key);
     if (it != memo_.end()) {
       ++stats_.memo_hits;
+      if (counts) ++counts->memo_hits;
       return it->second;
     }
     ++stats_.memo_misses;
+    if (counts) ++counts->memo_misses;
   }
   StatusOr<double> s = options_.policy == ScorePolicy::kPacked
                            ? BestPackedScore(t, view.available, size)
@@ -159,7 +161,7 @@ double Scorer::ResourceScore(const ResourceView& view, int size) {
   return score;
 }
 
-double Scorer::Score(const PodRequest& pod, const NodeDevices* node) {
+double Scorer::Score(const PodRequest& pod, const NodeDevices* node, Stats* counts) {
   if (node == nullptr) return 0;
   double sum = 0;
   int counted = 0;
@@ -170,7 +172,7 @@ double Scorer::Score(const PodRequest& pod, const NodeDevices* node) {
     if (static_cast<int64_t>(it->second.available.size()) < n || n > topology::kMaxDevices) {
       continue;
     }
-    sum += ResourceScore(it->second, static_cast<int>(n));
+    sum += ResourceScore(it->second, static_cast<int>(n), counts);
   }
   return counted == 0 ? 0.0 : sum / counted;
 }

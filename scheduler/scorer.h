@@ -103,8 +103,9 @@ class Scorer {
 
   // `node` null: the node has no (readable) annotation.
   Verdict Filter(const PodRequest& pod, const NodeDevices* node) const;
-  // 0..100; 0 without an opinion.
-  double Score(const PodRequest& pod, const NodeDevices* node);
+  // 0..100; 0 without an opinion. Adds this call's memo hits and misses to
+  // `counts` when given.
+  double Score(const PodRequest& pod, const NodeDevices* node, Stats* counts = nullptr);
   // The scheduler's 0..10 for each score.
   static std::vector<int> ExtenderScores(const std::vector<double>& scores);
 
@@ -125,7 +126,7 @@ class Scorer {
       return static_cast<size_t>(h * 0xBF58476D1CE4E5B9ull);
     }
   };
-  double ResourceScore(const ResourceView& view, int size);
+  double ResourceScore(const ResourceView& view, int size, Stats* counts);
 
   const Options options_;
   mutable Mutex mu_;
