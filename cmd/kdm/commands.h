@@ -18,6 +18,7 @@ void AddPluginCommand(CLI::App& app, int& exit_code);
 void AddKubeletCommand(CLI::App& app, int& exit_code);
 void AddConformCommand(CLI::App& app, int& exit_code);
 void AddPublishCommand(CLI::App& app, int& exit_code);
+void AddExtenderCommand(CLI::App& app, int& exit_code);
 
 }  // namespace kdm::cli
 

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   kdm::cli::AddKubeletCommand(app, exit_code);
   kdm::cli::AddConformCommand(app, exit_code);
   kdm::cli::AddPublishCommand(app, exit_code);
+  kdm::cli::AddExtenderCommand(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

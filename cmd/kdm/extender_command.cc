@@ -1,0 +1,155 @@
+// `kdm extender`: kube-scheduler's HTTP extender (docs/extender.md). Serves
+// POST /filter and POST /prioritize (plus /healthz and /metrics) on
+// --listen, scoring nodes from their kdm.io/devices annotation with
+// kdm::scheduler. With --kubeconfig or --in-cluster it also keeps a node
+// cache (LIST + WATCH), so that a scheduler configured with
+// nodeCacheCapable: true can send node names only.
+//
+// Prints "kdm extender: listening on HOST:PORT" on stderr once serving;
+// SIGINT/SIGTERM stop it (exit 0). Exit codes: 0 stopped, 1 runtime error
+// (cannot listen, cannot read a TLS file, cannot reach the API server), 2
+// usage.
+#include <signal.h>
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "kdm/base/env.h"
+#include "kdm/kube/client.h"
+#include "kdm/scheduler/extender.h"
+#include "kdm/scheduler/http_server.h"
+#include "kdm/scheduler/metrics.h"
+#include "kdm/scheduler/node_cache.h"
+#include "kube_flags.h"
+
+namespace kdm::cli {
+namespace {
+
+constexpr int kOk = 0;
+constexpr int kRuntimeError = 1;
+constexpr int kUsageError = 2;
+constexpr uint64_t kMaxPemBytes = 1 << 20;
+
+struct ExtenderFlags {
+  std::string listen;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string policy = "best-set";
+  KubeClientFlags kube;  // optional: without it, no node cache
+  int threads = 2;
+  uint64_t max_body_bytes = 256ull << 20;
+  int verbosity = 0;
+};
+
+int RunExtender(const ExtenderFlags& flags) {
+  SetUpStderrLogging("extender", flags.verbosity >= 1 ? spdlog::level::debug : spdlog::level::info);
+  auto fail = [](int code, const std::string& m) {
+    std::cerr << "kdm extender: " << m << "\n";
+    return code;
+  };
+  if (flags.listen.empty()) return fail(kUsageError, "--listen is required");
+  std::string host;
+  uint16_t port = 0;
+  if (Status s = scheduler::ParseListenAddress(flags.listen, &host, &port); !s.ok()) {
+    return fail(kUsageError, std::string(s.message()));
+  }
+  if (flags.tls_cert.empty() != flags.tls_key.empty()) {
+    return fail(kUsageError, "--tls-cert and --tls-key: give both or neither");
+  }
+  if (Status s = CheckKubeClientFlags(flags.kube, /*required=*/false); !s.ok()) {
+    return fail(kUsageError, std::string(s.message()));
+  }
+  StatusOr<scheduler::ScorePolicy> policy = scheduler::ParseScorePolicy(flags.policy);
+  if (!policy.ok()) return fail(kUsageError, "--policy: " + std::string(policy.status().message()));
+  if (flags.threads < 1 || flags.threads > 64) return fail(kUsageError, "--threads: 1..64");
+  if (flags.max_body_bytes < 1024) return fail(kUsageError, "--max-body-bytes: at least 1024");
+  if (flags.verbosity < 0) return fail(kUsageError, "-v: must be 0 or more");
+
+  scheduler::ExtenderServer::Options server_options;
+  server_options.listen = flags.listen;
+  server_options.threads = flags.threads;
+  server_options.max_body_bytes = flags.max_body_bytes;
+  for (auto [flag, path, out] :
+       {std::tuple{"--tls-cert", &flags.tls_cert, &server_options.tls_cert_pem},
+        std::tuple{"--tls-key", &flags.tls_key, &server_options.tls_key_pem}}) {
+    if (path->empty()) continue;
+    StatusOr<std::string> pem = Env::Default()->ReadFile(*path, kMaxPemBytes);
+    if (!pem.ok())
+      return fail(kRuntimeError, std::string(flag) + ": " + std::string(pem.status().message()));
+    *out = std::move(*pem);
+  }
+
+  // The API server client for the node cache (none without the flags).
+  std::unique_ptr<kube::Client> client;
+  if (flags.kube.given()) {
+    StatusOr<std::unique_ptr<kube::Client>> made = MakeKubeClient(flags.kube);
+    if (!made.ok()) return fail(kRuntimeError, std::string(made.status().message()));
+    client = std::move(*made);
+  }
+
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  scheduler::KeepLargeAllocationsMapped();
+  scheduler::TopologyCache topologies;
+  std::unique_ptr<scheduler::ExtenderMetrics> metrics = scheduler::ExtenderMetrics::Create();
+  std::unique_ptr<scheduler::NodeCache> cache;
+  if (client) {
+    cache = std::make_unique<scheduler::NodeCache>(&topologies);
+    if (Status s = cache->Start(client.get()); !s.ok()) {
+      return fail(kRuntimeError, "node cache: " + std::string(s.message()));
+    }
+  }
+  scheduler::Extender::Options extender_options;
+  extender_options.policy = *policy;
+  extender_options.cache = cache.get();
+  extender_options.metrics = metrics.get();
+  extender_options.topologies = &topologies;
+  scheduler::Extender extender(extender_options);
+  server_options.extender = &extender;
+  server_options.metrics = metrics.get();
+  auto server = scheduler::ExtenderServer::Start(std::move(server_options));
+  if (!server.ok()) {
+    if (cache) cache->Stop();
+    return fail(kRuntimeError, std::string(server.status().message()));
+  }
+  std::cerr << "kdm extender: listening on " << host << ":" << (*server)->port() << " policy "
+            << scheduler::ScorePolicyName(*policy) << (cache ? " with node cache" : "")
+            << std::endl;
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  spdlog::info("event=extender_stopping signal={}", signal);
+  (*server)->Stop();
+  if (cache) cache->Stop();
+  return kOk;
+}
+
+}  // namespace
+
+void AddExtenderCommand(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<ExtenderFlags>();
+  auto* cmd = app.add_subcommand(
+      "extender", "Serve kube-scheduler's HTTP extender: topology-aware filter and prioritize");
+  cmd->add_option("--listen", flags->listen, "HOST:PORT to serve on (:PORT for every address)")
+      ->type_name("ADDR");
+  cmd->add_option("--tls-cert", flags->tls_cert, "Serve HTTPS with this PEM certificate (chain)")
+      ->type_name("FILE");
+  cmd->add_option("--tls-key", flags->tls_key, "The PEM key of --tls-cert")->type_name("FILE");
+  cmd->add_option("--policy", flags->policy, "Scoring: best-set (the KEP's) or packed")
+      ->capture_default_str();
+  // With either, the extender keeps a node cache from the API server.
+  AddKubeClientFlags(cmd, &flags->kube);
+  cmd->add_option("--threads", flags->threads, "Threads serving requests")->capture_default_str();
+  cmd->add_option("--max-body-bytes", flags->max_body_bytes, "The largest request body accepted")
+      ->capture_default_str();
+  cmd->add_option("-v", flags->verbosity, "Log verbosity: 0 info, 1 debug")->capture_default_str();
+  cmd->callback([flags, &exit_code] { exit_code = RunExtender(*flags); });
+}
+
+}  // namespace kdm::cli

@@ -1,0 +1,133 @@
+#include "kdm/scheduler/extender.h"
+
+#include <spdlog/spdlog.h>
+
+#include <utility>
+#include <vector>
+
+#include "kdm/base/log_value.h"
+#include "kdm/scheduler/extender_json.h"
+
+namespace kdm::scheduler {
+namespace {
+
+// The nodes of one request, each with what is known of its devices.
+struct Nodes {
+  std::vector<std::string> names;
+  std::vector<const NodeDevices*> devices;  // null: no opinion
+  std::vector<std::optional<NodeDevices>> read;
+  std::vector<std::shared_ptr<const CachedNode>> cached;
+};
+
+}  // namespace
+
+Extender::Extender(Options options)
+    : options_(options),
+      own_topologies_(options.topologies ? nullptr : std::make_unique<TopologyCache>()),
+      topologies_(options.topologies ? options.topologies : own_topologies_.get()),
+      scorer_(Scorer::Options{.policy = options.policy}) {}
+
+namespace {
+
+Nodes Collect(const ExtenderArgs& args, TopologyCache* topologies, const NodeCache* cache,
+              ExtenderMetrics* metrics, const std::string& pod) {
+  Nodes out;
+  uint64_t errors = 0;
+  std::string first_error;
+  if (args.nodes) {
+    const size_t n = args.nodes->size();
+    out.names.reserve(n);
+    out.read.resize(n);
+    out.devices.assign(n, nullptr);
+    for (size_t i = 0; i < n; ++i) {
+      const NodeItem& item = (*args.nodes)[i];
+      out.names.push_back(item.name);
+      if (!item.annotation) continue;
+      StatusOr<NodeDevices> d = ReadNodeDevices(
+          *item.annotation, topologies, item.annotation->capacity() - item.annotation->size());
+      if (!d.ok()) {
+        if (errors++ == 0) first_error = item.name + ": " + std::string(d.status().message());
+        continue;
+      }
+      out.read[i] = std::move(*d);
+      out.devices[i] = &*out.read[i];
+    }
+  } else {
+    uint64_t found = 0, unknown = 0;
+    const size_t n = args.node_names->size();
+    out.names = *args.node_names;
+    out.cached.resize(n);
+    out.devices.assign(n, nullptr);
+    for (size_t i = 0; i < n && cache != nullptr; ++i) {
+      out.cached[i] = cache->Find(out.names[i]);
+      if (!out.cached[i]) {
+        ++unknown;
+        continue;
+      }
+      ++found;
+      if (out.cached[i]->devices) out.devices[i] = &*out.cached[i]->devices;
+    }
+    if (cache == nullptr) unknown = n;
+    if (metrics) {
+      metrics->NodeCache(found, unknown);
+      if (cache) metrics->CachedNodes(cache->size());
+    }
+  }
+  if (errors > 0) {
+    spdlog::warn("event=annotation_unreadable pod={} nodes={} first={}",
+                 QuoteLogValue(pod, kMaxLogValueBytes), errors,
+                 QuoteLogValue(first_error, kMaxLogValueBytes));
+    if (metrics) metrics->AnnotationErrors(errors);
+  }
+  return out;
+}
+
+}  // namespace
+
+HttpAnswer Extender::Filter(const std::string& body) {
+  StatusOr<ExtenderArgs> args = DecodeExtenderArgs(body);
+  if (!args.ok()) return {400, EncodeError(args.status().message())};
+  Nodes nodes = Collect(*args, topologies_, options_.cache, options_.metrics, args->pod.name);
+  FilterAnswer answer;
+  if (args->nodes) answer.nodes.emplace();
+  if (args->node_names || !args->nodes) answer.node_names.emplace();
+  for (size_t i = 0; i < nodes.names.size(); ++i) {
+    Verdict v = scorer_.Filter(args->pod, nodes.devices[i]);
+    switch (v.kind) {
+      case Verdict::Kind::kPass:
+        if (answer.nodes) answer.nodes->push_back((*args->nodes)[i].raw);
+        if (answer.node_names) answer.node_names->push_back(nodes.names[i]);
+        break;
+      case Verdict::Kind::kFailed:
+        answer.failed[nodes.names[i]] = std::move(v.reason);
+        break;
+      case Verdict::Kind::kUnresolvable:
+        answer.unresolvable[nodes.names[i]] = std::move(v.reason);
+        break;
+    }
+  }
+  if (options_.metrics) options_.metrics->Nodes("filter", nodes.names.size());
+  return {200, EncodeFilterAnswer(answer)};
+}
+
+HttpAnswer Extender::Prioritize(const std::string& body) {
+  StatusOr<ExtenderArgs> args = DecodeExtenderArgs(body);
+  if (!args.ok()) return {400, EncodeError(args.status().message())};
+  Nodes nodes = Collect(*args, topologies_, options_.cache, options_.metrics, args->pod.name);
+  Scorer::Stats counts;
+  std::vector<double> raw(nodes.names.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    raw[i] = scorer_.Score(args->pod, nodes.devices[i], &counts);
+  }
+  std::vector<int> scores = Scorer::ExtenderScores(raw);
+  std::vector<std::pair<std::string, int>> list;
+  list.reserve(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) list.emplace_back(std::move(nodes.names[i]), scores[i]);
+  if (options_.metrics) {
+    options_.metrics->Nodes("prioritize", raw.size());
+    options_.metrics->Memo(counts.memo_hits, counts.memo_misses);
+  }
+  return {200, EncodePriorityList(list)};
+}
+
+}  // namespace kdm::scheduler

@@ -1,0 +1,60 @@
+// Extender: kube-scheduler's filter and prioritize verbs, from a request
+// body to an HTTP answer (docs/extender.md). No I/O of its own: the HTTP
+// server (http_server.h) hands it bodies.
+//
+// - 400 with {"Error": "..."} for a body that does not decode (the message
+//   names the field); otherwise 200 with the scheduler's JSON.
+// - Nodes given in full are read from the body; NodeNames are looked up in
+//   the node cache (when there is one); unknown names and nodes without a
+//   readable annotation get no opinion: they pass the filter and score 0.
+//
+// Thread-safety: Filter and Prioritize may be called from any number of
+// threads at once.
+#ifndef KDM_SCHEDULER_EXTENDER_H_
+#define KDM_SCHEDULER_EXTENDER_H_
+
+#include <memory>
+#include <string>
+
+#include "kdm/scheduler/metrics.h"
+#include "kdm/scheduler/node_cache.h"
+#include "kdm/scheduler/node_devices.h"
+#include "kdm/scheduler/scorer.h"
+
+namespace kdm::scheduler {
+
+struct HttpAnswer {
+  int status = 200;
+  std::string body;
+};
+
+class Extender {
+ public:
+  struct Options {
+    ScorePolicy policy = ScorePolicy::kBestSet;
+    // Not owned; may be null (then NodeNames get no opinion).
+    const NodeCache* cache = nullptr;
+    // Not owned; may be null.
+    ExtenderMetrics* metrics = nullptr;
+    // Not owned; null: the extender keeps its own.
+    TopologyCache* topologies = nullptr;
+  };
+
+  explicit Extender(Options options);
+
+  // `body` may be padded with PadBody (read in place) or not (copied).
+  HttpAnswer Filter(const std::string& body);
+  HttpAnswer Prioritize(const std::string& body);
+
+  Scorer::Stats memo_stats() const { return scorer_.stats(); }
+
+ private:
+  const Options options_;
+  std::unique_ptr<TopologyCache> own_topologies_;
+  TopologyCache* topologies_;
+  Scorer scorer_;
+};
+
+}  // namespace kdm::scheduler
+
+#endif  // KDM_SCHEDULER_EXTENDER_H_

@@ -1,0 +1,468 @@
+#include "kdm/scheduler/extender_json.h"
+
+#include <simdjson.h>
+
+#include <charconv>
+#include <utility>
+
+#include "kdm/kube/annotation.h"
+#include "kdm/kube/requirements.h"
+
+namespace kdm::scheduler {
+namespace {
+
+namespace od = simdjson::ondemand;
+
+Status Bad(const std::string& where, const std::string& what) {
+  return InvalidArgumentError(where + ": " + what);
+}
+
+std::string Quoted(std::string_view s) {
+  std::string out;
+  AppendJsonString(s.substr(0, 128), &out);
+  return out;
+}
+
+// Extended resources have a domain ("nvidia.com/gpu"); cpu, memory,
+// hugepages-* and ephemeral-storage do not, and are not read.
+bool IsExtended(std::string_view name) { return name.find('/') != std::string_view::npos; }
+
+StatusOr<int64_t> ReadQuantity(od::value v, const std::string& where) {
+  od::json_type type;
+  if (v.type().get(type)) return Bad(where, "not JSON");
+  if (type == od::json_type::number) {
+    int64_t n = 0;
+    if (v.get_int64().get(n) || n < 0) return Bad(where, "must be a whole number of devices");
+    return n;
+  }
+  std::string_view s;
+  if (type != od::json_type::string || v.get_string().get(s)) {
+    return Bad(where, "must be a quantity string such as \"2\"");
+  }
+  int64_t n = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (s.empty() || s.size() > 18 || ec != std::errc() || end != s.data() + s.size() || n < 0) {
+    return Bad(where, Quoted(s) + " is not a whole number");
+  }
+  return n;
+}
+
+Status ReadAmounts(od::value v, const std::string& where, std::map<std::string, int64_t>* out) {
+  od::object o;
+  if (v.get_object().get(o)) return Bad(where, "must be an object");
+  for (auto f : o) {
+    std::string_view key;
+    if (f.unescaped_key().get(key)) return Bad(where, "bad key");
+    if (!IsExtended(key)) continue;
+    std::string name(key);
+    KDM_ASSIGN_OR_RETURN(int64_t n, ReadQuantity(f.value(), where + "['" + name + "']"));
+    (*out)[name] = n;
+  }
+  return OkStatus();
+}
+
+struct Container {
+  std::string name;
+  ContainerAmounts amounts;
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+Status ReadContainer(od::value v, const std::string& where, Container* c) {
+  od::object o;
+  if (v.get_object().get(o)) return Bad(where, "must be an object");
+  std::map<std::string, int64_t> limits, requests;
+  for (auto f : o) {
+    std::string_view key;
+    if (f.unescaped_key().get(key)) return Bad(where, "bad key");
+    if (key == "name") {
+      std::string_view s;
+      if (f.value().get_string().get(s)) return Bad(where + ".name", "must be a string");
+      c->name = std::string(s);
+    } else if (key == "restartPolicy") {
+      std::string_view s;
+      if (f.value().get_string().get(s)) return Bad(where + ".restartPolicy", "must be a string");
+      c->amounts.sidecar = s == "Always";
+    } else if (key == "env") {
+      od::array env;
+      if (f.value().get_array().get(env)) return Bad(where + ".env", "must be an array");
+      size_t i = 0;
+      for (auto item : env) {
+        const std::string at = where + ".env[" + std::to_string(i++) + "]";
+        od::object e;
+        if (item.get_object().get(e)) return Bad(at, "must be an object");
+        std::string name, value;
+        for (auto ef : e) {
+          std::string_view k, s;
+          if (ef.unescaped_key().get(k)) return Bad(at, "bad key");
+          if (k != "name" && k != "value") continue;
+          if (ef.value().get_string().get(s))
+            return Bad(at + "." + std::string(k), "must be a string");
+          (k == "name" ? name : value) = std::string(s);
+        }
+        c->env.emplace_back(std::move(name), std::move(value));
+      }
+    } else if (key == "resources") {
+      od::object r;
+      if (f.value().get_object().get(r)) return Bad(where + ".resources", "must be an object");
+      for (auto rf : r) {
+        std::string_view k;
+        if (rf.unescaped_key().get(k)) return Bad(where + ".resources", "bad key");
+        if (k == "limits") {
+          KDM_RETURN_IF_ERROR(ReadAmounts(rf.value(), where + ".resources.limits", &limits));
+        } else if (k == "requests") {
+          KDM_RETURN_IF_ERROR(ReadAmounts(rf.value(), where + ".resources.requests", &requests));
+        }
+      }
+    }
+  }
+  // Extended resources: requests equal limits; a limit alone is the request.
+  c->amounts.amounts = std::move(requests);
+  for (auto& [r, n] : limits) c->amounts.amounts[r] = n;
+  return OkStatus();
+}
+
+Status ReadContainers(od::value v, const std::string& where, std::vector<Container>* out) {
+  od::json_type type;
+  if (v.type().get(type)) return Bad(where, "not JSON");
+  if (type == od::json_type::null) return OkStatus();
+  od::array a;
+  if (v.get_array().get(a)) return Bad(where, "must be an array");
+  for (auto item : a) {
+    out->emplace_back();
+    od::value cv;
+    if (item.get(cv)) return Bad(where, "not JSON");
+    KDM_RETURN_IF_ERROR(
+        ReadContainer(cv, where + "[" + std::to_string(out->size() - 1) + "]", &out->back()));
+  }
+  return OkStatus();
+}
+
+StatusOr<PodRequest> ReadPod(od::value v) {
+  od::object pod;
+  if (v.get_object().get(pod)) return Bad("Pod", "must be an object (a v1.Pod)");
+  std::string name = "?", ns = "default";
+  std::vector<Container> init, app;
+  for (auto f : pod) {
+    std::string_view key;
+    if (f.unescaped_key().get(key)) return Bad("Pod", "bad key");
+    if (key == "metadata") {
+      od::object m;
+      if (f.value().get_object().get(m)) return Bad("Pod.metadata", "must be an object");
+      for (auto mf : m) {
+        std::string_view k, s;
+        if (mf.unescaped_key().get(k)) return Bad("Pod.metadata", "bad key");
+        if (k != "name" && k != "namespace") continue;
+        if (mf.value().get_string().get(s)) {
+          return Bad("Pod.metadata." + std::string(k), "must be a string");
+        }
+        (k == "name" ? name : ns) = std::string(s);
+      }
+    } else if (key == "spec") {
+      od::object spec;
+      if (f.value().get_object().get(spec)) return Bad("Pod.spec", "must be an object");
+      for (auto sf : spec) {
+        std::string_view k;
+        if (sf.unescaped_key().get(k)) return Bad("Pod.spec", "bad key");
+        if (k == "containers") {
+          KDM_RETURN_IF_ERROR(ReadContainers(sf.value(), "Pod.spec.containers", &app));
+        } else if (k == "initContainers") {
+          KDM_RETURN_IF_ERROR(ReadContainers(sf.value(), "Pod.spec.initContainers", &init));
+        }
+      }
+    }
+  }
+  PodRequest out;
+  out.name = ns + "/" + name;
+  std::vector<ContainerAmounts> init_amounts, app_amounts;
+  for (const Container& c : init) init_amounts.push_back(c.amounts);
+  for (const Container& c : app) app_amounts.push_back(c.amounts);
+  out.resources = EffectiveRequest(init_amounts, app_amounts);
+  for (const auto* list : {&init, &app}) {
+    const char* field = list == &init ? "Pod.spec.initContainers" : "Pod.spec.containers";
+    for (size_t i = 0; i < list->size(); ++i) {
+      const Container& c = (*list)[i];
+      ContainerRequirements cr;
+      for (const auto& [r, n] : c.amounts.amounts) {
+        if (n > 0) cr.resources.push_back(r);
+      }
+      if (cr.resources.empty()) continue;
+      StatusOr<kube::RequirementSet> set = kube::ParseRequirementEnv(c.env);
+      if (!set.ok()) {
+        return Bad(std::string(field) + "[" + std::to_string(i) + "].env",
+                   std::string(set.status().message()));
+      }
+      if (set->empty()) continue;
+      cr.container = c.name;
+      cr.requirements = std::move(*set);
+      out.requirements.push_back(std::move(cr));
+    }
+  }
+  return out;
+}
+
+Status ReadNode(od::value v, const std::string& where, NodeItem* node) {
+  od::object o;
+  if (v.get_object().get(o)) return Bad(where, "must be an object (a v1.Node)");
+  od::value meta;
+  if (auto e = o.find_field_unordered("metadata").get(meta); e) {
+    return Bad(where + ".metadata", e == simdjson::NO_SUCH_FIELD ? "missing" : "not JSON");
+  }
+  od::object m;
+  if (meta.get_object().get(m)) return Bad(where + ".metadata", "must be an object");
+  for (auto mf : m) {
+    std::string_view k;
+    if (mf.unescaped_key().get(k)) return Bad(where + ".metadata", "bad key");
+    if (k == "name") {
+      std::string_view s;
+      if (mf.value().get_string().get(s)) return Bad(where + ".metadata.name", "must be a string");
+      node->name = std::string(s);
+    } else if (k == "annotations") {
+      od::value av;
+      if (mf.value().get(av)) return Bad(where + ".metadata.annotations", "not JSON");
+      if (av.is_null()) continue;
+      od::object a;
+      if (av.get_object().get(a)) return Bad(where + ".metadata.annotations", "must be an object");
+      for (auto af : a) {
+        std::string_view ak;
+        if (af.unescaped_key().get(ak)) return Bad(where + ".metadata.annotations", "bad key");
+        if (ak != kube::kDevicesAnnotationKey) continue;
+        std::string_view s;
+        if (af.value().get_string().get(s)) {
+          return Bad(where + ".metadata.annotations['kdm.io/devices']", "must be a string");
+        }
+        // Room for simdjson's padding, so that it is read in place.
+        node->annotation.emplace();
+        node->annotation->reserve(s.size() + simdjson::SIMDJSON_PADDING);
+        node->annotation->assign(s);
+      }
+    }
+  }
+  if (node->name.empty()) return Bad(where + ".metadata.name", "missing");
+  if (o.reset().error() || o.raw_json().get(node->raw)) return Bad(where, "not JSON");
+  return OkStatus();
+}
+
+Status ReadNodes(od::value v, std::optional<std::vector<NodeItem>>* out) {
+  od::json_type type;
+  if (v.type().get(type)) return Bad("Nodes", "not JSON");
+  if (type == od::json_type::null) return OkStatus();
+  od::object list;
+  if (v.get_object().get(list)) return Bad("Nodes", "must be an object (a v1.NodeList)");
+  out->emplace();
+  for (auto f : list) {
+    std::string_view k;
+    if (f.unescaped_key().get(k)) return Bad("Nodes", "bad key");
+    if (k != "items") continue;
+    od::value iv;
+    if (f.value().get(iv)) return Bad("Nodes.items", "not JSON");
+    if (iv.is_null()) continue;
+    od::array items;
+    if (iv.get_array().get(items)) return Bad("Nodes.items", "must be an array");
+    for (auto item : items) {
+      (*out)->emplace_back();
+      od::value nv;
+      if (item.get(nv)) return Bad("Nodes.items", "not JSON");
+      KDM_RETURN_IF_ERROR(
+          ReadNode(nv, "Nodes.items[" + std::to_string((*out)->size() - 1) + "]", &(*out)->back()));
+    }
+  }
+  return OkStatus();
+}
+
+Status ReadNodeNames(od::value v, std::optional<std::vector<std::string>>* out) {
+  od::json_type type;
+  if (v.type().get(type)) return Bad("NodeNames", "not JSON");
+  if (type == od::json_type::null) return OkStatus();
+  od::array a;
+  if (v.get_array().get(a)) return Bad("NodeNames", "must be an array of strings");
+  out->emplace();
+  for (auto item : a) {
+    std::string_view s;
+    if (item.get_string().get(s)) {
+      return Bad("NodeNames[" + std::to_string((*out)->size()) + "]", "must be a string");
+    }
+    (*out)->emplace_back(s);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+size_t BodyPadding() { return simdjson::SIMDJSON_PADDING; }
+
+void PadBody(std::string* body) { body->reserve(body->size() + simdjson::SIMDJSON_PADDING); }
+
+StatusOr<ExtenderArgs> DecodeExtenderArgs(const std::string& body) {
+  simdjson::padded_string copy;
+  simdjson::padded_string_view view;
+  if (body.capacity() >= body.size() + simdjson::SIMDJSON_PADDING) {
+    view = simdjson::padded_string_view(body.data(), body.size(), body.capacity());
+  } else {
+    copy = simdjson::padded_string(body);
+    view = copy;
+  }
+  thread_local od::parser parser;
+  od::document doc;
+  if (auto e = parser.iterate(view).get(doc); e) {
+    return InvalidArgumentError(std::string("body is not JSON: ") + simdjson::error_message(e));
+  }
+  od::object root;
+  if (auto e = doc.get_object().get(root); e) {
+    return InvalidArgumentError("body must be a JSON object (ExtenderArgs)");
+  }
+  ExtenderArgs args;
+  bool has_pod = false;
+  for (auto f : root) {
+    std::string_view key;
+    if (auto e = f.unescaped_key().get(key); e) {
+      return InvalidArgumentError(std::string("body is not JSON: ") + simdjson::error_message(e));
+    }
+    od::value v;
+    if (auto e = f.value().get(v); e) {
+      return InvalidArgumentError(std::string("body is not JSON: ") + simdjson::error_message(e));
+    }
+    if (key == "Pod") {
+      if (v.is_null()) continue;
+      KDM_ASSIGN_OR_RETURN(args.pod, ReadPod(v));
+      has_pod = true;
+    } else if (key == "Nodes") {
+      KDM_RETURN_IF_ERROR(ReadNodes(v, &args.nodes));
+    } else if (key == "NodeNames") {
+      KDM_RETURN_IF_ERROR(ReadNodeNames(v, &args.node_names));
+    }
+  }
+  if (doc.current_location().error() != simdjson::OUT_OF_BOUNDS)
+    return InvalidArgumentError("body is not JSON: text after the object");
+  if (!has_pod) return InvalidArgumentError("Pod: missing");
+  if (!args.nodes && !args.node_names) {
+    return InvalidArgumentError("neither Nodes nor NodeNames is given");
+  }
+  return args;
+}
+
+StatusOr<NodeItem> DecodeNode(const std::string& json) {
+  simdjson::padded_string padded(json);
+  thread_local od::parser parser;
+  od::document doc;
+  if (auto e = parser.iterate(padded).get(doc); e) {
+    return InvalidArgumentError(std::string("Node: not JSON: ") + simdjson::error_message(e));
+  }
+  od::value v;
+  if (auto e = doc.get_value().get(v); e) {
+    return InvalidArgumentError(std::string("Node: not JSON: ") + simdjson::error_message(e));
+  }
+  NodeItem item;
+  KDM_RETURN_IF_ERROR(ReadNode(v, "Node", &item));
+  item.raw = {};
+  return item;
+}
+
+void AppendJsonString(std::string_view s, std::string* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->push_back('"');
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      default:
+        if (c < 0x20) {
+          out->append("\\u00");
+          out->push_back(kHex[c >> 4]);
+          out->push_back(kHex[c & 15]);
+        } else {
+          out->push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+namespace {
+
+void AppendReasons(const std::map<std::string, std::string>& m, std::string* out) {
+  out->push_back('{');
+  bool first = true;
+  for (const auto& [k, v] : m) {
+    if (!first) out->push_back(',');
+    first = false;
+    AppendJsonString(k, out);
+    out->push_back(':');
+    AppendJsonString(v, out);
+  }
+  out->push_back('}');
+}
+
+}  // namespace
+
+std::string EncodeFilterAnswer(const FilterAnswer& answer) {
+  std::string out;
+  size_t reserve = 256;
+  if (answer.nodes) {
+    for (std::string_view n : *answer.nodes) reserve += n.size() + 1;
+  }
+  out.reserve(reserve);
+  out.append("{\"Nodes\":");
+  if (answer.nodes) {
+    out.append("{\"metadata\":{},\"items\":[");
+    for (size_t i = 0; i < answer.nodes->size(); ++i) {
+      if (i) out.push_back(',');
+      out.append((*answer.nodes)[i]);
+    }
+    out.append("]}");
+  } else {
+    out.append("null");
+  }
+  out.append(",\"NodeNames\":");
+  if (answer.node_names) {
+    out.push_back('[');
+    for (size_t i = 0; i < answer.node_names->size(); ++i) {
+      if (i) out.push_back(',');
+      AppendJsonString((*answer.node_names)[i], &out);
+    }
+    out.push_back(']');
+  } else {
+    out.append("null");
+  }
+  out.append(",\"FailedNodes\":");
+  AppendReasons(answer.failed, &out);
+  out.append(",\"FailedAndUnresolvableNodes\":");
+  AppendReasons(answer.unresolvable, &out);
+  out.append(",\"Error\":");
+  AppendJsonString(answer.error, &out);
+  out.push_back('}');
+  return out;
+}
+
+std::string EncodePriorityList(const std::vector<std::pair<std::string, int>>& scores) {
+  std::string out = "[";
+  for (size_t i = 0; i < scores.size(); ++i) {
+    if (i) out.push_back(',');
+    out.append("{\"Host\":");
+    AppendJsonString(scores[i].first, &out);
+    out.append(",\"Score\":").append(std::to_string(scores[i].second)).push_back('}');
+  }
+  out.push_back(']');
+  return out;
+}
+
+std::string EncodeError(std::string_view message) {
+  std::string out = "{\"Error\":";
+  AppendJsonString(message, &out);
+  out.push_back('}');
+  return out;
+}
+
+}  // namespace kdm::scheduler

@@ -1,0 +1,39 @@
+// The extender's Prometheus metrics (docs/extender.md, "Metrics"), served
+// as text on GET /metrics:
+//   kdm_extender_requests_total{verb,code}      requests answered
+//   kdm_extender_request_seconds{verb}          latency (histogram)
+//   kdm_extender_nodes_total{verb}              nodes judged or scored
+//   kdm_extender_score_memo_total{result}       score memo hit / miss
+//   kdm_extender_node_cache_total{result}       NodeNames found / unknown
+//   kdm_extender_annotation_errors_total        annotations that did not read
+//   kdm_extender_cached_nodes                   nodes in the node cache
+//
+// Thread-safety: every method may be called from any thread.
+#ifndef KDM_SCHEDULER_METRICS_H_
+#define KDM_SCHEDULER_METRICS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace kdm::scheduler {
+
+class ExtenderMetrics {
+ public:
+  static std::unique_ptr<ExtenderMetrics> Create();
+  virtual ~ExtenderMetrics() = default;
+
+  virtual void Request(std::string_view verb, int code, double seconds) = 0;
+  virtual void Nodes(std::string_view verb, uint64_t n) = 0;
+  virtual void Memo(uint64_t hits, uint64_t misses) = 0;
+  virtual void NodeCache(uint64_t found, uint64_t unknown) = 0;
+  virtual void AnnotationErrors(uint64_t n) = 0;
+  virtual void CachedNodes(uint64_t n) = 0;
+  // The Prometheus text exposition.
+  virtual std::string Text() const = 0;
+};
+
+}  // namespace kdm::scheduler
+
+#endif  // KDM_SCHEDULER_METRICS_H_

@@ -1,0 +1,94 @@
+#include "kdm/scheduler/node_cache.h"
+
+#include <spdlog/spdlog.h>
+
+#include <utility>
+
+#include "kdm/base/log_value.h"
+#include "kdm/scheduler/extender_json.h"
+
+namespace kdm::scheduler {
+
+std::shared_ptr<const CachedNode> NodeCache::Read(const kube::NodeObject& node) {
+  auto out = std::make_shared<CachedNode>();
+  out->name = node.name;
+  StatusOr<NodeItem> item = DecodeNode(node.json);
+  Status s = item.status();
+  if (item.ok() && item->annotation) {
+    StatusOr<NodeDevices> d = ReadNodeDevices(*item->annotation, topologies_);
+    if (d.ok()) {
+      out->devices = std::move(*d);
+    } else {
+      s = d.status();
+    }
+  }
+  if (!s.ok()) {
+    out->error = std::string(s.message());
+    spdlog::warn("event=annotation_unreadable node={} error={}",
+                 QuoteLogValue(node.name, kMaxLogValueBytes),
+                 QuoteLogValue(out->error, kMaxLogValueBytes));
+  }
+  return out;
+}
+
+void NodeCache::Replace(const std::vector<kube::NodeObject>& nodes) {
+  std::map<std::string, std::shared_ptr<const CachedNode>, std::less<>> fresh;
+  uint64_t errors = 0;
+  for (const kube::NodeObject& n : nodes) {
+    auto c = Read(n);
+    if (!c->error.empty()) ++errors;
+    fresh[n.name] = std::move(c);
+  }
+  MutexLock lock(&mu_);
+  nodes_ = std::move(fresh);
+  annotation_errors_ += errors;
+}
+
+void NodeCache::Apply(kube::NodeEventType type, const kube::NodeObject& node) {
+  if (type == kube::NodeEventType::kDeleted) {
+    MutexLock lock(&mu_);
+    auto it = nodes_.find(node.name);
+    if (it != nodes_.end()) nodes_.erase(it);
+    return;
+  }
+  auto c = Read(node);
+  MutexLock lock(&mu_);
+  if (!c->error.empty()) ++annotation_errors_;
+  nodes_[node.name] = std::move(c);
+}
+
+std::shared_ptr<const CachedNode> NodeCache::Find(std::string_view name) const {
+  MutexLock lock(&mu_);
+  auto it = nodes_.find(name);
+  return it == nodes_.end() ? nullptr : it->second;
+}
+
+size_t NodeCache::size() const {
+  MutexLock lock(&mu_);
+  return nodes_.size();
+}
+
+uint64_t NodeCache::annotation_errors() const {
+  MutexLock lock(&mu_);
+  return annotation_errors_;
+}
+
+Status NodeCache::Start(kube::Client* client, kube::NodeInformer::Options options) {
+  if (informer_) return FailedPreconditionError("the node cache is already started");
+  options.client = client;
+  options.on_list = [this](std::vector<kube::NodeObject> nodes) { Replace(nodes); };
+  options.on_event = [this](kube::NodeEventType t, const kube::NodeObject& n) { Apply(t, n); };
+  KDM_ASSIGN_OR_RETURN(informer_, kube::NodeInformer::Start(std::move(options)));
+  return OkStatus();
+}
+
+void NodeCache::Stop() {
+  if (informer_) informer_->Stop();
+}
+
+std::optional<kube::NodeInformer::Stats> NodeCache::informer_stats() const {
+  if (!informer_) return std::nullopt;
+  return informer_->stats();
+}
+
+}  // namespace kdm::scheduler

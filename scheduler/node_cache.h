@@ -1,0 +1,75 @@
+// NodeCache: the nodes the extender knows from the API server (LIST +
+// WATCH through kube::NodeInformer), each with its kdm.io/devices
+// annotation already read, so that requests carrying only NodeNames
+// (nodeCacheCapable: true) are answered without Node objects. See
+// docs/extender.md, "Node cache".
+//
+// Thread-safety: Find/size from any thread; Replace/Apply are called by the
+// informer's thread (or a test); Start/Stop by the owner.
+//
+// Example:
+//   NodeCache cache(&topologies);
+//   KDM_RETURN_IF_ERROR(cache.Start(client.get()));
+//   std::shared_ptr<const CachedNode> n = cache.Find("gpu-node-7");
+#ifndef KDM_SCHEDULER_NODE_CACHE_H_
+#define KDM_SCHEDULER_NODE_CACHE_H_
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kdm/base/status.h"
+#include "kdm/base/sync.h"
+#include "kdm/kube/client.h"
+#include "kdm/kube/node_informer.h"
+#include "kdm/scheduler/node_devices.h"
+
+namespace kdm::scheduler {
+
+struct CachedNode {
+  std::string name;
+  // Unset without an annotation, or when it did not read (then `error`).
+  std::optional<NodeDevices> devices;
+  std::string error;
+};
+
+class NodeCache {
+ public:
+  explicit NodeCache(TopologyCache* topologies) : topologies_(topologies) {}
+  ~NodeCache() { Stop(); }
+  NodeCache(const NodeCache&) = delete;
+  NodeCache& operator=(const NodeCache&) = delete;
+
+  // Starts the informer on `client` (not owned; must outlive Stop()).
+  // `options.client` and the callbacks are set here.
+  Status Start(kube::Client* client, kube::NodeInformer::Options options = {});
+  // Stops the informer (joins its thread). Idempotent.
+  void Stop();
+
+  void Replace(const std::vector<kube::NodeObject>& nodes);
+  void Apply(kube::NodeEventType type, const kube::NodeObject& node);
+
+  // Null when the name is unknown.
+  std::shared_ptr<const CachedNode> Find(std::string_view name) const;
+  size_t size() const;
+  // Annotations that did not read, since the start.
+  uint64_t annotation_errors() const;
+  std::optional<kube::NodeInformer::Stats> informer_stats() const;
+
+ private:
+  std::shared_ptr<const CachedNode> Read(const kube::NodeObject& node);
+
+  TopologyCache* const topologies_;
+  mutable Mutex mu_;
+  std::map<std::string, std::shared_ptr<const CachedNode>, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
+  uint64_t annotation_errors_ ABSL_GUARDED_BY(mu_) = 0;
+  std::unique_ptr<kube::NodeInformer> informer_;  // owner's thread only
+};
+
+}  // namespace kdm::scheduler
+
+#endif  // KDM_SCHEDULER_NODE_CACHE_H_

@@ -1,0 +1,198 @@
+#include "kdm/scheduler/scorer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "kdm/topology/allocator.h"
+#include "kdm/topology/node_score.h"
+
+namespace kdm::scheduler {
+namespace {
+
+// V(S): the best total score of S split into pairs.
+StatusOr<int64_t> PairPacking(const topology::Topology& t, const std::vector<int>& set) {
+  if (set.size() < 2) return int64_t{0};
+  KDM_ASSIGN_OR_RETURN(topology::Allocation a,
+                       topology::Allocate(t, set, {}, 2, topology::Policy::kPacked));
+  return a.packed_score;
+}
+
+// n choose k, or limit + 1 when larger than limit.
+int64_t Choose(int n, int k, int64_t limit) {
+  if (k < 0 || k > n) return 0;
+  k = std::min(k, n - k);
+  int64_t c = 1;
+  for (int i = 1; i <= k; ++i) {
+    c = c * (n - k + i) / i;
+    if (c > limit) return limit + 1;
+  }
+  return c;
+}
+
+}  // namespace
+
+StatusOr<ScorePolicy> ParseScorePolicy(std::string_view name) {
+  if (name == "best-set") return ScorePolicy::kBestSet;
+  if (name == "packed") return ScorePolicy::kPacked;
+  return InvalidArgumentError("unknown policy '" + std::string(name) +
+                              "' (expected best-set or packed)");
+}
+
+std::string_view ScorePolicyName(ScorePolicy policy) {
+  return policy == ScorePolicy::kPacked ? "packed" : "best-set";
+}
+
+std::map<std::string, int64_t, std::less<>> EffectiveRequest(
+    const std::vector<ContainerAmounts>& init_containers,
+    const std::vector<ContainerAmounts>& containers) {
+  std::map<std::string, int64_t, std::less<>> out;
+  std::map<std::string, int64_t> sidecars;  // sidecars declared so far
+  std::map<std::string, int64_t> init_peak;
+  for (const ContainerAmounts& c : init_containers) {
+    if (c.sidecar) {
+      for (const auto& [r, n] : c.amounts) sidecars[r] += n;
+      continue;
+    }
+    std::map<std::string, int64_t> here = sidecars;
+    for (const auto& [r, n] : c.amounts) here[r] += n;
+    for (const auto& [r, n] : here) init_peak[r] = std::max(init_peak[r], n);
+  }
+  std::map<std::string, int64_t> app = sidecars;
+  for (const ContainerAmounts& c : containers) {
+    for (const auto& [r, n] : c.amounts) app[r] += n;
+  }
+  for (const auto& [r, n] : app) out[r] = std::max(out[r], n);
+  for (const auto& [r, n] : init_peak) out[r] = std::max(out[r], n);
+  for (auto it = out.begin(); it != out.end();) {
+    it = it->second > 0 ? std::next(it) : out.erase(it);
+  }
+  return out;
+}
+
+StatusOr<double> BestPackedScore(const topology::Topology& topology,
+                                 const std::vector<int>& available, int size) {
+  if (size < 1) return InvalidArgumentError("size " + std::to_string(size) + " is below 1");
+  const int m = static_cast<int>(available.size());
+  if (size > m) {
+    return ResourceExhaustedError("size " + std::to_string(size) + " is above the " +
+                                  std::to_string(m) + " available devices");
+  }
+  KDM_ASSIGN_OR_RETURN(int64_t whole, PairPacking(topology, available));
+  int64_t kept = -1;
+  if (Choose(m, size, kMaxPackedSubsets) <= kMaxPackedSubsets) {
+    // Every size-subset C, as a selection mask over `available`.
+    std::vector<char> pick(m, 0);
+    std::fill(pick.end() - size, pick.end(), 1);
+    std::vector<int> rest;
+    do {
+      rest.clear();
+      for (int i = 0; i < m; ++i) {
+        if (!pick[i]) rest.push_back(available[i]);
+      }
+      KDM_ASSIGN_OR_RETURN(int64_t v, PairPacking(topology, rest));
+      kept = std::max(kept, v);
+    } while (std::next_permutation(pick.begin(), pick.end()));
+  } else {
+    KDM_ASSIGN_OR_RETURN(topology::Allocation a, topology::Allocate(topology, available, {}, size,
+                                                                    topology::Policy::kPacked));
+    std::vector<int> rest;
+    std::set_difference(available.begin(), available.end(), a.chosen.begin(), a.chosen.end(),
+                        std::back_inserter(rest));
+    KDM_ASSIGN_OR_RETURN(kept, PairPacking(topology, rest));
+  }
+  const double loss = static_cast<double>(whole - kept);
+  const double score = 100.0 - loss * 100.0 / (size * double{topology::kNodeScorePairUnit});
+  return std::clamp(score, 0.0, 100.0);
+}
+
+Verdict Scorer::Filter(const PodRequest& pod, const NodeDevices* node) const {
+  if (node == nullptr) return {};
+  for (const ContainerRequirements& c : pod.requirements) {
+    for (const std::string& r : c.resources) {
+      auto it = node->resources.find(r);
+      if (it == node->resources.end()) continue;
+      Status met = kube::CheckRequirements(c.requirements, it->second.attributes);
+      if (!met.ok()) {
+        return {Verdict::Kind::kUnresolvable,
+                "kdm: container " + c.container + ": " + std::string(met.message())};
+      }
+    }
+  }
+  for (const auto& [r, n] : pod.resources) {
+    auto it = node->resources.find(r);
+    if (it == node->resources.end()) continue;
+    const int64_t free = static_cast<int64_t>(it->second.available.size());
+    if (free < n) {
+      return {Verdict::Kind::kFailed,
+              "kdm: " + std::to_string(free) + " " + r + " free, pod needs " + std::to_string(n)};
+    }
+  }
+  return {};
+}
+
+double Scorer::ResourceScore(const ResourceView& view, int size, Stats* counts) {
+  const topology::Topology& t = view.topology->topology;
+  const bool memo = view.topology->id != 0 && t.size() <= 64;
+  Key key;
+  if (memo) {
+    key.topology = view.topology->id;
+    for (int i : view.available) key.free |= uint64_t{1} << i;
+    key.size = size;
+    MutexLock lock(&mu_);
+    auto it = memo_.find(key);
+    if (it != memo_.end()) {
+      ++stats_.memo_hits;
+      if (counts) ++counts->memo_hits;
+      return it->second;
+    }
+    ++stats_.memo_misses;
+    if (counts) ++counts->memo_misses;
+  }
+  StatusOr<double> s = options_.policy == ScorePolicy::kPacked
+                           ? BestPackedScore(t, view.available, size)
+                           : topology::NodeScore(t, view.available, size);
+  double score = s.ok() ? *s : 0.0;
+  if (memo) {
+    MutexLock lock(&mu_);
+    if (memo_.size() >= options_.max_memo_entries) memo_.clear();
+    memo_.emplace(key, score);
+  }
+  return score;
+}
+
+double Scorer::Score(const PodRequest& pod, const NodeDevices* node, Stats* counts) {
+  if (node == nullptr) return 0;
+  double sum = 0;
+  int counted = 0;
+  for (const auto& [r, n] : pod.resources) {
+    auto it = node->resources.find(r);
+    if (it == node->resources.end() || it->second.topology == nullptr) continue;
+    ++counted;
+    if (static_cast<int64_t>(it->second.available.size()) < n || n > topology::kMaxDevices) {
+      continue;
+    }
+    sum += ResourceScore(it->second, static_cast<int>(n), counts);
+  }
+  return counted == 0 ? 0.0 : sum / counted;
+}
+
+std::vector<int> Scorer::ExtenderScores(const std::vector<double>& scores) {
+  std::vector<int64_t> milli(scores.size());
+  int64_t max = 0;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    milli[i] = std::llround(std::clamp(scores[i], 0.0, 100.0) * 1000);
+    max = std::max(max, milli[i]);
+  }
+  std::vector<int> out(scores.size(), 0);
+  if (max == 0) return out;
+  for (size_t i = 0; i < scores.size(); ++i) out[i] = static_cast<int>(milli[i] * 10 / max);
+  return out;
+}
+
+Scorer::Stats Scorer::stats() const {
+  MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace kdm::scheduler

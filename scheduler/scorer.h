@@ -1,0 +1,139 @@
+// The extender's decisions (docs/extender.md, "Scoring"): which nodes can
+// run a pod (filter) and how well (prioritize), from each node's
+// NodeDevices.
+//
+// - A pod's request per resource is its effective request
+//   (EffectiveRequest: the kubelet's rule for init containers and sidecars).
+// - Filter: a node whose requested resource has fewer free devices than the
+//   request fails ("kdm: 1 nvidia.com/gpu free, pod needs 2"); a node whose
+//   attributes fail a container's NVIDIA_REQUIRE_* fails unresolvably. A node
+//   without the annotation, or without a requested resource in it, passes.
+// - Score (0..100 per node): the mean over the requested resources that have
+//   a topology of the policy's resource score; 0 when there is none.
+//   best-set: topology::NodeScore. packed: BestPackedScore below.
+// - ExtenderScores: the scheduler's 0..10, score x 10 / max (integer
+//   division, on scores kept to 1/1000); all 0 when the max is 0.
+//
+// Scores are memoised per (topology, free set, size): nodes of one model
+// share a topology, so a request over thousands of nodes computes each
+// distinct case once.
+//
+// Thread-safety: Scorer's methods may be called from any thread.
+#ifndef KDM_SCHEDULER_SCORER_H_
+#define KDM_SCHEDULER_SCORER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kdm/base/status.h"
+#include "kdm/base/sync.h"
+#include "kdm/kube/requirements.h"
+#include "kdm/scheduler/node_devices.h"
+#include "kdm/topology/topology.h"
+
+namespace kdm::scheduler {
+
+enum class ScorePolicy { kBestSet, kPacked };
+
+// "best-set" or "packed"; INVALID_ARGUMENT naming the word otherwise.
+StatusOr<ScorePolicy> ParseScorePolicy(std::string_view name);
+std::string_view ScorePolicyName(ScorePolicy policy);
+
+// One container's extended-resource amounts (limits, else requests).
+struct ContainerAmounts {
+  std::map<std::string, int64_t> amounts;
+  bool sidecar = false;  // an init container with restartPolicy: Always
+};
+
+// max(sum of app containers + sidecars, each plain init container + the
+// sidecars declared before it), per resource; only amounts above 0 kept.
+std::map<std::string, int64_t, std::less<>> EffectiveRequest(
+    const std::vector<ContainerAmounts>& init_containers,
+    const std::vector<ContainerAmounts>& containers);
+
+// The NVIDIA_REQUIRE_* of a container that requests some resources.
+struct ContainerRequirements {
+  std::string container;
+  kube::RequirementSet requirements;
+  std::vector<std::string> resources;
+};
+
+struct PodRequest {
+  std::string name;  // "namespace/name", for messages
+  std::map<std::string, int64_t, std::less<>> resources;
+  std::vector<ContainerRequirements> requirements;  // non-empty sets only
+};
+
+// A packed score of 0..100 for placing `size` devices on a node whose free
+// devices are `available`: with V(S) the best total score of S split into
+// pairs (kdm's packed objective with groups of 2), the pod's devices C are
+// the `size`-subset of `available` that keeps V(available \ C) highest, and
+// the score is 100 - (V(available) - V(available \ C)) x 100 / (size x
+// kNodeScorePairUnit), clamped to 0..100. Exhaustive over the subsets when
+// there are at most kMaxPackedSubsets of them; otherwise C is
+// topology::Allocate's packed choice. Errors as topology::Allocate.
+inline constexpr int64_t kMaxPackedSubsets = 4096;
+StatusOr<double> BestPackedScore(const topology::Topology& topology,
+                                 const std::vector<int>& available, int size);
+
+struct Verdict {
+  enum class Kind { kPass, kFailed, kUnresolvable };
+  Kind kind = Kind::kPass;
+  std::string reason;
+};
+
+class Scorer {
+ public:
+  struct Options {
+    ScorePolicy policy = ScorePolicy::kBestSet;
+    // Memo entries kept; the memo is emptied when full.
+    size_t max_memo_entries = 1 << 20;
+  };
+  struct Stats {
+    uint64_t memo_hits = 0;
+    uint64_t memo_misses = 0;
+  };
+
+  explicit Scorer(Options options) : options_(options) {}
+
+  // `node` null: the node has no (readable) annotation.
+  Verdict Filter(const PodRequest& pod, const NodeDevices* node) const;
+  // 0..100; 0 without an opinion. Adds this call's memo hits and misses to
+  // `counts` when given.
+  double Score(const PodRequest& pod, const NodeDevices* node, Stats* counts = nullptr);
+  // The scheduler's 0..10 for each score.
+  static std::vector<int> ExtenderScores(const std::vector<double>& scores);
+
+  ScorePolicy policy() const { return options_.policy; }
+  Stats stats() const;
+
+ private:
+  struct Key {
+    uint64_t topology = 0;
+    uint64_t free = 0;
+    int size = 0;
+    friend bool operator==(const Key&, const Key&) = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      uint64_t h = k.topology * 0x9E3779B97F4A7C15ull ^ k.free;
+      h ^= static_cast<uint64_t>(k.size) << 56;
+      return static_cast<size_t>(h * 0xBF58476D1CE4E5B9ull);
+    }
+  };
+  double ResourceScore(const ResourceView& view, int size, Stats* counts);
+
+  const Options options_;
+  mutable Mutex mu_;
+  std::unordered_map<Key, double, KeyHash> memo_ ABSL_GUARDED_BY(mu_);
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kdm::scheduler
+
+#endif  // KDM_SCHEDULER_SCORER_H_
