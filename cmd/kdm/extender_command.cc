@@ -117,7 +117,11 @@ int RunExtender(const ExtenderFlags& flags) {
   auto server = scheduler::ExtenderServer::Start(std::move(server_options));
   if (!server.ok()) {
     if (cache) cache->Stop();
-    return fail(kRuntimeError, std::string(server.status().message()));
+    // A PEM that does not load is named by its flag and file.
+    std::string m(server.status().message());
+    if (m.rfind("TLS certificate: ", 0) == 0) m = "--tls-cert " + flags.tls_cert + ": " + m;
+    if (m.rfind("TLS key: ", 0) == 0) m = "--tls-key " + flags.tls_key + ": " + m;
+    return fail(kRuntimeError, m);
   }
   std::cerr << "kdm extender: listening on " << host << ":" << (*server)->port() << " policy "
             << scheduler::ScorePolicyName(*policy) << (cache ? " with node cache" : "")
