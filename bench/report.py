@@ -3,6 +3,8 @@
 
 Reads what ./run bench's benchmarks wrote into one directory:
   topology.json, checkpoint.json   Google Benchmark JSON (--benchmark_out)
+  extender.json                     Google Benchmark JSON with repetitions
+                                    (mean, p99 and min aggregates)
   e2e.jsonl                         one JSON object per figure, from
                                     alloc_e2e_bench, churn_bench and
                                     kubelet_bench.py ({"bench","name","value","unit"})
@@ -37,6 +39,26 @@ def load_gbench(path):
         if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
             continue
         out[b["name"]] = b
+    return out
+
+
+def load_aggregates(path):
+    """Google Benchmark JSON with repetitions -> {(run_name, aggregate): entry}.
+
+    run_name is the case's name up to its options, e.g. "BM_Filter/cold:0"
+    for "BM_Filter/cold:0/iterations:1/repeats:30/real_time"."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for b in data.get("benchmarks", []):
+        if b.get("run_type") != "aggregate" or b.get("error_occurred"):
+            continue
+        parts = [p for p in b.get("run_name", b["name"]).split("/")
+                 if not p.startswith(("iterations:", "repeats:", "real_time", "min_time:"))]
+        out[("/".join(parts), b.get("aggregate_name", ""))] = b
     return out
 
 
@@ -110,8 +132,14 @@ class Row:
                 "verdict": self.verdict()}
 
 
-def rows(e2e, topo, ckpt):
+def rows(e2e, topo, ckpt, ext):
     g = e2e.get
+
+    def x(case, aggregate):
+        b = ext.get((case, aggregate))
+        return to_unit(b, "real_time", "ms") if b else None
+
+    dom_mean = x("BM_ParseFloorDom", "mean")
     us_to_ms = lambda v: None if v is None else v / 1000.0
     reg = g("churn.register_ms")
     ck = {}
@@ -163,6 +191,22 @@ def rows(e2e, topo, ckpt):
             target="<= 30 MB", check=lambda v, r: v <= 30.0),
         Row("kubelet peak RSS, 1,000 pods admitted", g("kubelet.rss_pods_hwm_mb"), "MB",
             target="<= 60 MB", check=lambda v, r: v <= 60.0),
+        # kdm extender (docs/extender.md "Speed"): 5,000 full Node objects in
+        # each of the two requests; the floor parses both bodies with simdjson.
+        Row("extender filter + prioritize, 5,000 nodes, p99", x("BM_FilterPrioritize/cold:0", "p99"),
+            "ms", target="<= 100 ms", check=lambda v, r: v <= 100.0),
+        Row("extender filter + prioritize, 5,000 nodes, mean",
+            x("BM_FilterPrioritize/cold:0", "mean"), "ms",
+            floor=None if dom_mean is None else 2 * dom_mean, target="<= 2x floor",
+            check=lambda v, r: r is not None and r <= 2.0),
+        Row("  floor: simdjson parse of both bodies, mean", None if dom_mean is None else 2 * dom_mean,
+            "ms"),
+        Row("extender filter + prioritize, new extender, p99",
+            x("BM_FilterPrioritize/cold:1", "p99"), "ms"),
+        Row("extender filter, 5,000 nodes, p99", x("BM_Filter/cold:0", "p99"), "ms"),
+        Row("extender prioritize, 5,000 nodes, p99", x("BM_Prioritize/cold:0", "p99"), "ms"),
+        Row("extender 5,000 NodeNames from the cache, p99", x("BM_NodeNamesFromCache", "p99"), "ms",
+            target="<= 10 ms", check=lambda v, r: v <= 10.0),
     ]
 
 
@@ -191,7 +235,8 @@ def main():
     e2e = load_e2e(os.path.join(args.dir, "e2e.jsonl"))
     topo = load_gbench(os.path.join(args.dir, "topology.json"))
     ckpt = load_gbench(os.path.join(args.dir, "checkpoint.json"))
-    table = rows(e2e, topo, ckpt)
+    ext = load_aggregates(os.path.join(args.dir, "extender.json"))
+    table = rows(e2e, topo, ckpt, ext)
 
     head = ["figure", "value", "floor", "ratio", "target", "verdict"]
     cells = [r.cells() for r in table]
@@ -218,7 +263,10 @@ def main():
                                  "time_unit": b.get("time_unit", "ns")} for n, b in topo.items()},
                 "checkpoint": {n: {"real_time": b["real_time"], "cpu_time": b["cpu_time"],
                                    "time_unit": b.get("time_unit", "ns")}
-                               for n, b in ckpt.items()}},
+                               for n, b in ckpt.items()},
+                "extender": {"%s %s" % k: {"real_time": b["real_time"],
+                                           "time_unit": b.get("time_unit", "ns")}
+                             for k, b in ext.items()}},
     }
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
