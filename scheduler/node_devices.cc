@@ -3,6 +3,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -103,15 +104,11 @@ Status ReadResource(od::value v, const std::string& where, RawResource* r) {
 }  // namespace
 
 uint64_t TopologyCache::Hash(std::string_view matrix, std::string_view pcie) {
-  // FNV-1a over both texts, a separator between them.
-  uint64_t h = 0xcbf29ce484222325ull;
-  auto mix = [&h](std::string_view s) {
-    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  };
-  mix(matrix);
-  h = (h ^ 0xff) * 0x100000001b3ull;
-  mix(pcie);
-  return h;
+  // The library's string hash (eight bytes a step; byte-at-a-time FNV cost a
+  // tenth of a 5,000-node request), the two texts' hashes combined.
+  const uint64_t m = std::hash<std::string_view>{}(matrix);
+  const uint64_t p = std::hash<std::string_view>{}(pcie);
+  return m ^ (p + 0x9e3779b97f4a7c15ull + (m << 6) + (m >> 2));
 }
 
 std::shared_ptr<const SharedTopology> TopologyCache::Find(std::string_view matrix,
