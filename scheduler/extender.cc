@@ -56,10 +56,10 @@ Nodes Collect(const ExtenderArgs& args, TopologyCache* topologies, const NodeCac
     uint64_t found = 0, unknown = 0;
     const size_t n = args.node_names->size();
     out.names = *args.node_names;
-    out.cached.resize(n);
+    out.cached = cache != nullptr ? cache->FindAll(out.names)
+                                  : std::vector<std::shared_ptr<const CachedNode>>(n);
     out.devices.assign(n, nullptr);
     for (size_t i = 0; i < n && cache != nullptr; ++i) {
-      out.cached[i] = cache->Find(out.names[i]);
       if (!out.cached[i]) {
         ++unknown;
         continue;

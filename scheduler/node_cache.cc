@@ -32,7 +32,8 @@ std::shared_ptr<const CachedNode> NodeCache::Read(const kube::NodeObject& node) 
 }
 
 void NodeCache::Replace(const std::vector<kube::NodeObject>& nodes) {
-  std::map<std::string, std::shared_ptr<const CachedNode>, std::less<>> fresh;
+  NodeMap fresh;
+  fresh.reserve(nodes.size());
   uint64_t errors = 0;
   for (const kube::NodeObject& n : nodes) {
     auto c = Read(n);
@@ -61,6 +62,17 @@ std::shared_ptr<const CachedNode> NodeCache::Find(std::string_view name) const {
   MutexLock lock(&mu_);
   auto it = nodes_.find(name);
   return it == nodes_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<const CachedNode>> NodeCache::FindAll(
+    const std::vector<std::string>& names) const {
+  std::vector<std::shared_ptr<const CachedNode>> out(names.size());
+  MutexLock lock(&mu_);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = nodes_.find(std::string_view(names[i]));
+    if (it != nodes_.end()) out[i] = it->second;
+  }
+  return out;
 }
 
 size_t NodeCache::size() const {

@@ -15,11 +15,12 @@
 #define KDM_SCHEDULER_NODE_CACHE_H_
 
 #include <cstddef>
-#include <map>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "kdm/base/status.h"
@@ -55,6 +56,9 @@ class NodeCache {
 
   // Null when the name is unknown.
   std::shared_ptr<const CachedNode> Find(std::string_view name) const;
+  // Find for each name, under one lock (a NodeNames request's thousands).
+  std::vector<std::shared_ptr<const CachedNode>> FindAll(
+      const std::vector<std::string>& names) const;
   size_t size() const;
   // Annotations that did not read, since the start.
   uint64_t annotation_errors() const;
@@ -65,7 +69,15 @@ class NodeCache {
 
   TopologyCache* const topologies_;
   mutable Mutex mu_;
-  std::map<std::string, std::shared_ptr<const CachedNode>, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
+  // Looked up by string_view without a copy (a transparent hash).
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  using NodeMap =
+      std::unordered_map<std::string, std::shared_ptr<const CachedNode>, NameHash, std::equal_to<>>;
+
+  NodeMap nodes_ ABSL_GUARDED_BY(mu_);
   uint64_t annotation_errors_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<kube::NodeInformer> informer_;  // owner's thread only
 };
