@@ -227,7 +227,8 @@ TEST_F(ExtenderE2eTest, ChoosesTheNvlinkNodeAsTheNodesPublishTheirGpus) {
   ASSERT_TRUE(WaitUntil(
       [&] {
         std::string err = extender_->Err();
-        if (!std::regex_search(err, m, std::regex("listening on 127\\.0\\.0\\.1:([0-9]+)"))) {
+        if (!std::regex_search(err, m,
+                               std::regex("listening on 127\\.0\\.0\\.1:([0-9]+)[^\n]*\n"))) {
           return false;
         }
         port_ = static_cast<uint16_t>(std::stoi(m[1]));
@@ -235,6 +236,7 @@ TEST_F(ExtenderE2eTest, ChoosesTheNvlinkNodeAsTheNodesPublishTheirGpus) {
       },
       kWaitBound))
       << extender_->Err();
+  // The whole line has been written (the wait above matched its end).
   EXPECT_THAT(extender_->Err(), HasSubstr("with node cache"));
   ASSERT_TRUE(WaitUntil([&] { return WatchOpen(); }, kWaitBound)) << extender_->Err();
 
