@@ -59,6 +59,14 @@ class ManifestWatcherTest : public ::testing::Test {
     watcher_ = std::move(*w);
     ASSERT_TRUE(watcher_->Start().ok());
     thread_ = std::thread([this] { io_.run(); });
+    // Start() posts its first full rescan to the io thread. A file the test
+    // writes before that rescan ran would be reported twice (by the rescan
+    // and by its own inotify event), which is right but not what the tests
+    // count: wait until a handler posted after the rescan has run.
+    auto scanned = std::make_shared<std::promise<void>>();
+    std::future<void> done = scanned->get_future();
+    boost::asio::post(io_, [scanned] { scanned->set_value(); });
+    ASSERT_EQ(done.wait_for(10s), std::future_status::ready);
   }
 
   void StopWatcher() {
