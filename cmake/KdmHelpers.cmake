@@ -32,6 +32,7 @@ function(kdm_add_library module)
     add_library(${target} ${ARG_SOURCES})
     set(scope PUBLIC)
     kdm_warnings(${target})
+    kdm_unity_build(${target})
     target_link_libraries(${target} PRIVATE ${ARG_PRIVATE_DEPS})
   endif()
   add_library(kdm::${module} ALIAS ${target})
@@ -47,15 +48,59 @@ function(kdm_add_library module)
   set_property(GLOBAL PROPERTY KDM_MODULE_DIR_${module} ${CMAKE_CURRENT_SOURCE_DIR})
 endfunction()
 
-# kdm_add_test(<name> SOURCES <files...> LIBS <targets...> [LABELS <labels...>])
-# One gtest binary under build/bin/tests; each TEST() becomes its own ctest
-# entry (discovered when ctest runs, so the build never executes tests).
+# Test code's flags. Code generation is most of a build's cost, and test
+# code (tests, their helper programs, the fake NVML, fuzz replays) does little
+# work of its own: -O0 -g1 compiles a test source in 0.7x the time of -O2 -g
+# (-O1 saves nothing), and -g1 still gives file:line in every backtrace and
+# sanitizer report (docs/reliability.md, "Cost"). The kdm libraries and
+# binaries keep the build type's flags. An empty KDM_TEST_CXX_FLAGS gives
+# tests the build type's flags too.
+set(KDM_TEST_CXX_FLAGS "-O0;-g1" CACHE STRING "Compile flags added to kdm's test code")
+
+# Unity builds (KDM_UNITY_BUILD, on by default): a target's sources are
+# compiled up to six at a time as one unit, so the code every source
+# instantiates from gtest, gmock, CLI11, nlohmann, gRPC and spdlog is
+# compiled once per batch, not once per source (docs/reliability.md, "Cost").
+# Used for the kdm libraries, the kdm binary and the test binaries. Each
+# source keeps its file-local helpers under names of its own, so any batch
+# compiles; -DKDM_UNITY_BUILD=OFF builds one object per source.
+option(KDM_UNITY_BUILD "Compile kdm's targets in batches of sources" ON)
+function(kdm_unity_build target)
+  if(KDM_UNITY_BUILD)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 6)
+  endif()
+endfunction()
+
+# kdm_test_code(<target>): warnings, test flags and what every test source
+# may use: the build tree's include/ (wait_until.h, e2e_util.h), Boost, and
+# where the sources and the build are (KDM_TEST_SOURCE_DIR,
+# KDM_TEST_BINARY_DIR).
+function(kdm_test_code target)
+  kdm_warnings(${target})
+  target_compile_options(${target} PRIVATE ${KDM_TEST_CXX_FLAGS})
+  target_include_directories(${target} PRIVATE ${PROJECT_BINARY_DIR}/include)
+  target_include_directories(${target} SYSTEM PRIVATE ${Boost_INCLUDE_DIRS})
+  target_compile_definitions(${target} PRIVATE KDM_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    KDM_TEST_BINARY_DIR="${PROJECT_BINARY_DIR}")
+endfunction()
+
+# kdm_add_test(<name> SOURCES <files...> LIBS <targets...> [LABELS <labels...>]
+#              [TIMEOUT <seconds>] [DEPENDS <targets...>])
+# One gtest binary under build/bin/tests, one per test folder and kind (label
+# and timeout), so a build links a couple of dozen test binaries, not one per
+# source; each TEST() becomes its own ctest entry, named Suite.Test as before
+# (discovered when ctest runs, so the build never executes tests). DEPENDS:
+# targets the tests run (kdm, helper processes, the fake NVML).
 function(kdm_add_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS;DEPENDS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
-  kdm_warnings(${name})
+  kdm_test_code(${name})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin/tests)
+  kdm_unity_build(${name})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gmock GTest::gtest_main)
+  if(ARG_DEPENDS)
+    add_dependencies(${name} ${ARG_DEPENDS})
+  endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()

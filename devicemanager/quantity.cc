@@ -19,7 +19,7 @@ Status Invalid(std::string_view text, std::string_view why) {
                               "\": " + std::string(why));
 }
 
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+bool IsQuantityDigit(char c) { return c >= '0' && c <= '9'; }
 
 struct Suffix {
   int pow10 = 0;  // value *= 10^pow10
@@ -101,7 +101,7 @@ bool ParseSuffix(std::string_view s, Suffix* out, std::string* why) {
     }
     int64_t value = 0;
     for (char c : e) {
-      if (!IsDigit(c)) {
+      if (!IsQuantityDigit(c)) {
         *why = "exponent \"" + std::string(s.substr(1)) + "\" is not an integer";
         return false;
       }
@@ -143,7 +143,7 @@ StatusOr<Quantity> Quantity::Parse(std::string_view text) {
       seen_point = true;
       continue;
     }
-    if (!IsDigit(c)) break;
+    if (!IsQuantityDigit(c)) break;
     seen_digit = true;
     if (mantissa == 0 && c == '0') {
       if (seen_point) ++scale;

@@ -13,7 +13,7 @@ namespace {
 
 namespace od = simdjson::ondemand;
 
-Status Bad(const std::string& where, const std::string& what) {
+Status BadRequest(const std::string& where, const std::string& what) {
   return InvalidArgumentError(where + ": " + what);
 }
 
@@ -29,30 +29,31 @@ bool IsExtended(std::string_view name) { return name.find('/') != std::string_vi
 
 StatusOr<int64_t> ReadQuantity(od::value v, const std::string& where) {
   od::json_type type;
-  if (v.type().get(type)) return Bad(where, "not JSON");
+  if (v.type().get(type)) return BadRequest(where, "not JSON");
   if (type == od::json_type::number) {
     int64_t n = 0;
-    if (v.get_int64().get(n) || n < 0) return Bad(where, "must be a whole number of devices");
+    if (v.get_int64().get(n) || n < 0)
+      return BadRequest(where, "must be a whole number of devices");
     return n;
   }
   std::string_view s;
   if (type != od::json_type::string || v.get_string().get(s)) {
-    return Bad(where, "must be a quantity string such as \"2\"");
+    return BadRequest(where, "must be a quantity string such as \"2\"");
   }
   int64_t n = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
   if (s.empty() || s.size() > 18 || ec != std::errc() || end != s.data() + s.size() || n < 0) {
-    return Bad(where, Quoted(s) + " is not a whole number");
+    return BadRequest(where, Quoted(s) + " is not a whole number");
   }
   return n;
 }
 
 Status ReadAmounts(od::value v, const std::string& where, std::map<std::string, int64_t>* out) {
   od::object o;
-  if (v.get_object().get(o)) return Bad(where, "must be an object");
+  if (v.get_object().get(o)) return BadRequest(where, "must be an object");
   for (auto f : o) {
     std::string_view key;
-    if (f.unescaped_key().get(key)) return Bad(where, "bad key");
+    if (f.unescaped_key().get(key)) return BadRequest(where, "bad key");
     if (!IsExtended(key)) continue;
     std::string name(key);
     KDM_ASSIGN_OR_RETURN(int64_t n, ReadQuantity(f.value(), where + "['" + name + "']"));
@@ -69,44 +70,46 @@ struct Container {
 
 Status ReadContainer(od::value v, const std::string& where, Container* c) {
   od::object o;
-  if (v.get_object().get(o)) return Bad(where, "must be an object");
+  if (v.get_object().get(o)) return BadRequest(where, "must be an object");
   std::map<std::string, int64_t> limits, requests;
   for (auto f : o) {
     std::string_view key;
-    if (f.unescaped_key().get(key)) return Bad(where, "bad key");
+    if (f.unescaped_key().get(key)) return BadRequest(where, "bad key");
     if (key == "name") {
       std::string_view s;
-      if (f.value().get_string().get(s)) return Bad(where + ".name", "must be a string");
+      if (f.value().get_string().get(s)) return BadRequest(where + ".name", "must be a string");
       c->name = std::string(s);
     } else if (key == "restartPolicy") {
       std::string_view s;
-      if (f.value().get_string().get(s)) return Bad(where + ".restartPolicy", "must be a string");
+      if (f.value().get_string().get(s))
+        return BadRequest(where + ".restartPolicy", "must be a string");
       c->amounts.sidecar = s == "Always";
     } else if (key == "env") {
       od::array env;
-      if (f.value().get_array().get(env)) return Bad(where + ".env", "must be an array");
+      if (f.value().get_array().get(env)) return BadRequest(where + ".env", "must be an array");
       size_t i = 0;
       for (auto item : env) {
         const std::string at = where + ".env[" + std::to_string(i++) + "]";
         od::object e;
-        if (item.get_object().get(e)) return Bad(at, "must be an object");
+        if (item.get_object().get(e)) return BadRequest(at, "must be an object");
         std::string name, value;
         for (auto ef : e) {
           std::string_view k, s;
-          if (ef.unescaped_key().get(k)) return Bad(at, "bad key");
+          if (ef.unescaped_key().get(k)) return BadRequest(at, "bad key");
           if (k != "name" && k != "value") continue;
           if (ef.value().get_string().get(s))
-            return Bad(at + "." + std::string(k), "must be a string");
+            return BadRequest(at + "." + std::string(k), "must be a string");
           (k == "name" ? name : value) = std::string(s);
         }
         c->env.emplace_back(std::move(name), std::move(value));
       }
     } else if (key == "resources") {
       od::object r;
-      if (f.value().get_object().get(r)) return Bad(where + ".resources", "must be an object");
+      if (f.value().get_object().get(r))
+        return BadRequest(where + ".resources", "must be an object");
       for (auto rf : r) {
         std::string_view k;
-        if (rf.unescaped_key().get(k)) return Bad(where + ".resources", "bad key");
+        if (rf.unescaped_key().get(k)) return BadRequest(where + ".resources", "bad key");
         if (k == "limits") {
           KDM_RETURN_IF_ERROR(ReadAmounts(rf.value(), where + ".resources.limits", &limits));
         } else if (k == "requests") {
@@ -123,14 +126,14 @@ Status ReadContainer(od::value v, const std::string& where, Container* c) {
 
 Status ReadContainers(od::value v, const std::string& where, std::vector<Container>* out) {
   od::json_type type;
-  if (v.type().get(type)) return Bad(where, "not JSON");
+  if (v.type().get(type)) return BadRequest(where, "not JSON");
   if (type == od::json_type::null) return OkStatus();
   od::array a;
-  if (v.get_array().get(a)) return Bad(where, "must be an array");
+  if (v.get_array().get(a)) return BadRequest(where, "must be an array");
   for (auto item : a) {
     out->emplace_back();
     od::value cv;
-    if (item.get(cv)) return Bad(where, "not JSON");
+    if (item.get(cv)) return BadRequest(where, "not JSON");
     KDM_RETURN_IF_ERROR(
         ReadContainer(cv, where + "[" + std::to_string(out->size() - 1) + "]", &out->back()));
   }
@@ -139,30 +142,30 @@ Status ReadContainers(od::value v, const std::string& where, std::vector<Contain
 
 StatusOr<PodRequest> ReadPod(od::value v) {
   od::object pod;
-  if (v.get_object().get(pod)) return Bad("Pod", "must be an object (a v1.Pod)");
+  if (v.get_object().get(pod)) return BadRequest("Pod", "must be an object (a v1.Pod)");
   std::string name = "?", ns = "default";
   std::vector<Container> init, app;
   for (auto f : pod) {
     std::string_view key;
-    if (f.unescaped_key().get(key)) return Bad("Pod", "bad key");
+    if (f.unescaped_key().get(key)) return BadRequest("Pod", "bad key");
     if (key == "metadata") {
       od::object m;
-      if (f.value().get_object().get(m)) return Bad("Pod.metadata", "must be an object");
+      if (f.value().get_object().get(m)) return BadRequest("Pod.metadata", "must be an object");
       for (auto mf : m) {
         std::string_view k, s;
-        if (mf.unescaped_key().get(k)) return Bad("Pod.metadata", "bad key");
+        if (mf.unescaped_key().get(k)) return BadRequest("Pod.metadata", "bad key");
         if (k != "name" && k != "namespace") continue;
         if (mf.value().get_string().get(s)) {
-          return Bad("Pod.metadata." + std::string(k), "must be a string");
+          return BadRequest("Pod.metadata." + std::string(k), "must be a string");
         }
         (k == "name" ? name : ns) = std::string(s);
       }
     } else if (key == "spec") {
       od::object spec;
-      if (f.value().get_object().get(spec)) return Bad("Pod.spec", "must be an object");
+      if (f.value().get_object().get(spec)) return BadRequest("Pod.spec", "must be an object");
       for (auto sf : spec) {
         std::string_view k;
-        if (sf.unescaped_key().get(k)) return Bad("Pod.spec", "bad key");
+        if (sf.unescaped_key().get(k)) return BadRequest("Pod.spec", "bad key");
         if (k == "containers") {
           KDM_RETURN_IF_ERROR(ReadContainers(sf.value(), "Pod.spec.containers", &app));
         } else if (k == "initContainers") {
@@ -188,8 +191,8 @@ StatusOr<PodRequest> ReadPod(od::value v) {
       if (cr.resources.empty()) continue;
       StatusOr<kube::RequirementSet> set = kube::ParseRequirementEnv(c.env);
       if (!set.ok()) {
-        return Bad(std::string(field) + "[" + std::to_string(i) + "].env",
-                   std::string(set.status().message()));
+        return BadRequest(std::string(field) + "[" + std::to_string(i) + "].env",
+                          std::string(set.status().message()));
       }
       if (set->empty()) continue;
       cr.container = c.name;
@@ -202,33 +205,36 @@ StatusOr<PodRequest> ReadPod(od::value v) {
 
 Status ReadNode(od::value v, const std::string& where, NodeItem* node) {
   od::object o;
-  if (v.get_object().get(o)) return Bad(where, "must be an object (a v1.Node)");
+  if (v.get_object().get(o)) return BadRequest(where, "must be an object (a v1.Node)");
   od::value meta;
   if (auto e = o.find_field_unordered("metadata").get(meta); e) {
-    return Bad(where + ".metadata", e == simdjson::NO_SUCH_FIELD ? "missing" : "not JSON");
+    return BadRequest(where + ".metadata", e == simdjson::NO_SUCH_FIELD ? "missing" : "not JSON");
   }
   od::object m;
-  if (meta.get_object().get(m)) return Bad(where + ".metadata", "must be an object");
+  if (meta.get_object().get(m)) return BadRequest(where + ".metadata", "must be an object");
   for (auto mf : m) {
     std::string_view k;
-    if (mf.unescaped_key().get(k)) return Bad(where + ".metadata", "bad key");
+    if (mf.unescaped_key().get(k)) return BadRequest(where + ".metadata", "bad key");
     if (k == "name") {
       std::string_view s;
-      if (mf.value().get_string().get(s)) return Bad(where + ".metadata.name", "must be a string");
+      if (mf.value().get_string().get(s))
+        return BadRequest(where + ".metadata.name", "must be a string");
       node->name = std::string(s);
     } else if (k == "annotations") {
       od::value av;
-      if (mf.value().get(av)) return Bad(where + ".metadata.annotations", "not JSON");
+      if (mf.value().get(av)) return BadRequest(where + ".metadata.annotations", "not JSON");
       if (av.is_null()) continue;
       od::object a;
-      if (av.get_object().get(a)) return Bad(where + ".metadata.annotations", "must be an object");
+      if (av.get_object().get(a))
+        return BadRequest(where + ".metadata.annotations", "must be an object");
       for (auto af : a) {
         std::string_view ak;
-        if (af.unescaped_key().get(ak)) return Bad(where + ".metadata.annotations", "bad key");
+        if (af.unescaped_key().get(ak))
+          return BadRequest(where + ".metadata.annotations", "bad key");
         if (ak != kube::kDevicesAnnotationKey) continue;
         std::string_view s;
         if (af.value().get_string().get(s)) {
-          return Bad(where + ".metadata.annotations['kdm.io/devices']", "must be a string");
+          return BadRequest(where + ".metadata.annotations['kdm.io/devices']", "must be a string");
         }
         // Room for simdjson's padding, so that it is read in place.
         node->annotation.emplace();
@@ -237,31 +243,31 @@ Status ReadNode(od::value v, const std::string& where, NodeItem* node) {
       }
     }
   }
-  if (node->name.empty()) return Bad(where + ".metadata.name", "missing");
-  if (o.reset().error() || o.raw_json().get(node->raw)) return Bad(where, "not JSON");
+  if (node->name.empty()) return BadRequest(where + ".metadata.name", "missing");
+  if (o.reset().error() || o.raw_json().get(node->raw)) return BadRequest(where, "not JSON");
   return OkStatus();
 }
 
 Status ReadNodes(od::value v, std::optional<std::vector<NodeItem>>* out) {
   od::json_type type;
-  if (v.type().get(type)) return Bad("Nodes", "not JSON");
+  if (v.type().get(type)) return BadRequest("Nodes", "not JSON");
   if (type == od::json_type::null) return OkStatus();
   od::object list;
-  if (v.get_object().get(list)) return Bad("Nodes", "must be an object (a v1.NodeList)");
+  if (v.get_object().get(list)) return BadRequest("Nodes", "must be an object (a v1.NodeList)");
   out->emplace();
   for (auto f : list) {
     std::string_view k;
-    if (f.unescaped_key().get(k)) return Bad("Nodes", "bad key");
+    if (f.unescaped_key().get(k)) return BadRequest("Nodes", "bad key");
     if (k != "items") continue;
     od::value iv;
-    if (f.value().get(iv)) return Bad("Nodes.items", "not JSON");
+    if (f.value().get(iv)) return BadRequest("Nodes.items", "not JSON");
     if (iv.is_null()) continue;
     od::array items;
-    if (iv.get_array().get(items)) return Bad("Nodes.items", "must be an array");
+    if (iv.get_array().get(items)) return BadRequest("Nodes.items", "must be an array");
     for (auto item : items) {
       (*out)->emplace_back();
       od::value nv;
-      if (item.get(nv)) return Bad("Nodes.items", "not JSON");
+      if (item.get(nv)) return BadRequest("Nodes.items", "not JSON");
       KDM_RETURN_IF_ERROR(
           ReadNode(nv, "Nodes.items[" + std::to_string((*out)->size() - 1) + "]", &(*out)->back()));
     }
@@ -271,15 +277,15 @@ Status ReadNodes(od::value v, std::optional<std::vector<NodeItem>>* out) {
 
 Status ReadNodeNames(od::value v, std::optional<std::vector<std::string>>* out) {
   od::json_type type;
-  if (v.type().get(type)) return Bad("NodeNames", "not JSON");
+  if (v.type().get(type)) return BadRequest("NodeNames", "not JSON");
   if (type == od::json_type::null) return OkStatus();
   od::array a;
-  if (v.get_array().get(a)) return Bad("NodeNames", "must be an array of strings");
+  if (v.get_array().get(a)) return BadRequest("NodeNames", "must be an array of strings");
   out->emplace();
   for (auto item : a) {
     std::string_view s;
     if (item.get_string().get(s)) {
-      return Bad("NodeNames[" + std::to_string((*out)->size()) + "]", "must be a string");
+      return BadRequest("NodeNames[" + std::to_string((*out)->size()) + "]", "must be a string");
     }
     (*out)->emplace_back(s);
   }

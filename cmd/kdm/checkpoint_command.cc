@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "kdm/checkpoint/kubelet_json.h"
 #include "kdm/checkpoint/kubelet_json_store.h"
@@ -25,17 +26,13 @@ struct CheckpointFlags {
   bool no_verify = false;
 };
 
-constexpr int kOk = 0;
-constexpr int kRuntimeError = 1;
-constexpr int kUsageError = 2;
-
-int Usage(const std::string& command, const std::string& message) {
+int CheckpointUsage(const std::string& command, const std::string& message) {
   std::cerr << "kdm checkpoint " << command << ": " << message << "\n"
             << "Run 'kdm checkpoint " << command << " --help' for usage.\n";
   return kUsageError;
 }
 
-int Fail(const std::string& command, const Status& status) {
+int CheckpointFail(const std::string& command, const Status& status) {
   std::cerr << "kdm checkpoint " << command << ": " << status.message() << "\n";
   return kRuntimeError;
 }
@@ -45,12 +42,12 @@ int Fail(const std::string& command, const Status& status) {
 bool CommonFlags(const std::string& command, const CheckpointFlags& flags, ckpt::StoreKind* kind,
                  int* exit_code) {
   if (flags.root.empty()) {
-    *exit_code = Usage(command, "--root is required");
+    *exit_code = CheckpointUsage(command, "--root is required");
     return false;
   }
   StatusOr<ckpt::StoreKind> parsed = ckpt::ParseStoreKind(flags.kind);
   if (!parsed.ok()) {
-    *exit_code = Usage(command, "--checkpoint: " + parsed.status().message());
+    *exit_code = CheckpointUsage(command, "--checkpoint: " + parsed.status().message());
     return false;
   }
   *kind = *parsed;
@@ -126,12 +123,12 @@ int Show(const CheckpointFlags& flags) {
   int code = kOk;
   if (!CommonFlags("show", flags, &kind, &code)) return code;
   if (flags.output != "text" && flags.output != "json") {
-    return Usage("show", "-o must be text or json, got \"" + flags.output + "\"");
+    return CheckpointUsage("show", "-o must be text or json, got \"" + flags.output + "\"");
   }
   StatusOr<std::unique_ptr<ckpt::Store>> store = OpenExisting(flags, kind);
-  if (!store.ok()) return Fail("show", store.status());
+  if (!store.ok()) return CheckpointFail("show", store.status());
   StatusOr<ckpt::CheckpointData> data = (*store)->Load();
-  if (!data.ok()) return Fail("show", data.status());
+  if (!data.ok()) return CheckpointFail("show", data.status());
   if (flags.output == "json") {
     PrintJson((*store)->Describe(), *data);
   } else {
@@ -144,19 +141,20 @@ int Export(const CheckpointFlags& flags) {
   ckpt::StoreKind kind;
   int code = kOk;
   if (!CommonFlags("export", flags, &kind, &code)) return code;
-  if (flags.file.empty()) return Usage("export", "the output FILE is required ('-' for stdout)");
+  if (flags.file.empty())
+    return CheckpointUsage("export", "the output FILE is required ('-' for stdout)");
   StatusOr<std::unique_ptr<ckpt::Store>> store = OpenExisting(flags, kind);
-  if (!store.ok()) return Fail("export", store.status());
+  if (!store.ok()) return CheckpointFail("export", store.status());
   StatusOr<ckpt::CheckpointData> data = (*store)->Load();
-  if (!data.ok()) return Fail("export", data.status());
+  if (!data.ok()) return CheckpointFail("export", data.status());
   if (flags.file == "-") {
     std::cout << ckpt::EncodeKubeletCheckpoint(*data);
     std::cout.flush();
-    if (!std::cout) return Fail("export", UnavailableError("cannot write to stdout"));
+    if (!std::cout) return CheckpointFail("export", UnavailableError("cannot write to stdout"));
     return kOk;
   }
   if (Status s = ckpt::WriteKubeletCheckpointFile(flags.file, *data); !s.ok()) {
-    return Fail("export", s);
+    return CheckpointFail("export", s);
   }
   std::cerr << "exported " << data->entries.size() << " entries from " << (*store)->Describe()
             << " to " << flags.file << "\n";
@@ -167,7 +165,8 @@ int Import(const CheckpointFlags& flags) {
   ckpt::StoreKind kind;
   int code = kOk;
   if (!CommonFlags("import", flags, &kind, &code)) return code;
-  if (flags.file.empty()) return Usage("import", "the kubelet checkpoint FILE is required");
+  if (flags.file.empty())
+    return CheckpointUsage("import", "the kubelet checkpoint FILE is required");
   // Read and check the whole file first: a bad file changes nothing.
   StatusOr<ckpt::CheckpointData> data =
       ckpt::ReadKubeletCheckpointFile(flags.file, /*verify_checksum=*/!flags.no_verify);
@@ -176,14 +175,14 @@ int Import(const CheckpointFlags& flags) {
     if (s.code() == StatusCode::kDataLoss) {
       s = Status(s.code(), s.message() + " (use --no-verify to import it anyway)");
     }
-    return Fail("import", s);
+    return CheckpointFail("import", s);
   }
   StatusOr<ckpt::OpenResult> opened = ckpt::OpenStoreForRoot(flags.root, kind);
-  if (!opened.ok()) return Fail("import", opened.status());
+  if (!opened.ok()) return CheckpointFail("import", opened.status());
   if (!opened->recovered.ok()) {
     std::cerr << "kdm checkpoint import: warning: " << opened->recovered.message() << "\n";
   }
-  if (Status s = opened->store->Replace(*data); !s.ok()) return Fail("import", s);
+  if (Status s = opened->store->Replace(*data); !s.ok()) return CheckpointFail("import", s);
   std::cerr << "imported " << data->entries.size() << " entries and "
             << data->registered_devices.size() << " resources from " << flags.file << " into "
             << opened->store->Describe() << "\n";

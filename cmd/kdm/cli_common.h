@@ -22,6 +22,11 @@
 
 namespace kdm::cli {
 
+// The exit codes of every subcommand: done, failed at run time, bad usage.
+inline constexpr int kOk = 0;
+inline constexpr int kRuntimeError = 1;
+inline constexpr int kUsageError = 2;
+
 // Makes a stderr logger named `name` (UTC timestamps, one event per line,
 // flushed at once) the default logger, at `level`.
 void SetUpStderrLogging(const std::string& name, spdlog::level::level_enum level);

@@ -32,7 +32,6 @@ namespace kdm::cli {
 namespace {
 
 constexpr int kChecksFailed = 1;
-constexpr int kUsageError = 2;
 constexpr int kCannotCheck = 3;
 
 struct ConformFlags {
@@ -45,7 +44,7 @@ struct ConformFlags {
   bool verbose = false;
 };
 
-int Fail(int code, const std::string& message) {
+int ConformFail(int code, const std::string& message) {
   std::cerr << "kdm conform: " << message << "\n";
   if (code == kUsageError) std::cerr << "Run 'kdm conform --help' for usage.\n";
   return code;
@@ -78,16 +77,16 @@ int RunConform(const ConformFlags& f) {
       {"--junit", {&f.junit, &junit}}};
   for (const auto& [flag, from_to] : paths) {
     StatusOr<std::string> abs = AbsolutePathFlag(flag, *from_to.first);
-    if (!abs.ok()) return Fail(kCannotCheck, abs.status().message());
+    if (!abs.ok()) return ConformFail(kCannotCheck, abs.status().message());
     *from_to.second = *abs;
   }
   options.resource = f.resource;
   StatusOr<std::chrono::milliseconds> timeout = ParseDurationFlag(f.timeout);
-  if (!timeout.ok()) return Fail(kUsageError, "--timeout: " + timeout.status().message());
+  if (!timeout.ok()) return ConformFail(kUsageError, "--timeout: " + timeout.status().message());
   options.timeout = *timeout;
   options.only = SplitIds(f.only);
   if (Status s = conformance::Runner::CheckOptions(options); !s.ok()) {
-    return Fail(kUsageError, s.message());
+    return ConformFail(kUsageError, s.message());
   }
   SetUpLogging(f.verbose);
   // A socket path that cannot work and a directory that cannot be made are
@@ -95,24 +94,24 @@ int RunConform(const ConformFlags& f) {
   if (!options.root.empty()) {
     const std::string dir = options.root + "/device-plugins";
     if (Status s = CheckSocketPathFlag("--root", dir + "/kubelet.sock"); !s.ok()) {
-      return Fail(kCannotCheck, s.message());
+      return ConformFail(kCannotCheck, s.message());
     }
     if (Status s = MakeDirectoryFlag("--root", dir); !s.ok()) {
-      return Fail(kCannotCheck, s.message());
+      return ConformFail(kCannotCheck, s.message());
     }
   } else if (Status s = CheckSocketPathFlag("--plugin-socket", options.plugin_socket); !s.ok()) {
-    return Fail(kCannotCheck, s.message());
+    return ConformFail(kCannotCheck, s.message());
   }
   // A plugin that goes away mid-check must not kill us with SIGPIPE.
   signal(SIGPIPE, SIG_IGN);
 
   StatusOr<conformance::Report> report = conformance::Runner::Run(options);
-  if (!report.ok()) return Fail(kCannotCheck, report.status().message());
+  if (!report.ok()) return ConformFail(kCannotCheck, report.status().message());
   std::cout << conformance::RenderText(*report) << std::flush;
   if (!junit.empty()) {
     if (Status s = conformance::WriteFileAtomically(junit, conformance::RenderJUnit(*report));
         !s.ok()) {
-      return Fail(kCannotCheck, "--junit: " + s.message());
+      return ConformFail(kCannotCheck, "--junit: " + s.message());
     }
   }
   return report->failed() > 0 ? kChecksFailed : 0;
@@ -143,7 +142,7 @@ void AddConformCommand(CLI::App& app, int& exit_code) {
   cmd->callback([&exit_code, flags, cmd] {
     std::vector<std::string> extras = cmd->remaining();
     if (!extras.empty()) {
-      exit_code = Fail(kUsageError, UnknownArgumentsMessage(extras));
+      exit_code = ConformFail(kUsageError, UnknownArgumentsMessage(extras));
       return;
     }
     exit_code = RunConform(*flags);

@@ -28,9 +28,6 @@
 namespace kdm::cli {
 namespace {
 
-constexpr int kOk = 0;
-constexpr int kRuntimeError = 1;
-constexpr int kUsageError = 2;
 constexpr uint64_t kMaxPemBytes = 1 << 20;
 
 struct ExtenderFlags {

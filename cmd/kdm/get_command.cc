@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "kdm/base/status.h"
 #include "kdm/devicemanager/pod_resources_client.h"
@@ -26,10 +27,6 @@ namespace kdm::cli {
 namespace {
 
 using ordered_json = nlohmann::ordered_json;
-
-constexpr int kOk = 0;
-constexpr int kRuntimeError = 1;
-constexpr int kUsageError = 2;
 
 struct GetFlags {
   std::string root;
@@ -126,12 +123,12 @@ StatusOr<fakes::NodeStatus> ReadNodeStatus(const std::string& root) {
   return node;
 }
 
-int Fail(const std::string& what, const Status& s) {
+int GetFail(const std::string& what, const Status& s) {
   std::cerr << "kdm get " << what << ": " << s.message() << "\n";
   return kRuntimeError;
 }
 
-int Usage(const std::string& what, const std::string& message) {
+int GetUsage(const std::string& what, const std::string& message) {
   std::cerr << "kdm get " << what << ": " << message << "\n"
             << "Run 'kdm get " << what << " --help' for usage.\n";
   return kUsageError;
@@ -139,15 +136,15 @@ int Usage(const std::string& what, const std::string& message) {
 
 bool CheckFlags(const std::string& what, const GetFlags& flags, int* exit_code) {
   if (flags.root.empty()) {
-    *exit_code = Usage(what, "--root is required");
+    *exit_code = GetUsage(what, "--root is required");
     return false;
   }
   if (flags.output != "table" && flags.output != "json") {
-    *exit_code = Usage(what, "-o must be table or json, not \"" + flags.output + "\"");
+    *exit_code = GetUsage(what, "-o must be table or json, not \"" + flags.output + "\"");
     return false;
   }
   if (flags.timeout_seconds <= 0) {
-    *exit_code = Usage(what, "--timeout must be positive");
+    *exit_code = GetUsage(what, "--timeout must be positive");
     return false;
   }
   return true;
@@ -167,9 +164,9 @@ int GetPods(const GetFlags& flags) {
   int code = kOk;
   if (!CheckFlags("pods", flags, &code)) return code;
   auto client = Connect(flags);
-  if (!client.ok()) return Fail("pods", client.status());
+  if (!client.ok()) return GetFail("pods", client.status());
   auto list = (*client)->List();
-  if (!list.ok()) return Fail("pods", list.status());
+  if (!list.ok()) return GetFail("pods", list.status());
 
   if (flags.output == "json") {
     ordered_json pods = ordered_json::array();
@@ -209,11 +206,11 @@ int GetDevices(const GetFlags& flags) {
   int code = kOk;
   if (!CheckFlags("devices", flags, &code)) return code;
   auto client = Connect(flags);
-  if (!client.ok()) return Fail("devices", client.status());
+  if (!client.ok()) return GetFail("devices", client.status());
   auto allocatable = (*client)->GetAllocatableResources();
-  if (!allocatable.ok()) return Fail("devices", allocatable.status());
+  if (!allocatable.ok()) return GetFail("devices", allocatable.status());
   auto list = (*client)->List();
-  if (!list.ok()) return Fail("devices", list.status());
+  if (!list.ok()) return GetFail("devices", list.status());
 
   struct DeviceRow {
     std::set<int64_t> numa;
@@ -280,7 +277,7 @@ int GetCapacity(const GetFlags& flags) {
   int code = kOk;
   if (!CheckFlags("capacity", flags, &code)) return code;
   auto node = ReadNodeStatus(flags.root);
-  if (!node.ok()) return Fail("capacity", node.status());
+  if (!node.ok()) return GetFail("capacity", node.status());
   if (flags.output == "json") {
     std::cout << fakes::RenderNodeStatus(*node);
     return kOk;

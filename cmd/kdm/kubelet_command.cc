@@ -49,8 +49,6 @@ struct KubeletFlags {
   PublishLoopFlags publish_loop;
 };
 
-constexpr int kUsageError = 2;
-
 void SetUpLogging(int verbosity) {
   SetUpStderrLogging("kdm-kubelet", verbosity >= 2   ? spdlog::level::trace
                                     : verbosity == 1 ? spdlog::level::debug

@@ -56,9 +56,6 @@
 namespace kdm::cli {
 namespace {
 
-constexpr int kRuntimeError = 1;
-constexpr int kUsageError = 2;
-
 struct PluginFlags {
   std::string root;
   std::string plugin_dir;
@@ -82,7 +79,7 @@ struct PluginFlags {
   std::string health_recovery;
 };
 
-int Fail(int code, const std::string& message) {
+int PluginFail(int code, const std::string& message) {
   std::cerr << "kdm plugin: " << message << "\n";
   if (code == kUsageError) std::cerr << "Run 'kdm plugin --help' for usage.\n";
   return code;
@@ -224,10 +221,10 @@ int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
   spdlog::info("event=fault_mode fault={}", f.fault);
   StatusOr<std::unique_ptr<fakes::FaultyPlugin>> created =
       fakes::FaultyPlugin::Create(config, f.fault);
-  if (!created.ok()) return Fail(kRuntimeError, created.status().message());
+  if (!created.ok()) return PluginFail(kRuntimeError, created.status().message());
   std::unique_ptr<fakes::FaultyPlugin> plugin = std::move(*created);
   const std::string& resource = config.resource_name;
-  if (Status s = plugin->Start(); !s.ok()) return Fail(kRuntimeError, s.message());
+  if (Status s = plugin->Start(); !s.ok()) return PluginFail(kRuntimeError, s.message());
   spdlog::info("event=serving resource={} socket={} devices={} source={} fault={}", resource,
                plugin->SocketPath(), plugin->healthy().topology().size(),
                QuoteLogValue(plugin->healthy().source()), f.fault);
@@ -278,16 +275,16 @@ int RunNvmlPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
   c.policy = *config.policy;
   if (!f.health_recovery.empty()) {
     StatusOr<std::chrono::milliseconds> d = ParseDurationFlag(f.health_recovery);
-    if (!d.ok()) return Fail(kUsageError, "--health-recovery: " + d.status().message());
+    if (!d.ok()) return PluginFail(kUsageError, "--health-recovery: " + d.status().message());
     if (d->count() <= 0) {
-      return Fail(kUsageError, "--health-recovery must be a positive duration, got '" +
-                                   f.health_recovery + "' (leave it out for no recovery)");
+      return PluginFail(kUsageError, "--health-recovery must be a positive duration, got '" +
+                                         f.health_recovery + "' (leave it out for no recovery)");
     }
     c.health_recovery = *d;
   }
   const char* disable = std::getenv(nvml::kDisableHealthChecksEnv);
   StatusOr<nvml::HealthChecks> checks = nvml::ParseDisableHealthChecks(disable ? disable : "");
-  if (!checks.ok()) return Fail(kUsageError, checks.status().message());
+  if (!checks.ok()) return PluginFail(kUsageError, checks.status().message());
   c.health_checks = *checks;
 
   // No NVML at all is the one failure users meet first: one line, exit 2.
@@ -297,14 +294,14 @@ int RunNvmlPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
       std::cerr << library.status().message() << "\n";
       return kUsageError;
     }
-    return Fail(kRuntimeError, library.status().message());
+    return PluginFail(kRuntimeError, library.status().message());
   }
   StatusOr<std::unique_ptr<nvml::NvmlPlugin>> created =
       nvml::NvmlPlugin::Create(std::move(c), std::move(*library));
-  if (!created.ok()) return Fail(kRuntimeError, created.status().message());
+  if (!created.ok()) return PluginFail(kRuntimeError, created.status().message());
   std::unique_ptr<nvml::NvmlPlugin> plugin = std::move(*created);
   const std::string& resource = config.resource_name;
-  if (Status s = plugin->Start(); !s.ok()) return Fail(kRuntimeError, s.message());
+  if (Status s = plugin->Start(); !s.ok()) return PluginFail(kRuntimeError, s.message());
   std::cout << "ready plugin=" << resource << " socket=" << plugin->server().SocketPath()
             << " devices=" << plugin->node().gpus.size() << " source=nvml" << std::endl;
   const int sig = ServeUntilSignal(
@@ -318,7 +315,7 @@ int RunNvmlPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
 
 int RunPlugin(const PluginFlags& given) {
   StatusOr<PluginFlags> absolute = WithAbsolutePaths(given);
-  if (!absolute.ok()) return Fail(kRuntimeError, absolute.status().message());
+  if (!absolute.ok()) return PluginFail(kRuntimeError, absolute.status().message());
   PluginFlags f = *absolute;
   if (f.nvml && f.resource.empty()) f.resource = nvml::kNvidiaGpuResource;
 
@@ -331,7 +328,7 @@ int RunPlugin(const PluginFlags& given) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   fakes::PluginConfig config;
-  if (auto usage = CheckUsage(f, &config)) return Fail(kUsageError, *usage);
+  if (auto usage = CheckUsage(f, &config)) return PluginFail(kUsageError, *usage);
   SetUpLogging(f.verbose);
   // Both sockets in the plugin directory must fit a unix socket path: said
   // here, naming the flag that gave the directory.
@@ -341,14 +338,14 @@ int RunPlugin(const PluginFlags& given) {
   for (const std::string& name : {std::string(pluginapi::kKubeletSocketName), own_socket}) {
     std::string socket = (std::filesystem::path(config.plugin_dir) / name).string();
     if (Status s = CheckSocketPathFlag(dir_flag, socket); !s.ok()) {
-      return Fail(kRuntimeError, s.message());
+      return PluginFail(kRuntimeError, s.message());
     }
   }
   if (!f.root.empty()) {
     // The agent may not have made its directory yet; the plugin waits for
     // kubelet.sock there either way.
     if (Status s = MakeDirectoryFlag("--root", config.plugin_dir); !s.ok()) {
-      return Fail(kRuntimeError, s.message());
+      return PluginFail(kRuntimeError, s.message());
     }
   }
   if (f.fault_given) return RunFaultyPlugin(f, config, stop_signals);
@@ -358,7 +355,7 @@ int RunPlugin(const PluginFlags& given) {
       fakes::FakeDevicePlugin::Create(config);
   if (!created.ok()) {
     // The flags' shape was checked above: what is left is files and paths.
-    return Fail(kRuntimeError, created.status().message());
+    return PluginFail(kRuntimeError, created.status().message());
   }
   std::unique_ptr<fakes::FakeDevicePlugin> plugin = std::move(*created);
   const std::string& resource = config.resource_name;
@@ -389,14 +386,14 @@ int RunPlugin(const PluginFlags& given) {
                 resource, path, QuoteLogValue(error.message()));
           }
         });
-    if (!w.ok()) return Fail(kUsageError, w.status().message());
+    if (!w.ok()) return PluginFail(kUsageError, w.status().message());
     watcher = std::move(*w);
-    if (Status s = watcher->Start(); !s.ok()) return Fail(kRuntimeError, s.message());
+    if (Status s = watcher->Start(); !s.ok()) return PluginFail(kRuntimeError, s.message());
   }
 
   if (Status s = plugin->Start(); !s.ok()) {
     if (watcher) watcher->Stop();
-    return Fail(kRuntimeError, s.message());
+    return PluginFail(kRuntimeError, s.message());
   }
   std::cout << "ready plugin=" << resource << " socket=" << plugin->server().SocketPath()
             << " devices=" << plugin->topology().size() << std::endl;
@@ -461,7 +458,7 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
     flags->fault_given = fault->count() > 0;
     std::vector<std::string> extras = cmd->remaining();
     if (!extras.empty()) {
-      exit_code = Fail(kUsageError, UnknownArgumentsMessage(extras));
+      exit_code = PluginFail(kUsageError, UnknownArgumentsMessage(extras));
       return;
     }
     exit_code = RunPlugin(*flags);

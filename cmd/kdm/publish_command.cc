@@ -33,8 +33,6 @@
 namespace kdm::cli {
 namespace {
 
-constexpr int kOk = 0;
-
 struct PublishFlags {
   PublishLoopFlags loop;
   std::string socket;

@@ -23,6 +23,7 @@
 #include <variant>
 #include <vector>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "kdm/nvml/discovery.h"
 #include "kdm/nvml/library.h"
@@ -37,9 +38,6 @@ namespace {
 using topology::Allocation;
 using topology::Topology;
 
-constexpr int kRuntimeError = 1;
-constexpr int kUsageError = 2;
-
 // An error with the exit code it maps to. A bare one is printed as it is,
 // without the command's prefix or the usage hint.
 struct Failure {
@@ -48,7 +46,7 @@ struct Failure {
   bool bare = false;
 };
 
-int Fail(const Failure& f) {
+int TopoFail(const Failure& f) {
   if (f.bare) {
     std::cerr << f.message << "\n";
     return f.code;
@@ -202,18 +200,18 @@ int RunAllocate(const AllocateFlags& f) {
   if (f.size.empty() && f.source.nvml && f.available.empty() && f.must_include.empty()) {
     return RunNvmlShow(f.source, f.json);
   }
-  if (f.size.empty()) return Fail({kUsageError, "--size N is required"});
+  if (f.size.empty()) return TopoFail({kUsageError, "--size N is required"});
   auto size = ParseNonNegative(f.size);
-  if (!size) return Fail({kUsageError, "--size '" + f.size + "' is not a number"});
-  if (*size < 1) return Fail({kUsageError, "--size must be at least 1, got " + f.size});
+  if (!size) return TopoFail({kUsageError, "--size '" + f.size + "' is not a number"});
+  if (*size < 1) return TopoFail({kUsageError, "--size must be at least 1, got " + f.size});
   auto policy = topology::ParsePolicy(f.policy);
-  if (!policy.ok()) return Fail({kUsageError, policy.status().message()});
+  if (!policy.ok()) return TopoFail({kUsageError, policy.status().message()});
   auto budget = ParseNonNegative(f.budget_ms);
-  if (!budget) return Fail({kUsageError, "--budget-ms '" + f.budget_ms + "' is not a number"});
+  if (!budget) return TopoFail({kUsageError, "--budget-ms '" + f.budget_ms + "' is not a number"});
 
   std::string label;
   auto loaded = LoadSource(f.source, &label);
-  if (auto* e = std::get_if<Failure>(&loaded)) return Fail(*e);
+  if (auto* e = std::get_if<Failure>(&loaded)) return TopoFail(*e);
   const Topology& t = std::get<Topology>(loaded);
 
   std::vector<int> available;
@@ -221,23 +219,23 @@ int RunAllocate(const AllocateFlags& f) {
     for (int i = 0; i < t.size(); ++i) available.push_back(i);
   } else {
     auto list = ParseDeviceList(t, "--available", f.available);
-    if (auto* e = std::get_if<Failure>(&list)) return Fail(*e);
+    if (auto* e = std::get_if<Failure>(&list)) return TopoFail(*e);
     available = std::get<std::vector<int>>(list);
   }
   std::vector<int> must;
   if (!f.must_include.empty()) {
     auto list = ParseDeviceList(t, "--must-include", f.must_include);
-    if (auto* e = std::get_if<Failure>(&list)) return Fail(*e);
+    if (auto* e = std::get_if<Failure>(&list)) return TopoFail(*e);
     must = std::get<std::vector<int>>(list);
   }
 
   topology::AllocateOptions options;
   options.budget = std::chrono::milliseconds(*budget);
   auto chosen = topology::Allocate(t, available, must, *size, *policy, options);
-  if (!chosen.ok()) return Fail({kRuntimeError, chosen.status().message()});
+  if (!chosen.ok()) return TopoFail({kRuntimeError, chosen.status().message()});
   auto first_fit =
       topology::Allocate(t, available, must, *size, topology::Policy::kFirstFit, options);
-  if (!first_fit.ok()) return Fail({kRuntimeError, first_fit.status().message()});
+  if (!first_fit.ok()) return TopoFail({kRuntimeError, first_fit.status().message()});
 
   if (f.json) {
     nlohmann::ordered_json out;
@@ -283,7 +281,7 @@ int RunPresets() {
 int RunShow(const Source& source, bool json) {
   std::string label;
   auto loaded = LoadSource(source, &label);
-  if (auto* e = std::get_if<Failure>(&loaded)) return Fail(*e);
+  if (auto* e = std::get_if<Failure>(&loaded)) return TopoFail(*e);
   const Topology& t = std::get<Topology>(loaded);
   std::cout << (json ? topology::RenderTopologyJson(t) : topology::RenderNvidiaSmi(t));
   return 0;
@@ -295,7 +293,7 @@ int RunNvmlShow(const Source& source, bool json) {
   std::string label;
   NvmlFacts facts;
   auto loaded = LoadSource(source, &label, &facts);
-  if (auto* e = std::get_if<Failure>(&loaded)) return Fail(*e);
+  if (auto* e = std::get_if<Failure>(&loaded)) return TopoFail(*e);
   const Topology& t = std::get<Topology>(loaded);
   const nvml::NodeInfo& node = facts.node;
   if (json) {

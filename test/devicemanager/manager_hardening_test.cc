@@ -51,8 +51,8 @@ using ::testing::StrictMock;
 
 using kdm::devicemanager::testing::MakePod;
 
-constexpr char kGpu[] = "vendor.com/gpu";
-constexpr char kNic[] = "vendor.com/nic";
+constexpr char kHardGpu[] = "vendor.com/gpu";
+constexpr char kHardNic[] = "vendor.com/nic";
 
 // Fault injection as a decorator: a memory store whose next `fail_next`
 // Apply calls fail. Locked: the Manager writes from its threads while the
@@ -148,13 +148,13 @@ class LogCapture {
 // Effects of other threads are waited for with the default bound (10 s).
 using kdm::test::WaitUntil;
 
-struct FakePlugin {
+struct HardFakePlugin {
   std::shared_ptr<StrictMock<MockDevicePluginStub>> stub =
       std::make_shared<StrictMock<MockDevicePluginStub>>();
   std::shared_ptr<FakeListAndWatch> stream = std::make_shared<FakeListAndWatch>();
 };
 
-v1beta1::ListAndWatchResponse Gpus(int n, bool healthy = true) {
+v1beta1::ListAndWatchResponse HardGpus(int n, bool healthy = true) {
   std::vector<kdm::testing::TestDevice> d;
   for (int i = 0; i < n; ++i) d.push_back({"gpu" + std::to_string(i), healthy, i % 2});
   return Snapshot(d);
@@ -206,9 +206,9 @@ class ManagerHardeningTest : public ::testing::Test {
         });
   }
 
-  FakePlugin& AddPlugin(const std::string& socket, v1beta1::ListAndWatchResponse first,
-                        bool preferred = false, bool pre_start = false) {
-    FakePlugin& p = plugins_[socket];
+  HardFakePlugin& AddPlugin(const std::string& socket, v1beta1::ListAndWatchResponse first,
+                            bool preferred = false, bool pre_start = false) {
+    HardFakePlugin& p = plugins_[socket];
     v1beta1::DevicePluginOptions opts;
     opts.set_get_preferred_allocation_available(preferred);
     opts.set_pre_start_required(pre_start);
@@ -260,7 +260,7 @@ class ManagerHardeningTest : public ::testing::Test {
   std::string dir_;
   std::shared_ptr<FakeClock> clock_;
   std::shared_ptr<FailingStore> store_;
-  std::map<std::string, FakePlugin> plugins_;
+  std::map<std::string, HardFakePlugin> plugins_;
   // A subscriber's callback runs until TearDown stops the Manager, after the
   // test body has returned: whatever it touches is a member, never a local of
   // the body (a local Notification here was written after its frame was gone
@@ -284,13 +284,13 @@ class ManagerHardeningTest : public ::testing::Test {
 // code: the reader delivered it itself) or queued behind the first.
 TEST_F(ManagerHardeningTest, RegressionLaterSnapshotsEventsNeverOvertakeEarlierOnes) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
+  HardFakePlugin& p = AddPlugin("/p/gpu.sock", HardGpus(2));
   manager_->Subscribe([this](const std::vector<DeviceHealthEvent>& ev) {
     kdm::MutexLock l(&seen_mu_);
     seen_.insert(seen_.end(), ev.begin(), ev.end());
   });
   // The hook runs on the delivery thread until TearDown: members, not locals.
-  FakePlugin* plugin = &p;  // a fixture member (plugins_), copied into the hook
+  HardFakePlugin* plugin = &p;  // a fixture member (plugins_), copied into the hook
   manager_->SetBeforeHealthDeliveryForTest([this, plugin](const std::vector<DeviceHealthEvent>&) {
     if (!first_delivery_.exchange(false)) return;
     plugin->stream->Push(Gpu1(false));
@@ -301,12 +301,12 @@ TEST_F(ManagerHardeningTest, RegressionLaterSnapshotsEventsNeverOvertakeEarlierO
       return manager_->PendingHealthEventsForTest() > 0;  // queued behind this batch
     });
   });
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  ASSERT_TRUE(manager_->RegisterPlugin(kHardGpu, "/p/gpu.sock").ok());
   ASSERT_TRUE(WaitUntil([&] { return Seen().size() >= 3; }));
   EXPECT_TRUE(second_was_ready_);
-  EXPECT_THAT(Seen(), ElementsAre(DeviceHealthEvent{kGpu, "gpu0", true},
-                                  DeviceHealthEvent{kGpu, "gpu1", true},
-                                  DeviceHealthEvent{kGpu, "gpu1", false}));
+  EXPECT_THAT(Seen(), ElementsAre(DeviceHealthEvent{kHardGpu, "gpu0", true},
+                                  DeviceHealthEvent{kHardGpu, "gpu1", true},
+                                  DeviceHealthEvent{kHardGpu, "gpu1", false}));
 }
 
 // A subscriber that blocks while a plugin flaps one device 10,000 times: the
@@ -314,7 +314,7 @@ TEST_F(ManagerHardeningTest, RegressionLaterSnapshotsEventsNeverOvertakeEarlierO
 // stays bounded, and once the subscriber returns it sees the final state.
 TEST_F(ManagerHardeningTest, SlowSubscriberKeepsTheQueueBoundedAndSeesTheFinalState) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
+  HardFakePlugin& p = AddPlugin("/p/gpu.sock", HardGpus(2));
   manager_->Subscribe([&](const std::vector<DeviceHealthEvent>& ev) {
     if (!blocked_.HasBeenNotified()) {
       blocked_.Notify();
@@ -323,13 +323,14 @@ TEST_F(ManagerHardeningTest, SlowSubscriberKeepsTheQueueBoundedAndSeesTheFinalSt
     kdm::MutexLock l(&seen_mu_);
     seen_.insert(seen_.end(), ev.begin(), ev.end());
   });
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  ASSERT_TRUE(manager_->RegisterPlugin(kHardGpu, "/p/gpu.sock").ok());
   ASSERT_TRUE(blocked_.WaitForNotificationWithTimeout(absl::Seconds(10)));
   constexpr int kFlips = 10'000;
   for (int i = 0; i < kFlips; ++i) p.stream->Push(Gpu1(i % 2 == 1));  // ends healthy
   // The last snapshot adds gpu2, so its arrival is visible.
   p.stream->Push(Snapshot({{"gpu0", true, 0}, {"gpu1", false, 1}, {"gpu2", true, 0}}));
-  ASSERT_TRUE(WaitUntil([&] { return manager_->GetCapacity().resources.at(kGpu).capacity == 3; }));
+  ASSERT_TRUE(
+      WaitUntil([&] { return manager_->GetCapacity().resources.at(kHardGpu).capacity == 3; }));
   const std::size_t max_pending = manager_->MaxPendingHealthEventsForTest();
   EXPECT_LE(max_pending, ManagerImpl::kHealthEventsCoalesceAt + 2);
   EXPECT_GT(max_pending, 0u);
@@ -349,7 +350,7 @@ TEST_F(ManagerHardeningTest, SlowSubscriberKeepsTheQueueBoundedAndSeesTheFinalSt
 
 TEST_F(ManagerHardeningTest, StopDeliversEveryQueuedEventThenNoCallbackRuns) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
+  HardFakePlugin& p = AddPlugin("/p/gpu.sock", HardGpus(2));
   manager_->Subscribe([&](const std::vector<DeviceHealthEvent>& ev) {
     if (!blocked_.HasBeenNotified()) {
       blocked_.Notify();
@@ -358,16 +359,16 @@ TEST_F(ManagerHardeningTest, StopDeliversEveryQueuedEventThenNoCallbackRuns) {
     kdm::MutexLock l(&seen_mu_);
     seen_.insert(seen_.end(), ev.begin(), ev.end());
   });
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  ASSERT_TRUE(manager_->RegisterPlugin(kHardGpu, "/p/gpu.sock").ok());
   ASSERT_TRUE(blocked_.WaitForNotificationWithTimeout(absl::Seconds(10)));
   p.stream->Push(Gpu1(false));
-  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu) == 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kHardGpu) == 1; }));
   release_.Notify();
   p.stream->Close();
   manager_->Stop();
   const std::vector<DeviceHealthEvent> at_stop = Seen();
   ASSERT_GE(at_stop.size(), 3u);
-  EXPECT_EQ(at_stop[2], (DeviceHealthEvent{kGpu, "gpu1", false}));
+  EXPECT_EQ(at_stop[2], (DeviceHealthEvent{kHardGpu, "gpu1", false}));
   manager_.reset();
   EXPECT_EQ(Seen(), at_stop);
 }
@@ -378,12 +379,12 @@ TEST_F(ManagerHardeningTest, StopDeliversEveryQueuedEventThenNoCallbackRuns) {
 // so the store kept the old healthy set while the Ledger moved on.
 TEST_F(ManagerHardeningTest, RegressionSnapshotWriteFailureIsRetriedUntilItLands) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  HardFakePlugin& p = AddPlugin("/p/gpu.sock", HardGpus(2));
+  ASSERT_TRUE(manager_->RegisterPlugin(kHardGpu, "/p/gpu.sock").ok());
   ASSERT_TRUE(StoreMatchesLedger());
   store_->FailNext(3);
   p.stream->Push(Gpu1(false));
-  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu) == 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kHardGpu) == 1; }));
   EXPECT_EQ(store_->failures(), 1);
   EXPECT_FALSE(StoreMatchesLedger());
   EXPECT_TRUE(manager_->CheckpointPendingForTest());
@@ -414,11 +415,11 @@ TEST_F(ManagerHardeningTest, RegressionSnapshotWriteFailureIsRetriedUntilItLands
 // unhealthy) was dropped.
 TEST_F(ManagerHardeningTest, RegressionStreamEndWriteFailureIsRetriedUntilItLands) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  HardFakePlugin& p = AddPlugin("/p/gpu.sock", HardGpus(2));
+  ASSERT_TRUE(manager_->RegisterPlugin(kHardGpu, "/p/gpu.sock").ok());
   store_->FailNext(2);
   p.stream->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "plugin died"));
-  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu) == 0; }));
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kHardGpu) == 0; }));
   EXPECT_EQ(store_->failures(), 1);
   EXPECT_FALSE(StoreMatchesLedger());
   clock_->Advance(std::chrono::milliseconds(100));
@@ -428,7 +429,7 @@ TEST_F(ManagerHardeningTest, RegressionStreamEndWriteFailureIsRetriedUntilItLand
   EXPECT_EQ(manager_->GetStats().checkpoint_retries, 2);
   // The grace timer still runs, and its own write lands.
   clock_->Advance(std::chrono::minutes(5));
-  EXPECT_THAT(manager_->GetCapacity().deleted, ElementsAre(kGpu));
+  EXPECT_THAT(manager_->GetCapacity().deleted, ElementsAre(kHardGpu));
   EXPECT_TRUE(StoreMatchesLedger());
 }
 
@@ -436,14 +437,14 @@ TEST_F(ManagerHardeningTest, RegressionStreamEndWriteFailureIsRetriedUntilItLand
 // removed) was dropped.
 TEST_F(ManagerHardeningTest, RegressionGraceExpiryWriteFailureIsRetriedUntilItLands) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  HardFakePlugin& p = AddPlugin("/p/gpu.sock", HardGpus(2));
+  ASSERT_TRUE(manager_->RegisterPlugin(kHardGpu, "/p/gpu.sock").ok());
   p.stream->Close();
   ASSERT_TRUE(WaitUntil([&] { return clock_->PendingTimers() == 1; }));
   ASSERT_TRUE(StoreMatchesLedger());
   store_->FailNext(4);
   clock_->Advance(std::chrono::minutes(5));
-  EXPECT_THAT(manager_->GetCapacity().deleted, ElementsAre(kGpu));
+  EXPECT_THAT(manager_->GetCapacity().deleted, ElementsAre(kHardGpu));
   EXPECT_EQ(store_->failures(), 1);
   EXPECT_FALSE(StoreMatchesLedger());
   // 100 + 200 + 400 ms: three more failures; 800 ms later it lands.
@@ -459,24 +460,24 @@ TEST_F(ManagerHardeningTest, RegressionGraceExpiryWriteFailureIsRetriedUntilItLa
 // transaction), and an allocation whose write fails is still rolled back.
 TEST_F(ManagerHardeningTest, PendingChangeLandsWithTheNextWriteAndAllocationsStillRollBack) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
+  HardFakePlugin& p = AddPlugin("/p/gpu.sock", HardGpus(2));
   EXPECT_CALL(*p.stub, Allocate(_, _, _))
       .WillRepeatedly(Invoke([](auto*, const auto&, v1beta1::AllocateResponse* resp) {
         resp->add_container_responses();
         return grpc::Status::OK;
       }));
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  ASSERT_TRUE(manager_->RegisterPlugin(kHardGpu, "/p/gpu.sock").ok());
   store_->FailNext(2);
   p.stream->Push(Gpu1(false));
-  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu) == 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kHardGpu) == 1; }));
   // The allocation's write (with the pending snapshot) fails: rolled back.
-  Status s = manager_->Allocate(MakePod("a", {{"main", {{kGpu, 1}}}}), "main");
+  Status s = manager_->Allocate(MakePod("a", {{"main", {{kHardGpu, 1}}}}), "main");
   EXPECT_EQ(s.message(), "cannot write checkpoint (allocation): disk full");
   EXPECT_TRUE(manager_->GetPodsWithDevices().empty());
   EXPECT_TRUE(manager_->CheckpointPendingForTest());
   EXPECT_FALSE(StoreMatchesLedger());
   // The next one lands, and the snapshot with it, before any retry ran.
-  ASSERT_TRUE(manager_->Allocate(MakePod("a", {{"main", {{kGpu, 1}}}}), "main").ok());
+  ASSERT_TRUE(manager_->Allocate(MakePod("a", {{"main", {{kHardGpu, 1}}}}), "main").ok());
   EXPECT_FALSE(manager_->CheckpointPendingForTest());
   EXPECT_TRUE(StoreMatchesLedger());
   EXPECT_EQ(manager_->GetStats().checkpoint_retries, 0);
@@ -496,8 +497,8 @@ TEST_F(ManagerHardeningTest, RegressionHostilePluginTextCannotForgeOrFloodLogLin
   // Two copies of a forged id (snapshot_repaired), a second normal device.
   v1beta1::ListAndWatchResponse first =
       Snapshot({{forged, true, 0}, {forged, true, 0}, {"gpu1", true, 1}, {"gpu2", true, 1}});
-  FakePlugin& gpu = AddPlugin(socket, first, /*preferred=*/true, /*pre_start=*/true);
-  FakePlugin& nic = AddPlugin("/p/nic.sock", Snapshot({{"nic0", true, -1}}));
+  HardFakePlugin& gpu = AddPlugin(socket, first, /*preferred=*/true, /*pre_start=*/true);
+  HardFakePlugin& nic = AddPlugin("/p/nic.sock", Snapshot({{"nic0", true, -1}}));
   EXPECT_CALL(*gpu.stub, GetPreferredAllocation(_, _, _))
       .WillRepeatedly(Invoke([&](auto*, const auto&, v1beta1::PreferredAllocationResponse* r) {
         auto* c = r->add_container_responses();
@@ -530,15 +531,15 @@ TEST_F(ManagerHardeningTest, RegressionHostilePluginTextCannotForgeOrFloodLogLin
   std::vector<std::string> lines;
   {
     LogCapture capture;
-    ASSERT_TRUE(manager_->RegisterPlugin(kGpu, socket).ok());
-    ASSERT_TRUE(manager_->RegisterPlugin(kNic, "/p/nic.sock").ok());
-    Pod pod = MakePod("p", {{"main", {{kGpu, 2}, {kNic, 1}}}});
+    ASSERT_TRUE(manager_->RegisterPlugin(kHardGpu, socket).ok());
+    ASSERT_TRUE(manager_->RegisterPlugin(kHardNic, "/p/nic.sock").ok());
+    Pod pod = MakePod("p", {{"main", {{kHardGpu, 2}, {kHardNic, 1}}}});
     EXPECT_FALSE(manager_->Allocate(pod, "main").ok());  // the huge Allocate error
     ASSERT_TRUE(manager_->Allocate(pod, "main").ok());
     EXPECT_FALSE(manager_->GetDeviceRunContainerOptions(pod, "main").ok());  // pre-start
     EXPECT_TRUE(manager_->GetDeviceRunContainerOptions(pod, "main").ok());   // conflict
     gpu.stream->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, huge));
-    ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu) == 0; }));
+    ASSERT_TRUE(WaitUntil([&] { return Allocatable(kHardGpu) == 0; }));
     nic.stream->Close();  // the fake stream ignores cancellation
     manager_->Stop();
     lines = capture.Lines();
@@ -573,16 +574,16 @@ TEST_F(ManagerHardeningTest, RegressionHostilePluginTextCannotForgeOrFloodLogLin
 // one event=devices_updated line per snapshot (22 MB of log in a day).
 TEST_F(ManagerHardeningTest, RegressionFlappingPluginLogsABoundedNumberOfSnapshotLines) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
+  HardFakePlugin& p = AddPlugin("/p/gpu.sock", HardGpus(2));
   constexpr int kFlips = 10'000;
   std::vector<std::string> lines;
   {
     LogCapture capture;
-    ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+    ASSERT_TRUE(manager_->RegisterPlugin(kHardGpu, "/p/gpu.sock").ok());
     for (int i = 0; i < kFlips - 1; ++i) p.stream->Push(Gpu1(i % 2 == 1));
     // The last snapshot adds gpu2, so its arrival is visible.
     p.stream->Push(Snapshot({{"gpu0", true, 0}, {"gpu1", true, 1}, {"gpu2", true, 0}}));
-    ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu) == 3; }));
+    ASSERT_TRUE(WaitUntil([&] { return Allocatable(kHardGpu) == 3; }));
     // The window is over: the trailing count is logged by the flush timer.
     clock_->Advance(std::chrono::seconds(1));
     lines = capture.Lines();

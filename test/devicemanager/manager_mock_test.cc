@@ -39,8 +39,8 @@ using ::testing::Return;
 using ::testing::StrictMock;
 using ::testing::UnorderedElementsAre;
 
-constexpr char kGpu[] = "vendor.com/gpu";
-constexpr char kNic[] = "vendor.com/nic";
+constexpr char kMockGpu[] = "vendor.com/gpu";
+constexpr char kMockNic[] = "vendor.com/nic";
 
 // A store that fails every Apply while `fail` is set.
 class FlakyStore : public checkpoint::Store {
@@ -189,7 +189,7 @@ class ManagerMockTest : public ::testing::Test {
   }
 };
 
-v1beta1::ListAndWatchResponse Gpus(int n, bool healthy = true) {
+v1beta1::ListAndWatchResponse MockGpus(int n, bool healthy = true) {
   std::vector<kdm::testing::TestDevice> d;
   for (int i = 0; i < n; ++i) d.push_back({"gpu" + std::to_string(i), healthy, i % 2});
   return Snapshot(d);
@@ -217,7 +217,7 @@ TEST_F(ManagerMockTest, OptionsRpcFailureIsTheRegisterError) {
   FakePlugin& p = plugins_["/p/gpu.sock"];
   EXPECT_CALL(*p.stub, GetDevicePluginOptions(_, _, _))
       .WillOnce(Return(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded")));
-  Status s = manager_->RegisterPlugin(kGpu, "/p/gpu.sock");
+  Status s = manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock");
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
   EXPECT_THAT(s.message(), HasSubstr("GetDevicePluginOptions of vendor.com/gpu"));
   EXPECT_EQ(manager_->GetStats().registrations_rejected, 1);
@@ -227,7 +227,7 @@ TEST_F(ManagerMockTest, OptionsRpcFailureIsTheRegisterError) {
 
 TEST_F(ManagerMockTest, DialFailureIsTheRegisterError) {
   MakeManager();
-  Status s = manager_->RegisterPlugin(kGpu, "/p/missing.sock");
+  Status s = manager_->RegisterPlugin(kMockGpu, "/p/missing.sock");
   EXPECT_THAT(s.message(), HasSubstr("no plugin at /p/missing.sock"));
   EXPECT_EQ(manager_->GetStats().registrations_rejected, 1);
 }
@@ -241,7 +241,7 @@ TEST_F(ManagerMockTest, StreamEndingBeforeFirstListIsTheRegisterError) {
     return stream->NewReader();
   }));
   p.stream->Close(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no ListAndWatch"));
-  Status s = manager_->RegisterPlugin(kGpu, "/p/gpu.sock");
+  Status s = manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock");
   EXPECT_EQ(s.code(), StatusCode::kUnavailable);
   EXPECT_THAT(s.message(), HasSubstr("ended before its first device list"));
   EXPECT_THAT(s.message(), HasSubstr("no ListAndWatch"));
@@ -250,13 +250,13 @@ TEST_F(ManagerMockTest, StreamEndingBeforeFirstListIsTheRegisterError) {
 
 TEST_F(ManagerMockTest, RegistrationReportsCapacityAndAllocates) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(4));
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(4));
   EchoAllocate(p);
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
   auto cap = manager_->GetCapacity();
-  EXPECT_EQ(cap.resources.at(kGpu), (CapacityReport::Amounts{4, 4}));
+  EXPECT_EQ(cap.resources.at(kMockGpu), (CapacityReport::Amounts{4, 4}));
 
-  Pod pod = MakePod("p1", {{"main", {{kGpu, 2}, {"cpu", 1}}}});
+  Pod pod = MakePod("p1", {{"main", {{kMockGpu, 2}, {"cpu", 1}}}});
   ASSERT_TRUE(manager_->Allocate(pod, "main").ok());
   EXPECT_THAT(DevicesOf("p1", "main"), ElementsAre("gpu0", "gpu1"));
   auto run = manager_->GetDeviceRunContainerOptions(pod, "main");
@@ -272,16 +272,16 @@ TEST_F(ManagerMockTest, RegistrationReportsCapacityAndAllocates) {
 
 TEST_F(ManagerMockTest, GetContainerAllocationReadsDevicesAndRunOptionsInOneCall) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(4));
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(4));
   EchoAllocate(p);
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
-  Pod pod = MakePod("p1", {{"main", {{kGpu, 2}}}, {"log", {{"cpu", 1}}}});
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
+  Pod pod = MakePod("p1", {{"main", {{kMockGpu, 2}}}, {"log", {{"cpu", 1}}}});
   ASSERT_TRUE(manager_->Allocate(pod, "main").ok());
   ASSERT_TRUE(manager_->Allocate(pod, "log").ok());
   auto allocation = manager_->GetContainerAllocation(pod, "main");
   ASSERT_TRUE(allocation.ok()) << allocation.status();
   EXPECT_EQ(allocation->devices,
-            (std::map<std::string, std::vector<std::string>>{{kGpu, {"gpu0", "gpu1"}}}));
+            (std::map<std::string, std::vector<std::string>>{{kMockGpu, {"gpu0", "gpu1"}}}));
   EXPECT_EQ(allocation->run.envs.at("DEVICES"), "gpu0,gpu1");
   auto run = manager_->GetDeviceRunContainerOptions(pod, "main");
   ASSERT_TRUE(run.ok()) << run.status();
@@ -298,17 +298,18 @@ TEST_F(ManagerMockTest, CheckResourcesRegisteredAnswersWithTheLedgersText) {
   ASSERT_TRUE(store_->Replace(data).ok());
   MakeManager();
   ASSERT_TRUE(manager_->Start().ok());
-  AddPlugin("/p/gpu.sock", Gpus(2));
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  AddPlugin("/p/gpu.sock", MockGpus(2));
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
   // Registered, restored without devices, not extended (cpu), zero limits:
   // nothing is missing.
-  EXPECT_TRUE(
-      manager_
-          ->CheckResourcesRegistered(MakePod("a", {{"main", {{kGpu, 1}, {"cpu", 2}, {kNic, 0}}},
-                                                   {"side", {{"vendor.com/restored", 1}}}}))
-          .ok());
+  EXPECT_TRUE(manager_
+                  ->CheckResourcesRegistered(
+                      MakePod("a", {{"main", {{kMockGpu, 1}, {"cpu", 2}, {kMockNic, 0}}},
+                                    {"side", {{"vendor.com/restored", 1}}}}))
+                  .ok());
   // The first unregistered resource in name order, init containers too.
-  Pod pod = MakePod("b", {{"main", {{kGpu, 1}, {"vendor.com/zz", 1}}}}, {{"init", {{kNic, 1}}}});
+  Pod pod =
+      MakePod("b", {{"main", {{kMockGpu, 1}, {"vendor.com/zz", 1}}}}, {{"init", {{kMockNic, 1}}}});
   EXPECT_EQ(manager_->CheckResourcesRegistered(pod),
             FailedPreconditionError("cannot allocate unregistered device vendor.com/nic"));
   // Allocate itself skips what no plugin registered, as the kubelet's device
@@ -325,32 +326,32 @@ TEST_F(ManagerMockTest, AlignNumaTakesDevicesOfThePreferredNumaNodeFirst) {
   Manager::Options o = BaseOptions();
   o.align_numa = true;
   MakeManager(std::move(o));
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(4));  // gpu0, gpu2 on NUMA 0; gpu1, gpu3 on 1
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(4));  // gpu0, gpu2 on NUMA 0; gpu1, gpu3 on 1
   EchoAllocate(p);
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
-  ASSERT_TRUE(manager_->Allocate(MakePod("p1", {{"main", {{kGpu, 2}}}}), "main").ok());
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
+  ASSERT_TRUE(manager_->Allocate(MakePod("p1", {{"main", {{kMockGpu, 2}}}}), "main").ok());
   EXPECT_THAT(DevicesOf("p1", "main"), ElementsAre("gpu0", "gpu2"));  // first-fit: gpu0, gpu1
-  ASSERT_TRUE(manager_->Allocate(MakePod("p2", {{"main", {{kGpu, 1}}}}), "main").ok());
+  ASSERT_TRUE(manager_->Allocate(MakePod("p2", {{"main", {{kMockGpu, 1}}}}), "main").ok());
   EXPECT_THAT(DevicesOf("p2", "main"), ElementsAre("gpu1"));
   EXPECT_TRUE(manager_->CheckInvariantsForTest().ok());
 }
 
 TEST_F(ManagerMockTest, WithoutAlignNumaCandidatesAreInDeviceOrder) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(4));
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(4));
   EchoAllocate(p);
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
-  ASSERT_TRUE(manager_->Allocate(MakePod("p1", {{"main", {{kGpu, 2}}}}), "main").ok());
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
+  ASSERT_TRUE(manager_->Allocate(MakePod("p1", {{"main", {{kMockGpu, 2}}}}), "main").ok());
   EXPECT_THAT(DevicesOf("p1", "main"), ElementsAre("gpu0", "gpu1"));
 }
 
 TEST_F(ManagerMockTest, AllocateRpcErrorReleasesTheReservation) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(2));
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
   EXPECT_CALL(*p.stub, Allocate(_, _, _))
       .WillOnce(Return(grpc::Status(grpc::StatusCode::INTERNAL, "driver exploded")));
-  Pod a = MakePod("a", {{"main", {{kGpu, 2}}}});
+  Pod a = MakePod("a", {{"main", {{kMockGpu, 2}}}});
   Status s = manager_->Allocate(a, "main");
   EXPECT_EQ(s.code(), StatusCode::kInternal);
   EXPECT_EQ(s.message(), "Allocate of vendor.com/gpu: driver exploded");
@@ -360,15 +361,15 @@ TEST_F(ManagerMockTest, AllocateRpcErrorReleasesTheReservation) {
   EXPECT_EQ(manager_->GetStats().allocation_failures, 1);
   // Both devices are free again.
   EchoAllocate(p);
-  Pod b = MakePod("b", {{"main", {{kGpu, 2}}}});
+  Pod b = MakePod("b", {{"main", {{kMockGpu, 2}}}});
   EXPECT_TRUE(manager_->Allocate(b, "main").ok());
   EXPECT_THAT(DevicesOf("b", "main"), ElementsAre("gpu0", "gpu1"));
 }
 
 TEST_F(ManagerMockTest, AllocateCarriesTheDeadlineAndATimeoutFreesTheDevices) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(1));
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(1));
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
   EXPECT_CALL(*p.stub, Allocate(_, _, _))
       .WillOnce(Invoke([](grpc::ClientContext* ctx, const v1beta1::AllocateRequest& req,
                           v1beta1::AllocateResponse*) {
@@ -378,31 +379,31 @@ TEST_F(ManagerMockTest, AllocateCarriesTheDeadlineAndATimeoutFreesTheDevices) {
         EXPECT_LE(left, std::chrono::milliseconds(250));
         return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
       }));
-  Status s = manager_->Allocate(MakePod("a", {{"main", {{kGpu, 1}}}}), "main");
+  Status s = manager_->Allocate(MakePod("a", {{"main", {{kMockGpu, 1}}}}), "main");
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(manager_->GetCapacity().resources.at(kGpu).allocatable, 1);
+  EXPECT_EQ(manager_->GetCapacity().resources.at(kMockGpu).allocatable, 1);
   EXPECT_TRUE(manager_->CheckInvariantsForTest().ok());
 }
 
 TEST_F(ManagerMockTest, AllocateWithoutContainerResponseFails) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(1));
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(1));
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
   EXPECT_CALL(*p.stub, Allocate(_, _, _)).WillOnce(Return(grpc::Status::OK));
-  Status s = manager_->Allocate(MakePod("a", {{"main", {{kGpu, 1}}}}), "main");
+  Status s = manager_->Allocate(MakePod("a", {{"main", {{kMockGpu, 1}}}}), "main");
   EXPECT_THAT(s.message(), HasSubstr("returned no container response"));
   EXPECT_TRUE(manager_->CheckInvariantsForTest().ok());
 }
 
 TEST_F(ManagerMockTest, KubeletErrorTextsReachTheCaller) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(2));
   EchoAllocate(p);
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
-  EXPECT_EQ(manager_->Allocate(MakePod("a", {{"main", {{kGpu, 3}}}}), "main").message(),
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
+  EXPECT_EQ(manager_->Allocate(MakePod("a", {{"main", {{kMockGpu, 3}}}}), "main").message(),
             "requested number of devices unavailable for vendor.com/gpu. Requested: 3, "
             "Available: 2");
-  EXPECT_EQ(manager_->Allocate(MakePod("a", {{"x", {{kGpu, 1}}}}), "main").code(),
+  EXPECT_EQ(manager_->Allocate(MakePod("a", {{"x", {{kMockGpu, 1}}}}), "main").code(),
             StatusCode::kNotFound);
 }
 
@@ -414,9 +415,9 @@ struct PreferredCase {
 
 TEST_F(ManagerMockTest, InvalidPreferredAnswersFallBackAndThePodIsAdmitted) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(10), /*preferred=*/true);
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(10), /*preferred=*/true);
   EchoAllocate(p);
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
   const std::vector<PreferredCase> cases = {
       {"wrong size", {"gpu3"}},
       {"duplicates", {"gpu3", "gpu3"}},
@@ -436,7 +437,7 @@ TEST_F(ManagerMockTest, InvalidPreferredAnswersFallBackAndThePodIsAdmitted) {
           return grpc::Status::OK;
         }));
     std::string uid = "pod" + std::to_string(n++);
-    ASSERT_TRUE(manager_->Allocate(MakePod(uid, {{"main", {{kGpu, 2}}}}), "main").ok());
+    ASSERT_TRUE(manager_->Allocate(MakePod(uid, {{"main", {{kMockGpu, 2}}}}), "main").ok());
     EXPECT_EQ(DevicesOf(uid, "main").size(), 2u);
     EXPECT_TRUE(manager_->CheckInvariantsForTest().ok());
   }
@@ -449,10 +450,10 @@ TEST_F(ManagerMockTest, InvalidPreferredAnswersFallBackAndThePodIsAdmitted) {
 
 TEST_F(ManagerMockTest, PreferredAnswerMissingAMustIncludeIdFallsBack) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(4), /*preferred=*/true);
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(4), /*preferred=*/true);
   EchoAllocate(p);
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
-  Pod pod = MakePod("p", {{"main", {{kGpu, 2}}}}, {{"init", {{kGpu, 1}}}});
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
+  Pod pod = MakePod("p", {{"main", {{kMockGpu, 2}}}}, {{"init", {{kMockGpu, 1}}}});
   // init: a real choice (1 of 4): the plugin picks gpu2.
   EXPECT_CALL(*p.stub, GetPreferredAllocation(_, _, _))
       .WillOnce(Invoke([](auto*, const v1beta1::PreferredAllocationRequest&,
@@ -482,9 +483,9 @@ TEST_F(ManagerMockTest, PreferredAnswerMissingAMustIncludeIdFallsBack) {
 
 TEST_F(ManagerMockTest, ValidPreferredAnswerIsUsed) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(4), /*preferred=*/true);
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(4), /*preferred=*/true);
   EchoAllocate(p);
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
   EXPECT_CALL(*p.stub, GetPreferredAllocation(_, _, _))
       .WillOnce(Invoke([](auto*, const v1beta1::PreferredAllocationRequest& req,
                           v1beta1::PreferredAllocationResponse* resp) {
@@ -494,10 +495,10 @@ TEST_F(ManagerMockTest, ValidPreferredAnswerIsUsed) {
         r->add_deviceids("gpu1");
         return grpc::Status::OK;
       }));
-  ASSERT_TRUE(manager_->Allocate(MakePod("p", {{"main", {{kGpu, 2}}}}), "main").ok());
+  ASSERT_TRUE(manager_->Allocate(MakePod("p", {{"main", {{kMockGpu, 2}}}}), "main").ok());
   EXPECT_THAT(DevicesOf("p", "main"), ElementsAre("gpu1", "gpu3"));
   // No real choice left for 2 of the 2 free devices: not asked.
-  ASSERT_TRUE(manager_->Allocate(MakePod("q", {{"main", {{kGpu, 2}}}}), "main").ok());
+  ASSERT_TRUE(manager_->Allocate(MakePod("q", {{"main", {{kMockGpu, 2}}}}), "main").ok());
   EXPECT_THAT(DevicesOf("q", "main"), ElementsAre("gpu0", "gpu2"));
   EXPECT_EQ(manager_->GetStats().preferred_ok, 1);
   EXPECT_EQ(manager_->GetStats().preferred_not_asked, 1);
@@ -505,10 +506,10 @@ TEST_F(ManagerMockTest, ValidPreferredAnswerIsUsed) {
 
 TEST_F(ManagerMockTest, PreStartContainerGetsTheDeviceIdsAndItsErrorFailsTheStart) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2), false, /*pre_start=*/true);
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(2), false, /*pre_start=*/true);
   EchoAllocate(p);
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
-  Pod pod = MakePod("p", {{"main", {{kGpu, 2}}}});
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
+  Pod pod = MakePod("p", {{"main", {{kMockGpu, 2}}}});
   ASSERT_TRUE(manager_->Allocate(pod, "main").ok());
   EXPECT_CALL(*p.stub, PreStartContainer(_, _, _))
       .WillOnce(Invoke([](grpc::ClientContext* ctx, const v1beta1::PreStartContainerRequest& req,
@@ -526,10 +527,10 @@ TEST_F(ManagerMockTest, PreStartContainerGetsTheDeviceIdsAndItsErrorFailsTheStar
 
 TEST_F(ManagerMockTest, RunOptionsMergeInResourceNameOrderAndReportConflicts) {
   MakeManager();
-  FakePlugin& gpu = AddPlugin("/p/gpu.sock", Gpus(1));
+  FakePlugin& gpu = AddPlugin("/p/gpu.sock", MockGpus(1));
   FakePlugin& nic = AddPlugin("/p/nic.sock", Snapshot({{"nic0", true, -1}}));
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
-  ASSERT_TRUE(manager_->RegisterPlugin(kNic, "/p/nic.sock").ok());
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockNic, "/p/nic.sock").ok());
   auto response = [](const std::string& who) {
     v1beta1::ContainerAllocateResponse r;
     (*r.mutable_envs())["SHARED"] = who;
@@ -554,7 +555,7 @@ TEST_F(ManagerMockTest, RunOptionsMergeInResourceNameOrderAndReportConflicts) {
           return grpc::Status::OK;
         }));
   }
-  Pod pod = MakePod("p", {{"main", {{kNic, 1}, {kGpu, 1}}}});
+  Pod pod = MakePod("p", {{"main", {{kMockNic, 1}, {kMockGpu, 1}}}});
   ASSERT_TRUE(manager_->Allocate(pod, "main").ok());
   auto run = manager_->GetDeviceRunContainerOptions(pod, "main");
   ASSERT_TRUE(run.ok()) << run.status();
@@ -576,8 +577,8 @@ TEST_F(ManagerMockTest, RunOptionsMergeInResourceNameOrderAndReportConflicts) {
 
 TEST_F(ManagerMockTest, StreamEndMarksUnhealthyAndGraceExpiryDeletes) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(2));
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
   EXPECT_EQ(manager_->GetStats().endpoints_by_state,
             (std::map<std::string, int64_t>{{"connected", 1}, {"stopped", 0}}));
   SubscribeToHealth();
@@ -585,95 +586,95 @@ TEST_F(ManagerMockTest, StreamEndMarksUnhealthyAndGraceExpiryDeletes) {
   ASSERT_TRUE(WaitUntil([&] { return clock_->PendingTimers() == 1; }));
   EXPECT_EQ(manager_->GetStats().endpoints_by_state,
             (std::map<std::string, int64_t>{{"connected", 0}, {"stopped", 1}}));
-  EXPECT_EQ(manager_->GetCapacity().resources.at(kGpu), (CapacityReport::Amounts{2, 0}));
+  EXPECT_EQ(manager_->GetCapacity().resources.at(kMockGpu), (CapacityReport::Amounts{2, 0}));
   EXPECT_TRUE(WaitUntil([&] { return Seen().size() >= 2; }));
-  EXPECT_THAT(Seen(), UnorderedElementsAre(DeviceHealthEvent{kGpu, "gpu0", false},
-                                           DeviceHealthEvent{kGpu, "gpu1", false}));
+  EXPECT_THAT(Seen(), UnorderedElementsAre(DeviceHealthEvent{kMockGpu, "gpu0", false},
+                                           DeviceHealthEvent{kMockGpu, "gpu1", false}));
   EXPECT_EQ(manager_->GetStats().rpc_errors.at("ListAndWatch"), 1);
   // RPCs to a stopped endpoint fail with the kubelet's text.
-  Status s = manager_->Allocate(MakePod("x", {{"main", {{kGpu, 1}}}}), "main");
-  EXPECT_EQ(s.message(),
-            "no healthy devices present; cannot allocate unhealthy devices " + std::string(kGpu));
+  Status s = manager_->Allocate(MakePod("x", {{"main", {{kMockGpu, 1}}}}), "main");
+  EXPECT_EQ(s.message(), "no healthy devices present; cannot allocate unhealthy devices " +
+                             std::string(kMockGpu));
   clock_->Advance(std::chrono::minutes(5) - std::chrono::milliseconds(1));
-  EXPECT_EQ(manager_->GetCapacity().resources.count(kGpu), 1u);
+  EXPECT_EQ(manager_->GetCapacity().resources.count(kMockGpu), 1u);
   clock_->Advance(std::chrono::milliseconds(1));
   CapacityReport cap = manager_->GetCapacity();
-  EXPECT_EQ(cap.resources.count(kGpu), 0u);
-  EXPECT_THAT(cap.deleted, ElementsAre(kGpu));
+  EXPECT_EQ(cap.resources.count(kMockGpu), 0u);
+  EXPECT_THAT(cap.deleted, ElementsAre(kMockGpu));
   EXPECT_EQ(manager_->GetStats().endpoints_by_state.at("stopped"), 0);
   // No longer a device resource: nothing to allocate.
-  EXPECT_TRUE(manager_->Allocate(MakePod("y", {{"main", {{kGpu, 1}}}}), "main").ok());
+  EXPECT_TRUE(manager_->Allocate(MakePod("y", {{"main", {{kMockGpu, 1}}}}), "main").ok());
 }
 
 TEST_F(ManagerMockTest, ReRegistrationWithinGraceRestores) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(2));
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
   p.stream->Close();
   ASSERT_TRUE(WaitUntil([&] { return clock_->PendingTimers() == 1; }));
-  ASSERT_EQ(manager_->GetCapacity().resources.at(kGpu).allocatable, 0);
+  ASSERT_EQ(manager_->GetCapacity().resources.at(kMockGpu).allocatable, 0);
   clock_->Advance(std::chrono::minutes(4));
   // The plugin comes back on a new socket.
-  AddPlugin("/p/gpu2.sock", Gpus(2));
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu2.sock").ok());
-  EXPECT_EQ(manager_->GetCapacity().resources.at(kGpu), (CapacityReport::Amounts{2, 2}));
+  AddPlugin("/p/gpu2.sock", MockGpus(2));
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu2.sock").ok());
+  EXPECT_EQ(manager_->GetCapacity().resources.at(kMockGpu), (CapacityReport::Amounts{2, 2}));
   clock_->Advance(std::chrono::minutes(10));
   CapacityReport cap = manager_->GetCapacity();
-  EXPECT_EQ(cap.resources.at(kGpu), (CapacityReport::Amounts{2, 2}));
+  EXPECT_EQ(cap.resources.at(kMockGpu), (CapacityReport::Amounts{2, 2}));
   EXPECT_TRUE(cap.deleted.empty());
 }
 
 TEST_F(ManagerMockTest, RollingUpdateNeverDropsAllocatable) {
   MakeManager();
-  FakePlugin& old_plugin = AddPlugin("/p/gpu-v1.sock", Gpus(2));
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu-v1.sock").ok());
-  FakePlugin& new_plugin = AddPlugin("/p/gpu-v2.sock", Gpus(3));
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu-v2.sock").ok());
-  EXPECT_EQ(manager_->GetCapacity().resources.at(kGpu), (CapacityReport::Amounts{3, 3}));
+  FakePlugin& old_plugin = AddPlugin("/p/gpu-v1.sock", MockGpus(2));
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu-v1.sock").ok());
+  FakePlugin& new_plugin = AddPlugin("/p/gpu-v2.sock", MockGpus(3));
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu-v2.sock").ok());
+  EXPECT_EQ(manager_->GetCapacity().resources.at(kMockGpu), (CapacityReport::Amounts{3, 3}));
   // The old plugin's late snapshots and its exit change nothing.
-  old_plugin.stream->Push(Gpus(1));
+  old_plugin.stream->Push(MockGpus(1));
   old_plugin.stream->Close();
-  ASSERT_TRUE(WaitUntil([&] { return manager_->LiveEndpointsForTest(kGpu) == 1; }));
-  EXPECT_EQ(manager_->LiveEndpointsForTest(kGpu), 1);
-  EXPECT_EQ(manager_->GetCapacity().resources.at(kGpu), (CapacityReport::Amounts{3, 3}));
+  ASSERT_TRUE(WaitUntil([&] { return manager_->LiveEndpointsForTest(kMockGpu) == 1; }));
+  EXPECT_EQ(manager_->LiveEndpointsForTest(kMockGpu), 1);
+  EXPECT_EQ(manager_->GetCapacity().resources.at(kMockGpu), (CapacityReport::Amounts{3, 3}));
   EXPECT_EQ(clock_->PendingTimers(), 0u);
   EchoAllocate(new_plugin);
-  EXPECT_TRUE(manager_->Allocate(MakePod("p", {{"main", {{kGpu, 3}}}}), "main").ok());
+  EXPECT_TRUE(manager_->Allocate(MakePod("p", {{"main", {{kMockGpu, 3}}}}), "main").ok());
 }
 
 TEST_F(ManagerMockTest, HealthFlipsAreVisibleInCapacityAndSubscriptions) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(2));
   int64_t id = SubscribeToHealth();
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
   p.stream->Push(Snapshot({{"gpu0", true, 0}, {"gpu1", false, 1}}));
-  auto allocatable = [&] { return manager_->GetCapacity().resources.at(kGpu).allocatable; };
+  auto allocatable = [&] { return manager_->GetCapacity().resources.at(kMockGpu).allocatable; };
   ASSERT_TRUE(WaitUntil([&] { return allocatable() == 1; }));
-  EXPECT_EQ(manager_->GetCapacity().resources.at(kGpu), (CapacityReport::Amounts{2, 1}));
+  EXPECT_EQ(manager_->GetCapacity().resources.at(kMockGpu), (CapacityReport::Amounts{2, 1}));
   EXPECT_EQ(manager_->GetAllocatableDevices(),
-            (std::vector<ContainerDevices>{{kGpu, {"gpu0"}, 0}}));
+            (std::vector<ContainerDevices>{{kMockGpu, {"gpu0"}, 0}}));
   // Callbacks run after the capacity changes: wait for the last batch.
   EXPECT_TRUE(WaitUntil([&] { return Seen().size() >= 3; }));
   manager_->Unsubscribe(id);
-  EXPECT_THAT(Seen(), ElementsAre(DeviceHealthEvent{kGpu, "gpu0", true},
-                                  DeviceHealthEvent{kGpu, "gpu1", true},
-                                  DeviceHealthEvent{kGpu, "gpu1", false}));
+  EXPECT_THAT(Seen(), ElementsAre(DeviceHealthEvent{kMockGpu, "gpu0", true},
+                                  DeviceHealthEvent{kMockGpu, "gpu1", true},
+                                  DeviceHealthEvent{kMockGpu, "gpu1", false}));
 }
 
 TEST_F(ManagerMockTest, CheckpointWriteFailureRollsTheAllocationBack) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(1));
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(1));
   EchoAllocate(p);
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
   store_->fail = true;
-  Status s = manager_->Allocate(MakePod("a", {{"main", {{kGpu, 1}}}}), "main");
+  Status s = manager_->Allocate(MakePod("a", {{"main", {{kMockGpu, 1}}}}), "main");
   EXPECT_EQ(s.message(), "cannot write checkpoint (allocation): disk full");
   EXPECT_TRUE(DevicesOf("a", "main").empty());
-  EXPECT_EQ(manager_->GetCapacity().resources.at(kGpu).allocatable, 1);
+  EXPECT_EQ(manager_->GetCapacity().resources.at(kMockGpu).allocatable, 1);
   EXPECT_TRUE(manager_->CheckInvariantsForTest().ok());
   EXPECT_EQ(manager_->GetStats().checkpoint_errors, 1);
   store_->fail = false;
-  EXPECT_TRUE(manager_->Allocate(MakePod("a", {{"main", {{kGpu, 1}}}}), "main").ok());
+  EXPECT_TRUE(manager_->Allocate(MakePod("a", {{"main", {{kMockGpu, 1}}}}), "main").ok());
   // GC that cannot be written leaves the state as it was.
   store_->fail = true;
   EXPECT_FALSE(manager_->UpdateAllocatedDevices().ok());
@@ -683,11 +684,11 @@ TEST_F(ManagerMockTest, CheckpointWriteFailureRollsTheAllocationBack) {
 
 TEST_F(ManagerMockTest, GarbageCollectionFreesDevicesOfInactivePods) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(2));
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(2));
   EchoAllocate(p);
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
-  ASSERT_TRUE(manager_->Allocate(MakePod("a", {{"main", {{kGpu, 1}}}}), "main").ok());
-  ASSERT_TRUE(manager_->Allocate(MakePod("b", {{"main", {{kGpu, 1}}}}), "main").ok());
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
+  ASSERT_TRUE(manager_->Allocate(MakePod("a", {{"main", {{kMockGpu, 1}}}}), "main").ok());
+  ASSERT_TRUE(manager_->Allocate(MakePod("b", {{"main", {{kMockGpu, 1}}}}), "main").ok());
   active_ = {"b"};
   ASSERT_TRUE(manager_->UpdateAllocatedDevices().ok());
   EXPECT_THAT(manager_->GetPodsWithDevices(), ElementsAre("b"));
@@ -708,7 +709,7 @@ checkpoint::PodDevicesEntry Entry(const std::string& pod, const std::string& con
   checkpoint::PodDevicesEntry e;
   e.pod_uid = pod;
   e.container_name = container;
-  e.resource_name = kGpu;
+  e.resource_name = kMockGpu;
   e.device_ids[0] = std::move(ids);
   e.alloc_response = EnvResponse("RESTORED", pod).SerializeAsString();
   return e;
@@ -717,7 +718,7 @@ checkpoint::PodDevicesEntry Entry(const std::string& pod, const std::string& con
 TEST_F(ManagerMockTest, RestartRestoresAllocationsAndNeverReallocatesThem) {
   checkpoint::CheckpointData data;
   data.entries = {Entry("p", "main", {"gpu0"})};
-  data.registered_devices[kGpu] = {"gpu0", "gpu1"};
+  data.registered_devices[kMockGpu] = {"gpu0", "gpu1"};
   data.boot_id = "boot-1";
   ASSERT_TRUE(store_->Replace(data).ok());
   // A stale plugin socket is removed at start (so the plugin re-registers);
@@ -740,44 +741,44 @@ TEST_F(ManagerMockTest, RestartRestoresAllocationsAndNeverReallocatesThem) {
   EXPECT_FALSE(std::filesystem::exists(stale));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/notes.txt"));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/kubelet.sock"));
-  EXPECT_EQ(manager_->GetCapacity().resources.at(kGpu), (CapacityReport::Amounts{0, 0}));
+  EXPECT_EQ(manager_->GetCapacity().resources.at(kMockGpu), (CapacityReport::Amounts{0, 0}));
   EXPECT_THAT(DevicesOf("p", "main"), ElementsAre("gpu0"));
-  Pod p = MakePod("p", {{"main", {{kGpu, 1}}}});
+  Pod p = MakePod("p", {{"main", {{kMockGpu, 1}}}});
   auto run = manager_->GetDeviceRunContainerOptions(p, "main");
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->envs.at("RESTORED"), "p");
 
   // The plugin registers again (StrictMock: no Allocate expected for p).
-  FakePlugin& plugin = AddPlugin("/p/gpu.sock", Gpus(2));
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
-  EXPECT_EQ(manager_->GetCapacity().resources.at(kGpu), (CapacityReport::Amounts{2, 2}));
+  FakePlugin& plugin = AddPlugin("/p/gpu.sock", MockGpus(2));
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
+  EXPECT_EQ(manager_->GetCapacity().resources.at(kMockGpu), (CapacityReport::Amounts{2, 2}));
   EXPECT_TRUE(manager_->Allocate(p, "main").ok());
   EXPECT_THAT(DevicesOf("p", "main"), ElementsAre("gpu0"));
   // gpu0 stays p's: another pod gets gpu1 only.
-  EXPECT_EQ(manager_->Allocate(MakePod("q", {{"main", {{kGpu, 2}}}}), "main").message(),
+  EXPECT_EQ(manager_->Allocate(MakePod("q", {{"main", {{kMockGpu, 2}}}}), "main").message(),
             "requested number of devices unavailable for vendor.com/gpu. Requested: 2, "
             "Available: 1");
   EchoAllocate(plugin);
-  ASSERT_TRUE(manager_->Allocate(MakePod("r", {{"main", {{kGpu, 1}}}}), "main").ok());
+  ASSERT_TRUE(manager_->Allocate(MakePod("r", {{"main", {{kMockGpu, 1}}}}), "main").ok());
   EXPECT_THAT(DevicesOf("r", "main"), ElementsAre("gpu1"));
   EXPECT_TRUE(manager_->CheckInvariantsForTest().ok());
 }
 
 TEST_F(ManagerMockTest, RestoredResourceWithoutPluginIsDeletedAfterGrace) {
   checkpoint::CheckpointData data;
-  data.registered_devices[kGpu] = {"gpu0"};
+  data.registered_devices[kMockGpu] = {"gpu0"};
   ASSERT_TRUE(store_->Replace(data).ok());
   MakeManager();
   ASSERT_TRUE(manager_->Start().ok());
-  EXPECT_EQ(manager_->GetCapacity().resources.count(kGpu), 1u);
+  EXPECT_EQ(manager_->GetCapacity().resources.count(kMockGpu), 1u);
   clock_->Advance(std::chrono::minutes(5));
-  EXPECT_THAT(manager_->GetCapacity().deleted, ElementsAre(kGpu));
+  EXPECT_THAT(manager_->GetCapacity().deleted, ElementsAre(kMockGpu));
 }
 
 TEST_F(ManagerMockTest, RebootKeepsOnlyAllocationsOfActivePods) {
   checkpoint::CheckpointData data;
   data.entries = {Entry("gone", "main", {"gpu0"}), Entry("kept", "main", {"gpu1"})};
-  data.registered_devices[kGpu] = {"gpu0", "gpu1"};
+  data.registered_devices[kMockGpu] = {"gpu0", "gpu1"};
   data.boot_id = "boot-0";
   ASSERT_TRUE(store_->Replace(data).ok());
   active_ = {"kept"};
@@ -808,23 +809,23 @@ TEST_F(ManagerMockTest, StartTwiceAndStopTwice) {
   manager_->Stop();
   manager_->Stop();
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/kubelet.sock"));
-  EXPECT_EQ(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").code(), StatusCode::kUnavailable);
+  EXPECT_EQ(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").code(), StatusCode::kUnavailable);
 }
 
 TEST_F(ManagerMockTest, TopologyHintsComeFromTheLedger) {
   MakeManager();
-  FakePlugin& p = AddPlugin("/p/gpu.sock", Gpus(4));  // gpu0,2 on node 0; gpu1,3 on node 1
+  FakePlugin& p = AddPlugin("/p/gpu.sock", MockGpus(4));  // gpu0,2 on node 0; gpu1,3 on node 1
   (void)p;
-  ASSERT_TRUE(manager_->RegisterPlugin(kGpu, "/p/gpu.sock").ok());
-  auto hints = manager_->GetTopologyHints(MakePod("p", {{"main", {{kGpu, 2}}}}), "main");
+  ASSERT_TRUE(manager_->RegisterPlugin(kMockGpu, "/p/gpu.sock").ok());
+  auto hints = manager_->GetTopologyHints(MakePod("p", {{"main", {{kMockGpu, 2}}}}), "main");
   ASSERT_TRUE(hints.ok()) << hints.status();
-  ASSERT_TRUE(hints->at(kGpu).has_value());
-  EXPECT_THAT(*hints->at(kGpu),
+  ASSERT_TRUE(hints->at(kMockGpu).has_value());
+  EXPECT_THAT(*hints->at(kMockGpu),
               UnorderedElementsAre(TopologyHint{{0}, true}, TopologyHint{{1}, true},
                                    TopologyHint{{0, 1}, false}));
-  auto pod_hints = manager_->GetPodTopologyHints(MakePod("p", {{"main", {{kGpu, 3}}}}));
+  auto pod_hints = manager_->GetPodTopologyHints(MakePod("p", {{"main", {{kMockGpu, 3}}}}));
   ASSERT_TRUE(pod_hints.ok());
-  EXPECT_THAT(*pod_hints->at(kGpu), ElementsAre(TopologyHint{{0, 1}, true}));
+  EXPECT_THAT(*pod_hints->at(kMockGpu), ElementsAre(TopologyHint{{0, 1}, true}));
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ using testing::MakePod;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-constexpr char kGpu[] = "example.com/gpu";
+constexpr char kMetricsGpu[] = "example.com/gpu";
 
 std::string MakeTempDir() {
   char tmpl[] = "/tmp/kdm-metrics-XXXXXX";
@@ -114,10 +114,10 @@ std::string GetRequest(const std::string& path) {
 
 TEST(MetricsTest, RendersTheKubeletNamesAndKdmsOwn) {
   auto m = Metrics::Create();
-  m->ObserveRegistration(kGpu);
-  m->ObserveRegistration(kGpu);
-  m->ObserveAllocation(kGpu, 0.02);
-  m->ObserveAllocation(kGpu, 3.0);
+  m->ObserveRegistration(kMetricsGpu);
+  m->ObserveRegistration(kMetricsGpu);
+  m->ObserveAllocation(kMetricsGpu, 0.02);
+  m->ObserveAllocation(kMetricsGpu, 3.0);
   m->ObserveCheckpointWrite(0.0004);
   std::string text = m->Render(nullptr);
   EXPECT_THAT(text, HasSubstr("# TYPE kubelet_device_plugin_registration_total counter"));
@@ -151,14 +151,14 @@ class MetricsWithManagerTest : public ::testing::Test {
     mo.rpc_timeout = 5s;
     mo.metrics = wired_;
     // Pods of namespace "default" (every test's) may use the GPUs; others not.
-    mo.restrictions = {{kGpu, {"default"}}};
+    mo.restrictions = {{kMetricsGpu, {"default"}}};
     auto m = Manager::Create(std::move(mo));
     ASSERT_TRUE(m.ok()) << m.status();
     manager_ = std::move(*m);
     ASSERT_TRUE(manager_->Start().ok());
 
     plugin::PluginServer::Options o;
-    o.resource_name = kGpu;
+    o.resource_name = kMetricsGpu;
     o.plugin_dir = root_ + "/dp";
     o.devices = {{"gpu0", true, {0}}, {"gpu1", true, {0}}, {"gpu2", true, {1}}};
     o.allocate = [](const v1beta1::ContainerAllocateRequest&)
@@ -193,7 +193,7 @@ class MetricsWithManagerTest : public ::testing::Test {
 };
 
 TEST_F(MetricsWithManagerTest, TheManagerReportsRegistrationsAllocationsAndCheckpointWrites) {
-  Pod pod = MakePod("uid-1", {{"main", {{kGpu, 2}}}});
+  Pod pod = MakePod("uid-1", {{"main", {{kMetricsGpu, 2}}}});
   ASSERT_TRUE(manager_->Allocate(pod, "main").ok());
   std::string text = wired_->Render(manager_.get());
   EXPECT_THAT(
@@ -208,7 +208,7 @@ TEST_F(MetricsWithManagerTest, TheManagerReportsRegistrationsAllocationsAndCheck
 }
 
 TEST_F(MetricsWithManagerTest, KdmMetricsFollowTheManagersState) {
-  Pod pod = MakePod("uid-1", {{"main", {{kGpu, 1}}}});
+  Pod pod = MakePod("uid-1", {{"main", {{kMetricsGpu, 1}}}});
   ASSERT_TRUE(manager_->Allocate(pod, "main").ok());
 
   auto m = Metrics::Create();
@@ -263,7 +263,7 @@ TEST_F(MetricsWithManagerTest, RefusedSnapshotsAndRestrictedRejectionsAreCounted
   EXPECT_THAT(text, HasSubstr("kdm_restricted_rejections_total 0"));
 
   // A pod outside the allowed namespaces is refused before any reservation.
-  Pod pod = MakePod("uid-2", {{"main", {{kGpu, 1}}}});
+  Pod pod = MakePod("uid-2", {{"main", {{kMetricsGpu, 1}}}});
   pod.namespace_name = "guests";
   Status refused_pod = manager_->Allocate(pod, "main");
   EXPECT_EQ(refused_pod.code(), StatusCode::kPermissionDenied) << refused_pod;
@@ -289,7 +289,7 @@ class MetricsServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     metrics_ = Metrics::Create();
-    metrics_->ObserveRegistration(kGpu);
+    metrics_->ObserveRegistration(kMetricsGpu);
     auto s = MetricsServer::Start("127.0.0.1:0", metrics_, nullptr);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
@@ -390,7 +390,7 @@ TEST_F(MetricsServerTest, ConcurrentScrapesAllSucceed) {
   for (int t = 0; t < 6; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 10; ++i) {
-        metrics_->ObserveAllocation(kGpu, 0.001 * (t + 1));
+        metrics_->ObserveAllocation(kMetricsGpu, 0.001 * (t + 1));
         std::string r = Exchange(server_->port(), GetRequest(i % 2 ? "/metrics" : "/healthz"));
         if (r.rfind("HTTP/1.1 200 OK\r\n", 0) == 0) ok++;
       }

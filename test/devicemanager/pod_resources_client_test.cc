@@ -33,10 +33,10 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 
-constexpr char kGpu[] = "example.com/gpu";
-constexpr char kNic[] = "example.com/nic";
+constexpr char kClientGpu[] = "example.com/gpu";
+constexpr char kClientNic[] = "example.com/nic";
 
-Container MakeContainer(const std::string& name, std::map<std::string, int64_t> devices) {
+Container MakeClientContainer(const std::string& name, std::map<std::string, int64_t> devices) {
   Container c;
   c.name = name;
   for (const auto& [r, n] : devices) {
@@ -46,9 +46,9 @@ Container MakeContainer(const std::string& name, std::map<std::string, int64_t> 
   return c;
 }
 
-std::unique_ptr<plugin::PluginServer> StartPlugin(const std::string& dir,
-                                                  const std::string& resource,
-                                                  std::vector<plugin::Device> devices) {
+std::unique_ptr<plugin::PluginServer> StartClientPlugin(const std::string& dir,
+                                                        const std::string& resource,
+                                                        std::vector<plugin::Device> devices) {
   plugin::PluginServer::Options o;
   o.resource_name = resource;
   o.plugin_dir = dir;
@@ -126,9 +126,9 @@ class PodResourcesClientTest : public ::testing::Test {
     manager_ = std::move(*m);
     ASSERT_TRUE(manager_->Start().ok());
     // gpu2 spans NUMA nodes 0 and 1; the NIC has no topology.
-    gpu_ = StartPlugin(dir_.path() + "/dp", kGpu,
-                       {{"gpu0", true, {0}}, {"gpu1", true, {1}}, {"gpu2", true, {0, 1}}});
-    nic_ = StartPlugin(dir_.path() + "/dp", kNic, {{"nic0", true, {}}});
+    gpu_ = StartClientPlugin(dir_.path() + "/dp", kClientGpu,
+                             {{"gpu0", true, {0}}, {"gpu1", true, {1}}, {"gpu2", true, {0, 1}}});
+    nic_ = StartClientPlugin(dir_.path() + "/dp", kClientNic, {{"nic0", true, {}}});
     ASSERT_NE(gpu_, nullptr);
     ASSERT_NE(nic_, nullptr);
 
@@ -178,8 +178,8 @@ class PodResourcesClientTest : public ::testing::Test {
   std::vector<Pod> pods_;
 };
 
-Pod MakePod(const std::string& name, std::vector<Container> app,
-            const std::string& ns = "default") {
+Pod MakeClientPod(const std::string& name, std::vector<Container> app,
+                  const std::string& ns = "default") {
   Pod p;
   p.uid = "uid-" + ns + "-" + name;
   p.namespace_name = ns;
@@ -189,9 +189,9 @@ Pod MakePod(const std::string& name, std::vector<Container> app,
 }
 
 TEST_F(PodResourcesClientTest, ListReportsPodsContainersAndOneEntryPerDevicePerNumaNode) {
-  Admit(
-      MakePod("train", {MakeContainer("main", {{kGpu, 3}, {kNic, 1}}), MakeContainer("log", {})}));
-  Admit(MakePod("idle", {MakeContainer("app", {})}, "batch"));
+  Admit(MakeClientPod("train", {MakeClientContainer("main", {{kClientGpu, 3}, {kClientNic, 1}}),
+                                MakeClientContainer("log", {})}));
+  Admit(MakeClientPod("idle", {MakeClientContainer("app", {})}, "batch"));
   auto client = Client();
   ASSERT_NE(client, nullptr);
   EXPECT_EQ(client->socket_path(), socket());
@@ -204,11 +204,12 @@ TEST_F(PodResourcesClientTest, ListReportsPodsContainersAndOneEntryPerDevicePerN
   EXPECT_EQ(train.name, "train");
   ASSERT_EQ(train.containers.size(), 2u);
   EXPECT_EQ(train.containers[0].name, "main");
-  EXPECT_THAT(
-      train.containers[0].devices,
-      UnorderedElementsAre(ContainerDevices{kGpu, {"gpu0"}, 0}, ContainerDevices{kGpu, {"gpu1"}, 1},
-                           ContainerDevices{kGpu, {"gpu2"}, 0}, ContainerDevices{kGpu, {"gpu2"}, 1},
-                           ContainerDevices{kNic, {"nic0"}, std::nullopt}));
+  EXPECT_THAT(train.containers[0].devices,
+              UnorderedElementsAre(ContainerDevices{kClientGpu, {"gpu0"}, 0},
+                                   ContainerDevices{kClientGpu, {"gpu1"}, 1},
+                                   ContainerDevices{kClientGpu, {"gpu2"}, 0},
+                                   ContainerDevices{kClientGpu, {"gpu2"}, 1},
+                                   ContainerDevices{kClientNic, {"nic0"}, std::nullopt}));
   EXPECT_EQ(train.containers[1].name, "log");
   EXPECT_THAT(train.containers[1].devices, IsEmpty());
   EXPECT_EQ((*pods)[1].namespace_name, "batch");
@@ -220,11 +221,11 @@ TEST_F(PodResourcesClientTest, GetAllocatableResourcesReportsTheHealthyDevices) 
   ASSERT_NE(client, nullptr);
   auto devices = client->GetAllocatableResources();
   ASSERT_TRUE(devices.ok()) << devices.status();
-  EXPECT_THAT(
-      *devices,
-      UnorderedElementsAre(ContainerDevices{kGpu, {"gpu0"}, 0}, ContainerDevices{kGpu, {"gpu1"}, 1},
-                           ContainerDevices{kGpu, {"gpu2"}, 0}, ContainerDevices{kGpu, {"gpu2"}, 1},
-                           ContainerDevices{kNic, {"nic0"}, std::nullopt}));
+  EXPECT_THAT(*devices, UnorderedElementsAre(ContainerDevices{kClientGpu, {"gpu0"}, 0},
+                                             ContainerDevices{kClientGpu, {"gpu1"}, 1},
+                                             ContainerDevices{kClientGpu, {"gpu2"}, 0},
+                                             ContainerDevices{kClientGpu, {"gpu2"}, 1},
+                                             ContainerDevices{kClientNic, {"nic0"}, std::nullopt}));
   // The same answer through another client: the calls hold no state.
   auto again = Client()->GetAllocatableResources();
   ASSERT_TRUE(again.ok()) << again.status();

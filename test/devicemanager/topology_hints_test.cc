@@ -19,18 +19,18 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-constexpr char kGpu[] = "vendor.com/gpu";
-constexpr char kNic[] = "vendor.com/nic";
+constexpr char kHintGpu[] = "vendor.com/gpu";
+constexpr char kHintNic[] = "vendor.com/nic";
 
-Container Gpus(const std::string& name, int64_t n, bool restartable = false) {
+Container HintGpus(const std::string& name, int64_t n, bool restartable = false) {
   Container c;
   c.name = name;
   c.restartable = restartable;
-  c.limits[kGpu] = Quantity::FromInt(n);
+  c.limits[kHintGpu] = Quantity::FromInt(n);
   return c;
 }
 
-Pod MakePod(const std::string& uid, std::vector<Container> inits, std::vector<Container> apps) {
+Pod MakeHintPod(const std::string& uid, std::vector<Container> inits, std::vector<Container> apps) {
   Pod pod;
   pod.uid = uid;
   pod.name = uid;
@@ -47,21 +47,22 @@ std::vector<LedgerDevice> TwoNodes() {
 
 class TopologyHintsTest : public ::testing::Test {
  protected:
-  void SetDevices(const std::vector<LedgerDevice>& devices, const std::string& resource = kGpu) {
+  void SetDevices(const std::vector<LedgerDevice>& devices,
+                  const std::string& resource = kHintGpu) {
     ASSERT_TRUE(ledger_.SetDevices(resource, devices).ok());
   }
   void AdmitIds(const Pod& pod, const std::string& container, const std::vector<std::string>& ids) {
     StatusOr<AllocationPlan> plan =
-        ledger_.Plan(pod, container, kGpu, static_cast<int64_t>(ids.size()), std::nullopt);
+        ledger_.Plan(pod, container, kHintGpu, static_cast<int64_t>(ids.size()), std::nullopt);
     ASSERT_TRUE(plan.ok()) << plan.status();
     ASSERT_TRUE(ledger_.Reserve(*plan, ids).ok());
     ASSERT_TRUE(ledger_.Commit(plan->key, "r").ok());
   }
   ResourceHints Hints(int64_t count, const std::string& container = "main") {
-    return ledger_.TopologyHints(pod_, container, kGpu, count);
+    return ledger_.TopologyHints(pod_, container, kHintGpu, count);
   }
   Ledger ledger_;
-  Pod pod_ = MakePod("p", {}, {Gpus("main", 1)});
+  Pod pod_ = MakeHintPod("p", {}, {HintGpus("main", 1)});
 };
 
 TEST_F(TopologyHintsTest, NoTopologyOnAnyDeviceMeansNoPreference) {
@@ -104,9 +105,9 @@ TEST_F(TopologyHintsTest, MoreRequestedThanExistSatisfiesNoHint) {
 
 TEST_F(TopologyHintsTest, AllocatedAndReservedDevicesAreNotAvailable) {
   SetDevices(TwoNodes());
-  AdmitIds(MakePod("other", {}, {Gpus("main", 1)}), "main", {"gpu0"});
-  Pod reserving = MakePod("r", {}, {Gpus("main", 1)});
-  StatusOr<AllocationPlan> plan = ledger_.Plan(reserving, "main", kGpu, 1, std::nullopt);
+  AdmitIds(MakeHintPod("other", {}, {HintGpus("main", 1)}), "main", {"gpu0"});
+  Pod reserving = MakeHintPod("r", {}, {HintGpus("main", 1)});
+  StatusOr<AllocationPlan> plan = ledger_.Plan(reserving, "main", kHintGpu, 1, std::nullopt);
   ASSERT_TRUE(plan.ok());
   ASSERT_TRUE(ledger_.Reserve(*plan, {"gpu1"}).ok());
   // Node 0 has no free device left, but still counts for the minimum size.
@@ -141,16 +142,16 @@ TEST_F(TopologyHintsTest, RecordedContainerRegeneratesFromItsDevices) {
 
 TEST_F(TopologyHintsTest, HandOverDevicesMustLieInsideTheHint) {
   SetDevices(TwoNodes());
-  Pod pod = MakePod("p", {Gpus("init", 1)}, {Gpus("app", 1)});
+  Pod pod = MakeHintPod("p", {HintGpus("init", 1)}, {HintGpus("app", 1)});
   AdmitIds(pod, "init", {"gpu2"});
-  ResourceHints h = ledger_.TopologyHints(pod, "app", kGpu, 1);
+  ResourceHints h = ledger_.TopologyHints(pod, "app", kHintGpu, 1);
   ASSERT_TRUE(h.has_value());
   EXPECT_THAT(*h, ElementsAre(NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
   // A sidecar's devices are not handed over: they neither constrain the
   // hint nor count as available (node 1 has nothing left for this pod).
-  Pod with_sidecar = MakePod("s", {Gpus("side", 1, true)}, {Gpus("app", 1)});
+  Pod with_sidecar = MakeHintPod("s", {HintGpus("side", 1, true)}, {HintGpus("app", 1)});
   AdmitIds(with_sidecar, "side", {"gpu3"});
-  EXPECT_THAT(*ledger_.TopologyHints(with_sidecar, "app", kGpu, 1),
+  EXPECT_THAT(*ledger_.TopologyHints(with_sidecar, "app", kHintGpu, 1),
               ElementsAre(NumaHint{{0}, true}, NumaHint{{0, 1}, false}));
 }
 
@@ -169,54 +170,54 @@ TEST_F(TopologyHintsTest, TooManyNumaNodesMeansNoPreference) {
 
 TEST_F(TopologyHintsTest, ContainerHintsPerResource) {
   SetDevices(TwoNodes());
-  SetDevices({{"nic0", true, {}}}, kNic);
-  Container c = Gpus("main", 1);
-  c.limits[kNic] = Quantity::FromInt(1);
+  SetDevices({{"nic0", true, {}}}, kHintNic);
+  Container c = HintGpus("main", 1);
+  c.limits[kHintNic] = Quantity::FromInt(1);
   c.limits["cpu"] = *Quantity::Parse("2");
-  Pod pod = MakePod("p", {}, {c});
+  Pod pod = MakeHintPod("p", {}, {c});
   StatusOr<std::map<std::string, ResourceHints>> hints =
       ledger_.ContainerTopologyHints(pod, "main");
   ASSERT_TRUE(hints.ok()) << hints.status();
   ASSERT_EQ(hints->size(), 2u);
-  EXPECT_THAT(*hints->at(kGpu),
+  EXPECT_THAT(*hints->at(kHintGpu),
               ElementsAre(NumaHint{{0}, true}, NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
-  EXPECT_EQ(hints->at(kNic), std::nullopt);
+  EXPECT_EQ(hints->at(kHintNic), std::nullopt);
   // Bad limits are reported, not guessed around.
-  pod.containers[0].limits[kGpu] = *Quantity::Parse("1500m");
+  pod.containers[0].limits[kHintGpu] = *Quantity::Parse("1500m");
   EXPECT_EQ(ledger_.ContainerTopologyHints(pod, "main").status().code(),
             StatusCode::kInvalidArgument);
 }
 
 TEST_F(TopologyHintsTest, PodHintsUseThePodsEffectiveRequest) {
   SetDevices(TwoNodes());
-  Pod pod = MakePod("p", {Gpus("init", 1)}, {Gpus("a", 1), Gpus("b", 1)});
+  Pod pod = MakeHintPod("p", {HintGpus("init", 1)}, {HintGpus("a", 1), HintGpus("b", 1)});
   StatusOr<std::map<std::string, ResourceHints>> hints = ledger_.PodTopologyHints(pod);
   ASSERT_TRUE(hints.ok());
-  EXPECT_THAT(*hints->at(kGpu),
+  EXPECT_THAT(*hints->at(kHintGpu),
               ElementsAre(NumaHint{{0}, true}, NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
   // Once the pod holds its devices, hints come from them.
   AdmitIds(pod, "a", {"gpu2"});
   AdmitIds(pod, "b", {"gpu3"});
   hints = ledger_.PodTopologyHints(pod);
   ASSERT_TRUE(hints.ok());
-  EXPECT_THAT(*hints->at(kGpu), ElementsAre(NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
+  EXPECT_THAT(*hints->at(kHintGpu), ElementsAre(NumaHint{{1}, true}, NumaHint{{0, 1}, false}));
   // Holding a different number than the pod asks for: nothing fits.
-  pod.containers.push_back(Gpus("c", 1));
+  pod.containers.push_back(HintGpus("c", 1));
   hints = ledger_.PodTopologyHints(pod);
   ASSERT_TRUE(hints.ok());
-  EXPECT_THAT(*hints->at(kGpu), IsEmpty());
+  EXPECT_THAT(*hints->at(kHintGpu), IsEmpty());
 }
 
 TEST_F(TopologyHintsTest, PodHintsWithoutTopologyOrEnoughDevices) {
-  SetDevices({{"nic0", true, {}}}, kNic);
+  SetDevices({{"nic0", true, {}}}, kHintNic);
   SetDevices(TwoNodes());
-  Container c = Gpus("main", 5);
-  c.limits[kNic] = Quantity::FromInt(1);
-  Pod pod = MakePod("p", {}, {c});
+  Container c = HintGpus("main", 5);
+  c.limits[kHintNic] = Quantity::FromInt(1);
+  Pod pod = MakeHintPod("p", {}, {c});
   StatusOr<std::map<std::string, ResourceHints>> hints = ledger_.PodTopologyHints(pod);
   ASSERT_TRUE(hints.ok());
-  EXPECT_EQ(hints->at(kNic), std::nullopt);
-  EXPECT_THAT(*hints->at(kGpu), IsEmpty());
+  EXPECT_EQ(hints->at(kHintNic), std::nullopt);
+  EXPECT_THAT(*hints->at(kHintGpu), IsEmpty());
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ using kdm::e2e::ReadFile;
 using kdm::e2e::WaitUntil;
 using ::testing::HasSubstr;
 
-constexpr char kFpga[] = "example.com/fpga";
+constexpr char kConformFpga[] = "example.com/fpga";
 
 size_t CountOf(const std::string& text, const std::string& needle) {
   size_t n = 0;
@@ -51,8 +51,8 @@ class ConformE2eTest : public ::testing::Test {
   }
 
   void StartPlugin(std::vector<std::string> extra) {
-    std::vector<std::string> args = {"plugin", "--root",  root_, "--resource",
-                                     kFpga,    "--count", "4"};
+    std::vector<std::string> args = {"plugin",     "--root",  root_, "--resource",
+                                     kConformFpga, "--count", "4"};
     args.insert(args.end(), extra.begin(), extra.end());
     plugin_ = std::make_unique<Process>(args, root_ + "/plugin.out", root_ + "/plugin.err");
     ASSERT_TRUE(plugin_->started());
@@ -77,8 +77,9 @@ class ConformE2eTest : public ::testing::Test {
 TEST_F(ConformE2eTest, HealthyPluginPassesWithJUnit) {
   StartPlugin({"--cdi", "--pre-start"});
   std::string out, err, junit = root_ + "/junit.xml";
-  int code = Conform({"--root", root_, "--resource", kFpga, "--timeout", "10s", "--junit", junit},
-                     &out, &err);
+  int code =
+      Conform({"--root", root_, "--resource", kConformFpga, "--timeout", "10s", "--junit", junit},
+              &out, &err);
   EXPECT_EQ(code, 0) << out << err;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"((^|\n)\d+ passed, 0 failed, \d+ skipped\n$)")))
       << out;
@@ -94,8 +95,9 @@ TEST_F(ConformE2eTest, HealthyPluginPassesWithJUnit) {
 TEST_F(ConformE2eTest, BadPermissionsFaultFailsThatCheck) {
   StartPlugin({"--fault", "alloc-bad-permissions"});
   std::string out, err, junit = root_ + "/junit.xml";
-  int code = Conform({"--root", root_, "--resource", kFpga, "--timeout", "5s", "--junit", junit},
-                     &out, &err);
+  int code =
+      Conform({"--root", root_, "--resource", kConformFpga, "--timeout", "5s", "--junit", junit},
+              &out, &err);
   EXPECT_EQ(code, 1) << out << err;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"((^|\n)FAIL  alloc\.permissions +.*rwx)")))
       << out;
@@ -110,9 +112,9 @@ TEST_F(ConformE2eTest, OnlyAndAnUnwritableJUnitPath) {
   StartPlugin({});
   std::string out, err;
   std::string junit = root_ + "/no-such-dir/junit.xml";
-  int code = Conform(
-      {"--root", root_, "--resource", kFpga, "--only", "lw.health,alloc.paths", "--junit", junit},
-      &out, &err);
+  int code = Conform({"--root", root_, "--resource", kConformFpga, "--only",
+                      "lw.health,alloc.paths", "--junit", junit},
+                     &out, &err);
   EXPECT_EQ(code, 3) << out << err;
   EXPECT_THAT(out, HasSubstr("2 passed, 0 failed, 0 skipped"));  // still printed
   EXPECT_THAT(err, HasSubstr(junit));
@@ -122,15 +124,15 @@ TEST_F(ConformE2eTest, OnlyAndAnUnwritableJUnitPath) {
 TEST_F(ConformE2eTest, UsageErrorsExit2) {
   std::string out, err;
   const std::vector<std::vector<std::string>> cases = {
-      {"--root", root_},      // no --resource
-      {"--resource", kFpga},  // no target
-      {"--root", root_, "--plugin-socket", root_ + "/p.sock", "--resource", kFpga},  // both
-      {"--root", root_, "--resource", kFpga, "--timeout", "ten"},
-      {"--root", root_, "--resource", kFpga, "--timeout", "0s"},
-      {"--root", root_, "--resource", kFpga, "--only", "lw.health,no.such"},
+      {"--root", root_},             // no --resource
+      {"--resource", kConformFpga},  // no target
+      {"--root", root_, "--plugin-socket", root_ + "/p.sock", "--resource", kConformFpga},  // both
+      {"--root", root_, "--resource", kConformFpga, "--timeout", "ten"},
+      {"--root", root_, "--resource", kConformFpga, "--timeout", "0s"},
+      {"--root", root_, "--resource", kConformFpga, "--only", "lw.health,no.such"},
       {"--root", root_, "--resource", "not a resource"},
-      {"--root", root_, "--resource", kFpga, "--bogus"},
-      {"--root", root_, "--resource", kFpga, "stray"},
+      {"--root", root_, "--resource", kConformFpga, "--bogus"},
+      {"--root", root_, "--resource", kConformFpga, "stray"},
   };
   for (const auto& args : cases) {
     std::string line;
@@ -139,17 +141,18 @@ TEST_F(ConformE2eTest, UsageErrorsExit2) {
     EXPECT_THAT(err, HasSubstr("kdm conform")) << line;
     EXPECT_EQ(out, "") << line;
   }
-  Conform({"--root", root_, "--resource", kFpga, "--only", "no.such"}, &out, &err);
+  Conform({"--root", root_, "--resource", kConformFpga, "--only", "no.such"}, &out, &err);
   EXPECT_THAT(err, HasSubstr("known: reg.version"));
 }
 
 TEST_F(ConformE2eTest, NoPluginExits3) {
   std::string out, err;
-  EXPECT_EQ(Conform({"--root", root_, "--resource", kFpga, "--timeout", "300ms"}, &out, &err), 3)
+  EXPECT_EQ(
+      Conform({"--root", root_, "--resource", kConformFpga, "--timeout", "300ms"}, &out, &err), 3)
       << out << err;
   EXPECT_THAT(err, HasSubstr("no plugin registered"));
-  EXPECT_EQ(Conform({"--plugin-socket", root_ + "/missing.sock", "--resource", kFpga, "--timeout",
-                     "300ms"},
+  EXPECT_EQ(Conform({"--plugin-socket", root_ + "/missing.sock", "--resource", kConformFpga,
+                     "--timeout", "300ms"},
                     &out, &err),
             3)
       << out << err;

@@ -38,7 +38,7 @@ using kdm::e2e::ReadFile;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-constexpr char kGpu[] = "example.com/gpu";
+constexpr char kGetGpu[] = "example.com/gpu";
 
 struct Result {
   int exit_code = -1;
@@ -87,8 +87,8 @@ Container MakeContainer(const std::string& name, int gpus, bool restartable = fa
   c.name = name;
   c.restartable = restartable;
   if (gpus > 0) {
-    c.limits[kGpu] = Quantity::FromInt(gpus);
-    c.requests[kGpu] = Quantity::FromInt(gpus);
+    c.limits[kGetGpu] = Quantity::FromInt(gpus);
+    c.requests[kGetGpu] = Quantity::FromInt(gpus);
   }
   return c;
 }
@@ -121,7 +121,7 @@ class GetE2eTest : public ::testing::Test {
     manager_ = std::move(*m);
     ASSERT_TRUE(manager_->Start().ok());
     plugin::PluginServer::Options o;
-    o.resource_name = kGpu;
+    o.resource_name = kGetGpu;
     o.plugin_dir = root_ + "/device-plugins";
     o.devices = {
         {"gpu0", true, {0}}, {"gpu1", true, {0}}, {"gpu2", true, {1}}, {"gpu3", true, {1}}};
@@ -229,7 +229,7 @@ TEST_F(GetE2eTest, GetPodsJson) {
   const auto& main = j["pods"][0]["containers"][0];
   EXPECT_EQ(main["name"], "main");
   ASSERT_EQ(main["devices"].size(), 1u);
-  EXPECT_EQ(main["devices"][0]["resource"], kGpu);
+  EXPECT_EQ(main["devices"][0]["resource"], kGetGpu);
   EXPECT_EQ(main["devices"][0]["device_ids"].size(), 2u);
   EXPECT_EQ(main["devices"][0]["numa_nodes"], nlohmann::json::array({0}));
 }

@@ -41,11 +41,11 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr char kGpu[] = "nvidia.com/gpu";
+constexpr char kHardeningGpu[] = "nvidia.com/gpu";
 
 using kdm::test::kYamlAliasBomb;
 
-std::string PodYaml(const std::string& name, int gpus) {
+std::string HardeningPodYaml(const std::string& name, int gpus) {
   std::string pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name +
                     "\nspec:\n  containers:\n  - name: main\n";
   if (gpus > 0) {
@@ -102,7 +102,8 @@ class HardeningE2eTest : public ::testing::Test {
   }
 
   void StartGpuPlugin() {
-    std::vector<std::string> args = {"plugin", "--root", root_, "--resource", kGpu, "--count", "4"};
+    std::vector<std::string> args = {"plugin",      "--root",  root_, "--resource",
+                                     kHardeningGpu, "--count", "4"};
     plugins_.push_back(std::make_unique<Process>(
         args, root_ + "/plugin" + std::to_string(plugins_.size()) + ".log"));
   }
@@ -145,7 +146,7 @@ TEST_F(HardeningE2eTest, YamlAliasBombIsRejectedAndOtherPodsAreAdmitted) {
   fs::create_directories(Manifests());
   WriteFileAtomically(Manifests() + "/laughs.yaml", kYamlAliasBomb);  // present at start
   StartKubelet();
-  WriteFileAtomically(Manifests() + "/good.yaml", PodYaml("good", 0));
+  WriteFileAtomically(Manifests() + "/good.yaml", HardeningPodYaml("good", 0));
   // The pod's name is never read: the status file is named after the file.
   json bomb = WaitPhase("manifest_laughs.yaml", "Rejected");
   EXPECT_EQ(bomb.value("reason", ""), "InvalidManifest");
@@ -160,7 +161,7 @@ TEST_F(HardeningE2eTest, YamlAliasBombIsRejectedAndOtherPodsAreAdmitted) {
   kubelet_->Signal(SIGTERM);
   ASSERT_EQ(kubelet_->Wait(), 0) << kubelet_->Log();
   StartKubelet();
-  WriteFileAtomically(Manifests() + "/after.yaml", PodYaml("after", 0));
+  WriteFileAtomically(Manifests() + "/after.yaml", HardeningPodYaml("after", 0));
   WaitPhase("default_after", "Admitted");
   EXPECT_EQ(WaitPhase("manifest_laughs.yaml", "Rejected").value("reason", ""), "InvalidManifest");
   EXPECT_TRUE(kubelet_->Running());
@@ -215,9 +216,10 @@ TEST_F(HardeningE2eTest, CheckpointEntrySkippedIsNamed) {
     ASSERT_TRUE(opened.ok()) << opened.status();
     checkpoint::CheckpointData data;
     data.entries.push_back(
-        {"uid-a", "main", kGpu, {{checkpoint::kNoNumaNode, {"gpu0", "gpu1"}}}, ""});
-    data.entries.push_back({"uid-b", "main", kGpu, {{checkpoint::kNoNumaNode, {"gpu1"}}}, ""});
-    data.registered_devices[kGpu] = {"gpu0", "gpu1"};
+        {"uid-a", "main", kHardeningGpu, {{checkpoint::kNoNumaNode, {"gpu0", "gpu1"}}}, ""});
+    data.entries.push_back(
+        {"uid-b", "main", kHardeningGpu, {{checkpoint::kNoNumaNode, {"gpu1"}}}, ""});
+    data.registered_devices[kHardeningGpu] = {"gpu0", "gpu1"};
     ASSERT_TRUE(opened->store->Replace(data).ok());
   }
   StartKubelet();
@@ -234,10 +236,11 @@ TEST_F(HardeningE2eTest, CheckpointEntrySkippedIsNamed) {
 TEST_F(HardeningE2eTest, CheckpointStateMissingWhilePodsWereAdmittedIsWarned) {
   StartKubelet();
   StartGpuPlugin();
-  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu, 4); }, kWaitBound)) << kubelet_->Log();
-  WriteFileAtomically(Manifests() + "/a.yaml", PodYaml("a", 2));
-  WriteFileAtomically(Manifests() + "/b.yaml", PodYaml("b", 1));
-  WriteFileAtomically(Manifests() + "/nodev.yaml", PodYaml("nodev", 0));
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kHardeningGpu, 4); }, kWaitBound))
+      << kubelet_->Log();
+  WriteFileAtomically(Manifests() + "/a.yaml", HardeningPodYaml("a", 2));
+  WriteFileAtomically(Manifests() + "/b.yaml", HardeningPodYaml("b", 1));
+  WriteFileAtomically(Manifests() + "/nodev.yaml", HardeningPodYaml("nodev", 0));
   WaitPhase("default_a", "Admitted");
   WaitPhase("default_b", "Admitted");
   WaitPhase("default_nodev", "Admitted");

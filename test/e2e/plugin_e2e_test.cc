@@ -46,9 +46,9 @@ using kdm::e2e::kWaitBound;
 using kdm::e2e::ReadFile;
 using kdm::e2e::WaitUntil;
 
-constexpr char kGpu[] = "nvidia.com/gpu";
+constexpr char kPluginGpu[] = "nvidia.com/gpu";
 // Upper bound of every wait; a healthy run never comes close.
-constexpr auto kBound = 30s;
+constexpr auto kPluginBound = 30s;
 
 // One `kdm` process: stdout on a pipe (for the ready line), stderr in a file.
 class KdmProcess {
@@ -88,7 +88,7 @@ class KdmProcess {
   // Reads stdout until a line starting with `prefix` (bounded); the line, or
   // nullopt on EOF or the bound.
   std::optional<std::string> WaitForLine(const std::string& prefix) {
-    auto end = std::chrono::steady_clock::now() + kBound;
+    auto end = std::chrono::steady_clock::now() + kPluginBound;
     while (true) {
       size_t nl;
       while ((nl = stdout_.find('\n')) != std::string::npos) {
@@ -120,7 +120,7 @@ class KdmProcess {
           exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
           return true;
         },
-        kBound);
+        kPluginBound);
     if (!exited) return std::nullopt;
     return exit_code_;
   }
@@ -200,20 +200,21 @@ TEST(PluginE2ETest, RegistersServesPreferredAnswerAndExitsZeroOnSigterm) {
   auto manager = StartManager(plugin_dir);
   ASSERT_TRUE(manager);
 
-  KdmProcess kdm({"plugin", "--root", root.path(), "--resource", kGpu, "--preset", "dgx1-v100"},
-                 root.path() + "/plugin.err");
+  KdmProcess kdm(
+      {"plugin", "--root", root.path(), "--resource", kPluginGpu, "--preset", "dgx1-v100"},
+      root.path() + "/plugin.err");
   ASSERT_TRUE(kdm.started());
   auto ready = kdm.WaitForLine("ready ");
   ASSERT_TRUE(ready.has_value()) << kdm.Stderr();
   const std::string socket = plugin_dir + "/nvidia.com_gpu.sock";
   EXPECT_EQ(*ready, "ready plugin=nvidia.com/gpu socket=" + socket + " devices=8");
-  ASSERT_TRUE(WaitUntil([&] { return Allocatable(*manager, kGpu) == 8; }, kWaitBound))
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(*manager, kPluginGpu) == 8; }, kWaitBound))
       << kdm.Stderr();
   ASSERT_TRUE(WaitUntil([&] { return LoggedRegistrations(kdm.Stderr()) == 1; }, kWaitBound))
       << kdm.Stderr();
 
   // A 2-GPU pod gets what the packed allocator prefers, and the GPU answer.
-  dm::Pod pod = PodWith("train", kGpu, 2);
+  dm::Pod pod = PodWith("train", kPluginGpu, 2);
   Status s = manager->Allocate(pod, "main");
   ASSERT_TRUE(s.ok()) << s << kdm.Stderr();
   auto preset = topology::Preset("dgx1-v100");
@@ -222,7 +223,7 @@ TEST(PluginE2ETest, RegistersServesPreferredAnswerAndExitsZeroOnSigterm) {
   for (const auto& d : preset->devices()) all.push_back(d.id);
   auto want = topology::AllocateIds(*preset, all, {}, 2, topology::Policy::kPacked);
   ASSERT_TRUE(want.ok());
-  std::vector<std::string> got = DevicesOf(*manager, pod, kGpu);
+  std::vector<std::string> got = DevicesOf(*manager, pod, kPluginGpu);
   std::vector<std::string> want_sorted = *want;
   std::sort(want_sorted.begin(), want_sorted.end());
   EXPECT_EQ(got, want_sorted);
@@ -303,20 +304,20 @@ TEST(PluginE2ETest, HealthFileDropsAllocatableAndGarbageKeepsTheLastState) {
   const std::string health = root.path() + "/health.json";
   auto manager = StartManager(plugin_dir);
   ASSERT_TRUE(manager);
-  KdmProcess kdm({"plugin", "--root", root.path(), "--resource", kGpu, "--preset", "hgx-h100",
+  KdmProcess kdm({"plugin", "--root", root.path(), "--resource", kPluginGpu, "--preset", "hgx-h100",
                   "--health-file", health},
                  root.path() + "/plugin.err");
   ASSERT_TRUE(kdm.WaitForLine("ready ").has_value()) << kdm.Stderr();
-  ASSERT_TRUE(WaitUntil([&] { return Allocatable(*manager, kGpu) == 8; }, kWaitBound))
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(*manager, kPluginGpu) == 8; }, kWaitBound))
       << kdm.Stderr();
 
   {
     std::ofstream(health + ".tmp") << R"({"GPU3": "Unhealthy", "GPU99": "Unhealthy"})";
     fs::rename(health + ".tmp", health);
   }
-  ASSERT_TRUE(WaitUntil([&] { return Allocatable(*manager, kGpu) == 7; }, kWaitBound))
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(*manager, kPluginGpu) == 7; }, kWaitBound))
       << kdm.Stderr();
-  EXPECT_EQ(manager->GetCapacity().resources[kGpu].capacity, 8);
+  EXPECT_EQ(manager->GetCapacity().resources[kPluginGpu].capacity, 8);
   ASSERT_TRUE(WaitUntil(
       [&] {
         return kdm.Stderr().find(
@@ -331,13 +332,13 @@ TEST(PluginE2ETest, HealthFileDropsAllocatableAndGarbageKeepsTheLastState) {
       [&] { return kdm.Stderr().find("event=health_file_rejected") != std::string::npos; },
       kWaitBound))
       << kdm.Stderr();
-  EXPECT_EQ(Allocatable(*manager, kGpu), 7);
+  EXPECT_EQ(Allocatable(*manager, kPluginGpu), 7);
 
   {
     std::ofstream(health + ".tmp") << "{}";
     fs::rename(health + ".tmp", health);
   }
-  ASSERT_TRUE(WaitUntil([&] { return Allocatable(*manager, kGpu) == 8; }, kWaitBound))
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(*manager, kPluginGpu) == 8; }, kWaitBound))
       << kdm.Stderr();
   kdm.Signal(SIGTERM);
   auto code = kdm.Wait();
@@ -350,9 +351,10 @@ TEST(PluginE2ETest, CdiPreStartAndSocketNameAgainstTheFakeKubelet) {
   TempSocketDir dir;
   FakeRegistrationServer kubelet(dir.path());
   ASSERT_TRUE(kubelet.Start());
-  KdmProcess kdm({"plugin", "--plugin-dir", dir.path(), "--resource", kGpu, "--preset", "dgx-a100",
-                  "--cdi", "--pre-start", "--socket-name", "gpus.sock", "--policy", "best-set"},
-                 dir.path() + "/plugin.err");
+  KdmProcess kdm(
+      {"plugin", "--plugin-dir", dir.path(), "--resource", kPluginGpu, "--preset", "dgx-a100",
+       "--cdi", "--pre-start", "--socket-name", "gpus.sock", "--policy", "best-set"},
+      dir.path() + "/plugin.err");
   ASSERT_TRUE(kdm.WaitForLine("ready ").has_value()) << kdm.Stderr();
   ASSERT_FALSE(kubelet.WaitForSnapshots(1).empty()) << kdm.Stderr();
   // The fake kubelet records the dialed options just after the stream opens.
@@ -448,35 +450,39 @@ const std::string kLong(120, 'r');
 INSTANTIATE_TEST_SUITE_P(
     Flags, PluginBadFlagsTest,
     ::testing::Values(
-        BadFlagsCase{
-            "NoDeviceSource", {"--root", "{ROOT}", "--resource", kGpu}, 2, "no device source"},
+        BadFlagsCase{"NoDeviceSource",
+                     {"--root", "{ROOT}", "--resource", kPluginGpu},
+                     2,
+                     "no device source"},
         BadFlagsCase{
             "TwoSources",
-            {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100", "--count", "2"},
+            {"--root", "{ROOT}", "--resource", kPluginGpu, "--preset", "dgx1-v100", "--count", "2"},
             2,
             "more than one device source"},
         BadFlagsCase{"ThreeSources",
-                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100", "--count",
-                      "2", "--topology", "{ROOT}/garbage.txt"},
+                     {"--root", "{ROOT}", "--resource", kPluginGpu, "--preset", "dgx1-v100",
+                      "--count", "2", "--topology", "{ROOT}/garbage.txt"},
                      2,
                      "more than one device source"},
         BadFlagsCase{"UnknownPreset",
-                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx-9000"},
+                     {"--root", "{ROOT}", "--resource", kPluginGpu, "--preset", "dgx-9000"},
                      2,
                      "unknown preset \"dgx-9000\" (known: dgx1-p100"},
-        BadFlagsCase{"MissingTopologyFile",
-                     {"--root", "{ROOT}", "--resource", kGpu, "--topology", "{ROOT}/nope.json"},
-                     1,
-                     "nope.json"},
-        BadFlagsCase{"GarbageTopologyFile",
-                     {"--root", "{ROOT}", "--resource", kGpu, "--topology", "{ROOT}/garbage.txt"},
-                     1,
-                     "garbage.txt"},
         BadFlagsCase{
-            "BadPolicy",
-            {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100", "--policy", "greedy"},
-            2,
-            "unknown policy \"greedy\""},
+            "MissingTopologyFile",
+            {"--root", "{ROOT}", "--resource", kPluginGpu, "--topology", "{ROOT}/nope.json"},
+            1,
+            "nope.json"},
+        BadFlagsCase{
+            "GarbageTopologyFile",
+            {"--root", "{ROOT}", "--resource", kPluginGpu, "--topology", "{ROOT}/garbage.txt"},
+            1,
+            "garbage.txt"},
+        BadFlagsCase{"BadPolicy",
+                     {"--root", "{ROOT}", "--resource", kPluginGpu, "--preset", "dgx1-v100",
+                      "--policy", "greedy"},
+                     2,
+                     "unknown policy \"greedy\""},
         BadFlagsCase{"EmptyResource",
                      {"--root", "{ROOT}", "--resource", "", "--preset", "dgx1-v100"},
                      2,
@@ -494,10 +500,11 @@ INSTANTIATE_TEST_SUITE_P(
             {"--root", "{ROOT}", "--resource", "kubernetes.io/gpu", "--preset", "dgx1-v100"},
             2,
             "the ResourceName \"kubernetes.io/gpu\" is invalid"},
-        BadFlagsCase{"RootTooLongForUnixSocket",
-                     {"--root", "{ROOT}/" + kLong, "--resource", kGpu, "--preset", "dgx1-v100"},
-                     1,
-                     "bytes, longer than the 107 bytes a unix socket path allows"},
+        BadFlagsCase{
+            "RootTooLongForUnixSocket",
+            {"--root", "{ROOT}/" + kLong, "--resource", kPluginGpu, "--preset", "dgx1-v100"},
+            1,
+            "bytes, longer than the 107 bytes a unix socket path allows"},
         BadFlagsCase{"CountNotANumber",
                      {"--root", "{ROOT}", "--resource", "example.com/fpga", "--count", "four"},
                      2,
@@ -507,32 +514,32 @@ INSTANTIATE_TEST_SUITE_P(
                      2,
                      "--count must be between 1 and 1024, got 0"},
         BadFlagsCase{"NoDirectory",
-                     {"--resource", kGpu, "--preset", "dgx1-v100"},
+                     {"--resource", kPluginGpu, "--preset", "dgx1-v100"},
                      2,
                      "give exactly one of --root DIR"},
         BadFlagsCase{"RootAndPluginDir",
-                     {"--root", "{ROOT}", "--plugin-dir", "{ROOT}", "--resource", kGpu, "--preset",
-                      "dgx1-v100"},
+                     {"--root", "{ROOT}", "--plugin-dir", "{ROOT}", "--resource", kPluginGpu,
+                      "--preset", "dgx1-v100"},
                      2,
                      "give exactly one of --root DIR"},
         BadFlagsCase{"SocketNameWithSlash",
-                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100",
+                     {"--root", "{ROOT}", "--resource", kPluginGpu, "--preset", "dgx1-v100",
                       "--socket-name", "../evil.sock"},
                      2,
                      "--socket-name '../evil.sock' must be a plain file name"},
         BadFlagsCase{"SocketNameKubelet",
-                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100",
+                     {"--root", "{ROOT}", "--resource", kPluginGpu, "--preset", "dgx1-v100",
                       "--socket-name", "kubelet.sock"},
                      2,
                      "other than kubelet.sock"},
         BadFlagsCase{"HealthFileInMissingDirectory",
-                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100",
+                     {"--root", "{ROOT}", "--resource", kPluginGpu, "--preset", "dgx1-v100",
                       "--health-file", "{ROOT}/no/such/dir/health.json"},
                      1,
                      "{ROOT}/no/such/dir"},
         BadFlagsCase{
             "UnknownFlag",
-            {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100", "--gpus", "8"},
+            {"--root", "{ROOT}", "--resource", kPluginGpu, "--preset", "dgx1-v100", "--gpus", "8"},
             2,
             "unknown arguments '--gpus', '8'"},
         BadFlagsCase{"CountWithoutValue",
@@ -541,22 +548,22 @@ INSTANTIATE_TEST_SUITE_P(
                      "--count"},
         BadFlagsCase{
             "PluginDirMissing",
-            {"--plugin-dir", "{ROOT}/missing", "--resource", kGpu, "--preset", "dgx1-v100"},
+            {"--plugin-dir", "{ROOT}/missing", "--resource", kPluginGpu, "--preset", "dgx1-v100"},
             1,
             "missing"},
-        BadFlagsCase{
-            "UnknownFault",
-            {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100", "--fault", "nope"},
-            2,
-            "unknown fault \"nope\" (known: reg-bad-version, reg-bad-resource-name"},
+        BadFlagsCase{"UnknownFault",
+                     {"--root", "{ROOT}", "--resource", kPluginGpu, "--preset", "dgx1-v100",
+                      "--fault", "nope"},
+                     2,
+                     "unknown fault \"nope\" (known: reg-bad-version, reg-bad-resource-name"},
         BadFlagsCase{
             "EmptyFault",
-            {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100", "--fault", ""},
+            {"--root", "{ROOT}", "--resource", kPluginGpu, "--preset", "dgx1-v100", "--fault", ""},
             2,
             "unknown fault \"\""},
         BadFlagsCase{"FaultWithHealthFile",
-                     {"--root", "{ROOT}", "--resource", kGpu, "--preset", "dgx1-v100", "--fault",
-                      "pref-slow", "--health-file", "{ROOT}/health.json"},
+                     {"--root", "{ROOT}", "--resource", kPluginGpu, "--preset", "dgx1-v100",
+                      "--fault", "pref-slow", "--health-file", "{ROOT}/health.json"},
                      2,
                      "--health-file is not supported together with --fault"}),
     [](const ::testing::TestParamInfo<BadFlagsCase>& info) { return info.param.name; });

@@ -39,10 +39,10 @@ using kdm::e2e::WriteFileAtomically;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-constexpr char kGpu[] = "nvidia.com/gpu";
+constexpr char kRestrictGpu[] = "nvidia.com/gpu";
 
-std::string PodYaml(const std::string& ns, const std::string& name, const std::string& resource,
-                    int count) {
+std::string RestrictPodYaml(const std::string& ns, const std::string& name,
+                            const std::string& resource, int count) {
   return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\n  namespace: " + ns +
          "\nspec:\n  containers:\n  - name: main\n    resources:\n      limits:\n        " +
          resource + ": " + std::to_string(count) + "\n";
@@ -104,9 +104,10 @@ TEST_F(RestrictE2eTest, OnlyListedNamespacesGetTheResource) {
       << kubelet_->Log();
   plugin_ =
       std::make_unique<Process>(std::vector<std::string>{"plugin", "--root", root_, "--resource",
-                                                         kGpu, "--preset", "dgx1-v100"},
+                                                         kRestrictGpu, "--preset", "dgx1-v100"},
                                 root_ + "/plugin.log");
-  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu) == 8; }, kWaitBound)) << plugin_->Log();
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(kRestrictGpu) == 8; }, kWaitBound))
+      << plugin_->Log();
 
   // The sockets a user meets.
   struct stat st;
@@ -119,7 +120,8 @@ TEST_F(RestrictE2eTest, OnlyListedNamespacesGetTheResource) {
   EXPECT_EQ(st.st_mode & 07777, 0600u);
 
   const std::string manifests = root_ + "/manifests";
-  WriteFileAtomically(manifests + "/other.yaml", PodYaml("default", "train", kGpu, 2));
+  WriteFileAtomically(manifests + "/other.yaml",
+                      RestrictPodYaml("default", "train", kRestrictGpu, 2));
   json rejected = WaitPhase("default_train", "Rejected");
   EXPECT_EQ(rejected["reason"], "RestrictedResource");
   EXPECT_EQ(rejected["message"],
@@ -127,15 +129,15 @@ TEST_F(RestrictE2eTest, OnlyListedNamespacesGetTheResource) {
             "\"default\" is not allowed");
   EXPECT_EQ(rejected["containers"], json::array());
 
-  WriteFileAtomically(manifests + "/ml.yaml", PodYaml("ml", "train", kGpu, 8));
+  WriteFileAtomically(manifests + "/ml.yaml", RestrictPodYaml("ml", "train", kRestrictGpu, 8));
   json admitted = WaitPhase("ml_train", "Admitted");
   ASSERT_EQ(admitted["containers"].size(), 1u);
-  EXPECT_EQ(admitted["containers"][0]["devices"][kGpu].size(), 8u);
+  EXPECT_EQ(admitted["containers"][0]["devices"][kRestrictGpu].size(), 8u);
   // All 8 went to ml: nothing was held for the rejected pod.
-  EXPECT_TRUE(WaitUntil([&] { return Allocatable(kGpu) == 8; }, kWaitBound));
+  EXPECT_TRUE(WaitUntil([&] { return Allocatable(kRestrictGpu) == 8; }, kWaitBound));
 
   // A pod not asking for a restricted resource is unaffected.
-  WriteFileAtomically(manifests + "/cpu.yaml", PodYaml("default", "cpu-only", "cpu", 1));
+  WriteFileAtomically(manifests + "/cpu.yaml", RestrictPodYaml("default", "cpu-only", "cpu", 1));
   WaitPhase("default_cpu-only", "Admitted");
   EXPECT_THAT(kubelet_->Log(), HasSubstr("reason=RestrictedResource"));
   EXPECT_TRUE(kubelet_->Running());

@@ -56,7 +56,7 @@ std::unique_ptr<FaultyPlugin> MustStart(PluginConfig c, const std::string& fault
   return std::move(*p);
 }
 
-std::unique_ptr<v1beta1::DevicePlugin::Stub> Dial(const std::string& socket) {
+std::unique_ptr<v1beta1::DevicePlugin::Stub> DialFaulty(const std::string& socket) {
   return v1beta1::DevicePlugin::NewStub(
       grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
 }
@@ -66,7 +66,7 @@ void Bound(grpc::ClientContext& ctx, std::chrono::milliseconds d = kBound) {
 }
 
 template <typename Repeated>
-std::vector<std::string> Strings(const Repeated& r) {
+std::vector<std::string> FaultyStrings(const Repeated& r) {
   return std::vector<std::string>(r.begin(), r.end());
 }
 
@@ -85,7 +85,7 @@ class Served {
     PluginConfig c = Config(dir_.path());
     if (tweak) tweak(c);
     plugin_ = MustStart(std::move(c), fault);
-    if (plugin_) stub_ = Dial(plugin_->SocketPath());
+    if (plugin_) stub_ = DialFaulty(plugin_->SocketPath());
   }
   ~Served() {
     if (plugin_) plugin_->Stop();
@@ -403,7 +403,7 @@ TEST(FaultyPluginTest, RegressionSocketDeletedBetweenBindAndStatIsServedAgain) {
   ASSERT_TRUE(
       WaitUntil([&] { return binds->load() >= 2 && std::filesystem::exists(socket); }, kBound))
       << "binds: " << binds->load();
-  auto stub = Dial(socket);
+  auto stub = DialFaulty(socket);
   grpc::ClientContext ctx;
   Bound(ctx);
   v1beta1::DevicePluginOptions opts;
@@ -663,7 +663,7 @@ TEST(FaultyPluginTest, PrefNotSubsetAnswersAnIdNotAvailable) {
   v1beta1::PreferredAllocationResponse resp;
   ASSERT_TRUE(s.Preferred(kAllIds, {}, 2, &resp).ok());
   ASSERT_EQ(resp.container_responses_size(), 1);
-  std::vector<std::string> ids = Strings(resp.container_responses(0).deviceids());
+  std::vector<std::string> ids = FaultyStrings(resp.container_responses(0).deviceids());
   EXPECT_EQ(ids.size(), 2u);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), "no-such-device"), 1);
 }
@@ -674,7 +674,7 @@ TEST(FaultyPluginTest, PrefDropMustIncludeLeavesMustIncludeOut) {
   v1beta1::PreferredAllocationResponse resp;
   ASSERT_TRUE(s.Preferred(kAllIds, {"gpu-3"}, 2, &resp).ok());
   ASSERT_EQ(resp.container_responses_size(), 1);
-  std::vector<std::string> ids = Strings(resp.container_responses(0).deviceids());
+  std::vector<std::string> ids = FaultyStrings(resp.container_responses(0).deviceids());
   EXPECT_EQ(ids.size(), 2u);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), "gpu-3"), 0);
   for (const auto& id : ids) {
@@ -688,7 +688,7 @@ TEST(FaultyPluginTest, PrefDuplicatesRepeatsTheFirstIdInPlaceOfTheLast) {
   v1beta1::PreferredAllocationResponse resp;
   ASSERT_TRUE(s.Preferred(kAllIds, {}, 3, &resp).ok());
   ASSERT_EQ(resp.container_responses_size(), 1);
-  std::vector<std::string> ids = Strings(resp.container_responses(0).deviceids());
+  std::vector<std::string> ids = FaultyStrings(resp.container_responses(0).deviceids());
   ASSERT_EQ(ids.size(), 3u);
   EXPECT_EQ(ids.front(), ids.back());
 }
@@ -703,7 +703,7 @@ TEST(FaultyPluginTest, PrefRandomGivesDifferentSetsForTheSameRequest) {
     v1beta1::PreferredAllocationResponse resp;
     ASSERT_TRUE(s.Preferred(available, {"gpu-5"}, 3, &resp).ok());
     ASSERT_EQ(resp.container_responses_size(), 1);
-    std::vector<std::string> ids = Strings(resp.container_responses(0).deviceids());
+    std::vector<std::string> ids = FaultyStrings(resp.container_responses(0).deviceids());
     std::set<std::string> set(ids.begin(), ids.end());
     EXPECT_EQ(set.size(), 3u);
     EXPECT_EQ(set.count("gpu-5"), 1u) << "must-include is kept";

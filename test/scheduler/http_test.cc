@@ -38,13 +38,14 @@ std::string ReadTestdata(const std::string& name) {
   return ss.str();
 }
 
-struct Reply {
+struct HttpReply {
   int status = 0;
   std::string body;
   std::string content_type;
 };
 
-Reply Send(uint16_t port, http::verb method, const std::string& target, const std::string& body) {
+HttpReply Send(uint16_t port, http::verb method, const std::string& target,
+               const std::string& body) {
   net::io_context ioc;
   beast::tcp_stream stream(ioc);
   stream.expires_after(std::chrono::seconds(30));
@@ -66,7 +67,7 @@ Reply Send(uint16_t port, http::verb method, const std::string& target, const st
           std::string(res[http::field::content_type])};
 }
 
-Reply Post(uint16_t port, const std::string& target, const std::string& body) {
+HttpReply Post(uint16_t port, const std::string& target, const std::string& body) {
   return Send(port, http::verb::post, target, body);
 }
 
@@ -97,7 +98,7 @@ TEST_F(HttpTest, GoldenRequestsGetTheSchedulersJson) {
   StartServer();
   for (const std::string name : {"filter_nodes", "prioritize_nodes", "filter_node_names"}) {
     const std::string verb = name.starts_with("filter") ? "/filter" : "/prioritize";
-    Reply r = Post(port(), verb, ReadTestdata(name + ".request.json"));
+    HttpReply r = Post(port(), verb, ReadTestdata(name + ".request.json"));
     ASSERT_EQ(r.status, 200) << name << ": " << r.body;
     EXPECT_EQ(r.content_type, "application/json");
     auto got = nlohmann::json::parse(r.body, nullptr, false);
@@ -143,7 +144,7 @@ TEST_F(HttpTest, BadBodiesAre400WithAnErrorNamingTheProblem) {
   };
   for (const Case& c : cases) {
     for (const char* verb : {"/filter", "/prioritize"}) {
-      Reply r = Post(port(), verb, c.body);
+      HttpReply r = Post(port(), verb, c.body);
       EXPECT_EQ(r.status, 400) << verb << " " << c.body.substr(0, 100) << " -> " << r.body;
       auto j = nlohmann::json::parse(r.body, nullptr, false);
       ASSERT_TRUE(j.is_object() && j.contains("Error")) << r.body;
@@ -159,10 +160,10 @@ TEST_F(HttpTest, WrongMethodsPathsAndNonHttpAreRefused) {
   EXPECT_EQ(Send(port(), http::verb::get, "/filter", "").status, 405);
   EXPECT_EQ(Send(port(), http::verb::put, "/prioritize", "{}").status, 405);
   EXPECT_EQ(Send(port(), http::verb::post, "/healthz", "").status, 405);
-  Reply nf = Post(port(), "/bind", "{}");
+  HttpReply nf = Post(port(), "/bind", "{}");
   EXPECT_EQ(nf.status, 404);
   EXPECT_THAT(nf.body, HasSubstr("no such path: /bind"));
-  Reply h = Send(port(), http::verb::get, "/healthz", "");
+  HttpReply h = Send(port(), http::verb::get, "/healthz", "");
   EXPECT_EQ(h.status, 200);
   EXPECT_EQ(h.body, "ok");
   // Garbage that is not HTTP: the server answers 400 or closes, and lives on.
@@ -192,7 +193,7 @@ TEST_F(HttpTest, ConcurrentRequestsAllGetTheirOwnAnswer) {
     clients.emplace_back([&, c] {
       for (int i = 0; i < 10; ++i) {
         const bool f = (c + i) % 2 == 0;
-        Reply r = Post(port(), f ? "/filter" : "/prioritize", f ? filter : prioritize);
+        HttpReply r = Post(port(), f ? "/filter" : "/prioritize", f ? filter : prioritize);
         auto j = nlohmann::json::parse(r.body, nullptr, false);
         (r.status == 200 && j == (f ? want_filter : want_prio) ? ok : bad)++;
       }
@@ -202,7 +203,7 @@ TEST_F(HttpTest, ConcurrentRequestsAllGetTheirOwnAnswer) {
   EXPECT_EQ(ok.load(), 80);
   EXPECT_EQ(bad.load(), 0);
   // The metrics saw them.
-  Reply m = Send(port(), http::verb::get, "/metrics", "");
+  HttpReply m = Send(port(), http::verb::get, "/metrics", "");
   EXPECT_EQ(m.status, 200);
   EXPECT_THAT(m.body, HasSubstr("kdm_extender_requests_total{code=\"200\",verb=\"filter\"} 40"));
   EXPECT_THAT(m.body,

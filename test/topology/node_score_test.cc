@@ -11,7 +11,7 @@ namespace {
 using ::testing::DoubleEq;
 using ::testing::HasSubstr;
 
-std::vector<int> Range(int n) {
+std::vector<int> ScoreRange(int n) {
   std::vector<int> v(n);
   for (int i = 0; i < n; ++i) v[i] = i;
   return v;
@@ -20,14 +20,14 @@ std::vector<int> Range(int n) {
 TEST(NodeScoreTest, NormalisesTheBestSetScore) {
   Topology v100 = *Preset("dgx1-v100");
   // Best pair on a DGX-1 V100: NV2 + PIX = 250.
-  EXPECT_THAT(*NodeScore(v100, Range(8), 2), DoubleEq(250.0 * 100 / 1800));
+  EXPECT_THAT(*NodeScore(v100, ScoreRange(8), 2), DoubleEq(250.0 * 100 / 1800));
   // Best four: {0,1,2,3} = 1+1+2 + 2+1+2 NVLinks and PIX, PHB x4, PIX.
-  EXPECT_THAT(*NodeScore(v100, Range(8), 4),
+  EXPECT_THAT(*NodeScore(v100, ScoreRange(8), 4),
               DoubleEq(static_cast<double>(v100.SetScore({0, 1, 2, 3})) * 100 / (6 * 1800)));
   // An H100 NV18 pair (PCIe beneath) is at the cap.
-  EXPECT_THAT(*NodeScore(*Preset("hgx-h100"), Range(8), 8), DoubleEq(100.0));
+  EXPECT_THAT(*NodeScore(*Preset("hgx-h100"), ScoreRange(8), 8), DoubleEq(100.0));
   // A PCIe-only node scores low, and a node that lost its NVLink pairs lower.
-  double pcie = *NodeScore(*Preset("pcie-8gpu"), Range(8), 2);
+  double pcie = *NodeScore(*Preset("pcie-8gpu"), ScoreRange(8), 2);
   EXPECT_THAT(pcie, DoubleEq(50.0 * 100 / 1800));
   EXPECT_LT(*NodeScore(v100, {0, 5}, 2), *NodeScore(v100, {0, 3}, 2));
   EXPECT_THAT(*NodeScore(v100, {6}, 1), DoubleEq(100.0));
@@ -35,7 +35,7 @@ TEST(NodeScoreTest, NormalisesTheBestSetScore) {
 
 TEST(NodeScoreTest, BadInput) {
   Topology t = *Preset("dgx1-v100");
-  auto zero = NodeScore(t, Range(8), 0);
+  auto zero = NodeScore(t, ScoreRange(8), 0);
   ASSERT_FALSE(zero.ok());
   EXPECT_THAT(zero.status().message(), HasSubstr("size must be at least 1"));
   auto big = NodeScore(t, {0, 1}, 3);
