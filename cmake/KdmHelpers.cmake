@@ -104,6 +104,14 @@ function(kdm_add_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
+  # ctest -j starts the costliest tests first: the slow ones (timeout over
+  # 120 s), then end-to-end ones, so the many short tests fill the gaps.
+  set(cost 1)
+  if(ARG_TIMEOUT GREATER 120)
+    set(cost 50)
+  elseif("e2e" IN_LIST ARG_LABELS)
+    set(cost 20)
+  endif()
   set(tsan_env "")
   if(KDM_SANITIZE STREQUAL "thread")
     # TSAN runs instrumented code 5-15x slower: ctest's limit scales, and so do
@@ -132,6 +140,6 @@ function(kdm_add_test name)
   # definitions instead (KDM_TEST_SOURCE_DIR).
   gtest_discover_tests(${name}
     DISCOVERY_MODE PRE_TEST
-    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}" ${tsan_env}
+    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}" COST ${cost} ${tsan_env}
     ENVIRONMENT "KDM_BINARY_DIR=${PROJECT_BINARY_DIR}")
 endfunction()

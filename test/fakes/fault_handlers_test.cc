@@ -78,7 +78,7 @@ class FaultHandlersTest : public ::testing::Test {
     healthy_ = std::move(*p);
   }
 
-  FaultSetup Setup(const std::string& fault) {
+  FaultSetup SetUpFault(const std::string& fault) {
     auto s = MakeFaultSetup(fault, *healthy_, held_);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : FaultSetup{};
@@ -111,7 +111,7 @@ class FaultHandlersTest : public ::testing::Test {
   std::vector<std::string> PreferredIds(const std::string& fault,
                                         const v1beta1::PreferredAllocationRequest& request) {
     ScriptedCall call;
-    auto r = Setup(fault).handler->GetPreferredAllocation(request, call);
+    auto r = SetUpFault(fault).handler->GetPreferredAllocation(request, call);
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok() || r->container_responses_size() != 1) return {};
     const auto& ids = r->container_responses(0).deviceids();
@@ -132,7 +132,7 @@ const std::vector<std::string> kAll = {"gpu-0", "gpu-1", "gpu-2", "gpu-3"};
 
 TEST_F(FaultHandlersTest, EveryFaultHasASetupAndUnknownNamesAreRefused) {
   for (const std::string& name : FaultNames()) {
-    FaultSetup s = Setup(name);
+    FaultSetup s = SetUpFault(name);
     EXPECT_NE(s.handler, nullptr) << name;
     EXPECT_EQ(static_cast<bool>(s.rewrite_register_request),
               name.rfind("reg-", 0) == 0 || name == "no-reregister")
@@ -165,7 +165,7 @@ TEST_F(FaultHandlersTest, RegistrationFaultsRewriteOneFieldEach) {
   };
   for (const Case& c : cases) {
     v1beta1::RegisterRequest request = HealthyRegisterRequest();
-    EXPECT_TRUE(Setup(c.fault).rewrite_register_request(request, 0)) << c.fault;
+    EXPECT_TRUE(SetUpFault(c.fault).rewrite_register_request(request, 0)) << c.fault;
     v1beta1::RegisterRequest expected = HealthyRegisterRequest();
     c.expected_change(expected);
     EXPECT_EQ(request.SerializeAsString(), expected.SerializeAsString()) << c.fault;
@@ -173,7 +173,7 @@ TEST_F(FaultHandlersTest, RegistrationFaultsRewriteOneFieldEach) {
 }
 
 TEST_F(FaultHandlersTest, NoReregisterSendsTheFirstRegistrationOnly) {
-  auto hook = Setup("no-reregister").rewrite_register_request;
+  auto hook = SetUpFault("no-reregister").rewrite_register_request;
   v1beta1::RegisterRequest request = HealthyRegisterRequest();
   EXPECT_TRUE(hook(request, 0));
   EXPECT_EQ(request.SerializeAsString(), HealthyRegisterRequest().SerializeAsString());
@@ -191,19 +191,19 @@ TEST_F(FaultHandlersTest, SnapshotFaultsRewriteTheFirstDeviceOfEachMessage) {
   ASSERT_EQ(healthy.devices_size(), 4);
 
   ScriptedCall dup = Stream();
-  ASSERT_TRUE(Setup("lw-duplicate-ids").handler->ListAndWatch(dup).ok());
+  ASSERT_TRUE(SetUpFault("lw-duplicate-ids").handler->ListAndWatch(dup).ok());
   ASSERT_EQ(dup.written.size(), 1u);
   ASSERT_EQ(dup.written[0].devices_size(), 5);
   EXPECT_EQ(dup.written[0].devices(4).SerializeAsString(), healthy.devices(0).SerializeAsString());
 
   ScriptedCall health = Stream();
-  ASSERT_TRUE(Setup("lw-bad-health").handler->ListAndWatch(health).ok());
+  ASSERT_TRUE(SetUpFault("lw-bad-health").handler->ListAndWatch(health).ok());
   ASSERT_EQ(health.written.size(), 1u);
   EXPECT_EQ(health.written[0].devices(0).health(), "healthy");
   EXPECT_EQ(health.written[0].devices(1).health(), "Healthy");
 
   ScriptedCall numa = Stream();
-  ASSERT_TRUE(Setup("lw-negative-numa").handler->ListAndWatch(numa).ok());
+  ASSERT_TRUE(SetUpFault("lw-negative-numa").handler->ListAndWatch(numa).ok());
   ASSERT_EQ(numa.written.size(), 1u);
   ASSERT_EQ(numa.written[0].devices(0).topology().nodes_size(), 1);
   EXPECT_EQ(numa.written[0].devices(0).topology().nodes(0).id(), -1);
@@ -214,7 +214,7 @@ TEST_F(FaultHandlersTest, LwNoSnapshotWritesNothingAndCountsTheHeldStream) {
   ScriptedCall s = Stream();
   int held_while_waiting = -1;
   s.on_wait = [&] { held_while_waiting = held_.count(); };
-  ASSERT_TRUE(Setup("lw-no-snapshot").handler->ListAndWatch(s).ok());
+  ASSERT_TRUE(SetUpFault("lw-no-snapshot").handler->ListAndWatch(s).ok());
   EXPECT_TRUE(s.written.empty());
   EXPECT_EQ(held_while_waiting, 1);
   EXPECT_EQ(held_.count(), 0);
@@ -223,7 +223,7 @@ TEST_F(FaultHandlersTest, LwNoSnapshotWritesNothingAndCountsTheHeldStream) {
 TEST_F(FaultHandlersTest, LwDeltaUpdatesSendsOneToggledDevicePerTick) {
   ScriptedCall s = Stream();
   s.ticks = 5;
-  ASSERT_TRUE(Setup("lw-delta-updates").handler->ListAndWatch(s).ok());
+  ASSERT_TRUE(SetUpFault("lw-delta-updates").handler->ListAndWatch(s).ok());
   ASSERT_EQ(s.written.size(), 6u);
   EXPECT_EQ(s.written[0].devices_size(), 4) << "the full list first";
   const std::vector<std::pair<std::string, std::string>> deltas = {{"gpu-0", "Unhealthy"},
@@ -239,7 +239,7 @@ TEST_F(FaultHandlersTest, LwDeltaUpdatesSendsOneToggledDevicePerTick) {
 }
 
 TEST_F(FaultHandlersTest, LwDropBreaksOnlyAfterAClientCancelled) {
-  auto handler = Setup("lw-drop-breaks").handler;
+  auto handler = SetUpFault("lw-drop-breaks").handler;
   ScriptedCall stopped = Stream();  // ended by the server, not the client
   ASSERT_TRUE(handler->ListAndWatch(stopped).ok());
   ScriptedCall cancelled = Stream();
@@ -259,7 +259,7 @@ TEST_F(FaultHandlersTest, AllocateFaultsChangeTheHealthyAnswer) {
   ASSERT_GE(healthy.devices_size(), 1);
   auto allocate = [&](const std::string& fault) {
     ScriptedCall call;
-    auto r = Setup(fault).handler->Allocate(AllocateRequest({"gpu-1"}), call);
+    auto r = SetUpFault(fault).handler->Allocate(AllocateRequest({"gpu-1"}), call);
     EXPECT_TRUE(r.ok()) << fault << ": " << r.status();
     return r.ok() ? *r : v1beta1::AllocateResponse();
   };
@@ -287,7 +287,7 @@ TEST_F(FaultHandlersTest, AllocateFaultsChangeTheHealthyAnswer) {
 
 TEST_F(FaultHandlersTest, AllocAcceptUnknownAnswersForIdsNeverListed) {
   ScriptedCall call;
-  auto handler = Setup("alloc-accept-unknown").handler;
+  auto handler = SetUpFault("alloc-accept-unknown").handler;
   auto r = handler->Allocate(AllocateRequest({"gpu-1", "nope"}), call);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->container_responses_size(), 1);
@@ -302,7 +302,7 @@ TEST_F(FaultHandlersTest, AllocAcceptUnknownAnswersForIdsNeverListed) {
 }
 
 TEST_F(FaultHandlersTest, AllocNotConcurrentRefusesACallWhileOneIsHeld) {
-  auto handler = Setup("alloc-not-concurrent").handler;
+  auto handler = SetUpFault("alloc-not-concurrent").handler;
   ScriptedCall inner_call;
   StatusOr<v1beta1::AllocateResponse> overlapping = InternalError("not called");
   ScriptedCall outer_call;
@@ -340,7 +340,7 @@ TEST_F(FaultHandlersTest, PreferredFaultsChangeTheHealthyAnswer) {
   EXPECT_EQ(std::count(dropped.begin(), dropped.end(), "gpu-3"), 0);
 
   // pref-random keeps must-include and never repeats the set it just gave.
-  auto handler = Setup("pref-random").handler;
+  auto handler = SetUpFault("pref-random").handler;
   std::vector<std::string> last;
   for (int i = 0; i < 5; ++i) {
     ScriptedCall call;
@@ -356,13 +356,13 @@ TEST_F(FaultHandlersTest, PreferredFaultsChangeTheHealthyAnswer) {
 
   // An impossible request fails as the healthy plugin's does.
   ScriptedCall call;
-  EXPECT_FALSE(Setup("pref-wrong-size")
+  EXPECT_FALSE(SetUpFault("pref-wrong-size")
                    .handler->GetPreferredAllocation(PreferredRequest(kAll, {}, 9), call)
                    .ok());
 }
 
 TEST_F(FaultHandlersTest, PrefSlowHoldsLargeRequestsUntilTheClientGoes) {
-  auto handler = Setup("pref-slow").handler;
+  auto handler = SetUpFault("pref-slow").handler;
   ScriptedCall call;
   call.client_gone = true;
   int held_while_waiting = -1;
@@ -384,7 +384,7 @@ TEST_F(FaultHandlersTest, PrestartUnimplementedSaysRequiredAndAnswersUnimplement
   auto healthy_options = healthy_->handler()->GetDevicePluginOptions();
   ASSERT_TRUE(healthy_options.ok());
   EXPECT_FALSE(healthy_options->pre_start_required());
-  auto handler = Setup("prestart-unimplemented").handler;
+  auto handler = SetUpFault("prestart-unimplemented").handler;
   auto options = handler->GetDevicePluginOptions();
   ASSERT_TRUE(options.ok());
   EXPECT_TRUE(options->pre_start_required());

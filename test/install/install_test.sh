@@ -5,6 +5,7 @@
 # consumer a second time with nothing but `pkg-config --cflags/--libs --static kdm`.
 # Usage: install_test.sh <kdm build dir> <consumer source dir> [compiler flags]
 #        [conformance source dir]
+# The consumers are compiled with $CXX (default c++).
 set -euo pipefail
 build=$1
 consumer=$2
@@ -67,7 +68,7 @@ if [ -f "$work/prefix/lib/libkdm_kube.a" ]; then
   case " $libs " in *" -lssl "*) ;; *) echo "kdm.pc --static lacks -lssl"; exit 1 ;; esac
 fi
 # shellcheck disable=SC2086 # word splitting of the flags is the point
-if ! c++ -std=c++20 $flags $cflags "$consumer/main.cc" -o "$work/pc-consumer" $flags $libs \
+if ! "${CXX:-c++}" -std=c++20 $flags $cflags "$consumer/main.cc" -o "$work/pc-consumer" $flags $libs \
   >"$work/pc.log" 2>&1; then
   cat "$work/pc.log"
   echo "a consumer linked with pkg-config --libs --static kdm does not link"

@@ -148,7 +148,8 @@ class ScriptedPlugin final : public v1beta1::DevicePlugin::Service {
       std::optional<v1beta1::ListAndWatchResponse> next;
       {
         kdm::MutexLock l(&mu_);
-        auto ready = [this] { return closed_ || !queue_.empty(); };
+        auto ready = [this]()
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || !queue_.empty(); };
         mu_.AwaitWithTimeout(kdm::Condition(&ready), absl::Milliseconds(20));
         if (closed_) return grpc::Status::OK;
         if (!queue_.empty()) {

@@ -197,7 +197,7 @@ TEST_F(PublisherTest, RunPollsUntilStop) {
   o.interval = 5ms;
   o.min_write_interval = 0ms;
   auto p = std::make_unique<Publisher>(o, &source_, &writer_, RealPublishClock());
-  std::thread loop([this, pub = p.get()] { pub->Run(); });
+  std::thread loop([pub = p.get()] { pub->Run(); });
   ASSERT_TRUE(test::WaitUntil([this] { return writer_.count >= 1; }, 10s));
   source_.used = 3;
   ASSERT_TRUE(test::WaitUntil([this] { return writer_.count >= 2; }, 10s));
