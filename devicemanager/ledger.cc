@@ -396,61 +396,13 @@ std::vector<std::string> Ledger::HandOverPool(const Pod& pod, const std::string&
 
 StatusOr<std::map<std::string, int64_t>> Ledger::ContainerRequests(
     const Container& container) const {
-  std::map<std::string, int64_t> out;
-  for (const auto& [resource, request] : container.requests) {
-    if (IsDeviceResource(resource) && !container.limits.count(resource)) {
-      return InvalidArgumentError("container " + Quote(container.name) + " requests " +
-                                  request.ToString() + " of resource " + Quote(resource) +
-                                  " without a limit; devices need request == limit");
-    }
-  }
-  for (const auto& [resource, limit] : container.limits) {
-    if (!IsDeviceResource(resource)) continue;
-    auto req = container.requests.find(resource);
-    if (req != container.requests.end() && !(req->second == limit)) {
-      return InvalidArgumentError("container " + Quote(container.name) + " requests " +
-                                  req->second.ToString() + " of resource " + Quote(resource) +
-                                  " but its limit is " + limit.ToString() +
-                                  "; devices need request == limit");
-    }
-    StatusOr<int64_t> count = limit.DeviceCount();
-    if (!count.ok()) {
-      return count.status().WithPrefix("container " + Quote(container.name) + " resource " +
-                                       Quote(resource));
-    }
-    if (*count > 0) out[resource] = *count;
-  }
-  return out;
+  return k8s::ContainerDeviceRequests(container,
+                                      [this](const std::string& r) { return IsDeviceResource(r); });
 }
 
 StatusOr<std::map<std::string, int64_t>> Ledger::PodRequests(const Pod& pod) const {
-  std::map<std::string, int64_t> apps;      // app containers + sidecars
-  std::map<std::string, int64_t> sidecars;  // sidecars started so far
-  std::map<std::string, int64_t> init_max;
-  for (const Container& c : pod.init_containers) {
-    KDM_ASSIGN_OR_RETURN(auto reqs, ContainerRequests(c));
-    if (c.restartable) {
-      for (const auto& [r, n] : reqs) {
-        apps[r] += n;
-        sidecars[r] += n;
-      }
-      for (const auto& [r, n] : sidecars) init_max[r] = std::max(init_max[r], n);
-    } else {
-      std::map<std::string, int64_t> during = sidecars;
-      for (const auto& [r, n] : reqs) during[r] += n;
-      for (const auto& [r, n] : during) init_max[r] = std::max(init_max[r], n);
-    }
-  }
-  for (const Container& c : pod.containers) {
-    KDM_ASSIGN_OR_RETURN(auto reqs, ContainerRequests(c));
-    for (const auto& [r, n] : reqs) apps[r] += n;
-  }
-  std::map<std::string, int64_t> out = apps;
-  for (const auto& [r, n] : init_max) out[r] = std::max(out[r], n);
-  for (auto it = out.begin(); it != out.end();) {
-    it = it->second > 0 ? std::next(it) : out.erase(it);
-  }
-  return out;
+  return k8s::EffectiveDeviceRequests(pod,
+                                      [this](const std::string& r) { return IsDeviceResource(r); });
 }
 
 StatusOr<AllocationPlan> Ledger::Plan(const Pod& pod, const std::string& container,

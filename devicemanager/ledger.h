@@ -221,15 +221,17 @@ class Ledger {
 
   // ---- admission (docs/kubelet-rules.md#allocation) ----
 
-  // Device resources (IsDeviceResource) named in `container`'s limits with
-  // their counts; zero counts are left out. Errors (INVALID_ARGUMENT, naming
-  // the container, resource and value): request present and != limit,
-  // negative, fractional, too large.
+  // k8s::ContainerDeviceRequests with IsDeviceResource: device resources
+  // named in `container`'s limits with their counts; zero counts are left
+  // out. Errors (INVALID_ARGUMENT, naming the container, resource and
+  // value): request present and != limit, negative, fractional, too large.
   StatusOr<std::map<std::string, int64_t>> ContainerRequests(const Container& container) const;
 
-  // The pod's effective device requests (for pod-scope topology hints):
-  // per resource the larger of (sum over app containers and sidecars) and,
-  // for each init container, (its own count + sidecars started before it).
+  // k8s::EffectiveDeviceRequests with IsDeviceResource (for pod-scope
+  // topology hints): per resource the larger of (sum over app containers and
+  // sidecars) and, for each init container, (its own count + sidecars
+  // started before it). The extender computes a pod's request with the same
+  // function.
   StatusOr<std::map<std::string, int64_t>> PodRequests(const Pod& pod) const;
 
   // Decides how `count` devices of `resource` go to `container` of `pod`,

@@ -11,6 +11,7 @@
 #include "kdm/base/log_value.h"
 #include "kdm/devicemanager/device_snapshot.h"
 #include "kdm/devicemanager/run_options.h"
+#include "kdm/k8s/names.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/unix_target.h"
@@ -97,7 +98,7 @@ bool IsReboot(const checkpoint::CheckpointData& data, const std::string& boot_id
 
 Status ValidateRestrictions(const std::map<std::string, std::set<std::string>>& restrictions) {
   for (const auto& [resource, namespaces] : restrictions) {
-    if (!pluginapi::IsExtendedResourceName(resource)) {
+    if (!k8s::IsExtendedResourceName(resource)) {
       return InvalidArgumentError("Options.restrictions: \"" + resource +
                                   "\" is not an extended resource name (domain/name)");
     }
@@ -106,7 +107,7 @@ Status ValidateRestrictions(const std::map<std::string, std::set<std::string>>& 
                                   "\" has an empty namespace list");
     }
     for (const std::string& ns : namespaces) {
-      if (!pluginapi::IsDns1123Label(ns)) {
+      if (!k8s::IsDns1123Label(ns)) {
         return InvalidArgumentError("Options.restrictions: resource \"" + resource +
                                     "\": namespace \"" + ns +
                                     "\" is not a DNS-1123 label (lowercase letters, digits, "

@@ -30,7 +30,8 @@
 #include "kdm/fakes/manifest_watcher.h"
 #include "kdm/fakes/pod_manifest.h"
 #include "kdm/fakes/status_file.h"
-#include "kdm/kube/requirements.h"
+#include "kdm/k8s/names.h"
+#include "kdm/k8s/requirements.h"
 #include "kdm/pluginapi/api_rules.h"
 
 namespace kdm::fakes {
@@ -828,21 +829,21 @@ StatusOr<std::unique_ptr<NodeAgent>> NodeAgent::Start(Options options) {
 }
 
 Status CheckDeviceRequirements(const dm::Pod& pod,
-                               const std::map<std::string, kube::DeviceAttributes>& attributes) {
+                               const std::map<std::string, k8s::DeviceAttributes>& attributes) {
   if (attributes.empty()) return OkStatus();
   for (const auto* list : {&pod.init_containers, &pod.containers}) {
     for (const dm::Container& c : *list) {
-      std::optional<kube::RequirementSet> set;
+      std::optional<k8s::RequirementSet> set;
       for (const auto& [resource, limit] : c.limits) {
         auto attrs = attributes.find(resource);
         if (attrs == attributes.end() || limit.IsZero()) continue;
         const std::string where = "container " + c.name + ", resource " + resource + ": ";
         if (!set) {
-          StatusOr<kube::RequirementSet> parsed = kube::ParseRequirementEnv(c.env);
+          StatusOr<k8s::RequirementSet> parsed = k8s::ParseRequirementEnv(c.env);
           if (!parsed.ok()) return parsed.status().WithPrefix("container " + c.name);
           set = *std::move(parsed);
         }
-        Status s = kube::CheckRequirements(*set, attrs->second.ForRequirements());
+        Status s = k8s::CheckRequirements(*set, attrs->second);
         if (!s.ok()) return Status(s.code(), where + s.message());
       }
     }
@@ -863,7 +864,7 @@ StatusOr<std::map<std::string, std::set<std::string>>> ParseRestrictions(
     if (eq == std::string::npos) return bad("no '='");
     std::string resource = value.substr(0, eq);
     std::string list = value.substr(eq + 1);
-    if (!pluginapi::IsExtendedResourceName(resource)) {
+    if (!k8s::IsExtendedResourceName(resource)) {
       return bad("\"" + resource + "\" is not an extended resource name (domain/name)");
     }
     if (out.count(resource)) return bad("resource \"" + resource + "\" is restricted twice");
@@ -875,7 +876,7 @@ StatusOr<std::map<std::string, std::set<std::string>>> ParseRestrictions(
       std::string ns =
           list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       if (ns.empty()) return bad("an empty namespace name");
-      if (!pluginapi::IsDns1123Label(ns)) {
+      if (!k8s::IsDns1123Label(ns)) {
         return bad("namespace \"" + ns +
                    "\" is not a DNS-1123 label (lowercase letters, digits, '-', at most 63)");
       }

@@ -67,7 +67,7 @@
 #include "kdm/checkpoint/paths.h"
 #include "kdm/devicemanager/pod.h"
 #include "kdm/devicemanager/pod_resources_server.h"
-#include "kdm/kube/annotation.h"
+#include "kdm/k8s/devices_annotation.h"
 #include "kdm/pluginapi/constants.h"
 
 namespace kdm::fakes {
@@ -90,7 +90,7 @@ StatusOr<std::map<std::string, std::set<std::string>>> ParseRestrictions(
 // naming the container and resource first: "container main, resource
 // nvidia.com/gpu: NVIDIA_REQUIRE_CUDA: cuda 11.8 does not satisfy cuda>=12.2".
 Status CheckDeviceRequirements(const devicemanager::Pod& pod,
-                               const std::map<std::string, kube::DeviceAttributes>& attributes);
+                               const std::map<std::string, k8s::DeviceAttributes>& attributes);
 
 class NodeAgent {
  public:
@@ -128,7 +128,7 @@ class NodeAgent {
     // A pod whose container's NVIDIA_REQUIRE_* these do not meet is
     // rejected with reason "UnmetDeviceRequirement" before any device is
     // allocated (CheckDeviceRequirements).
-    std::map<std::string, kube::DeviceAttributes> attributes;
+    std::map<std::string, k8s::DeviceAttributes> attributes;
   };
 
   // Creates the directories, opens the checkpoint, starts the Manager, the

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "kdm/base/env.h"
+#include "kdm/k8s/names.h"
 #include "kdm/pluginapi/api_rules.h"
 
 namespace kdm::fakes {
@@ -25,10 +26,10 @@ using devicemanager::Quantity;
 using nlohmann::json;
 // Kubernetes' naming rules: the wire layer's, so that a pod can ask for
 // every resource a plugin can register, and for nothing else.
-using pluginapi::IsDns1123Label;
-using pluginapi::IsDns1123Subdomain;
-using pluginapi::IsExtendedResourceName;
-using pluginapi::IsQualifiedNamePart;
+using k8s::IsDns1123Label;
+using k8s::IsDns1123Subdomain;
+using k8s::IsExtendedResourceName;
+using k8s::IsQualifiedNamePart;
 
 std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
 

@@ -13,11 +13,11 @@
 #include <string_view>
 
 #include "fuzz_check.h"
-#include "kdm/kube/annotation.h"
+#include "kdm/k8s/devices_annotation.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
-  kdm::StatusOr<kdm::kube::DevicesAnnotation> a = kdm::kube::DecodeDevicesAnnotation(text);
+  kdm::StatusOr<kdm::k8s::DevicesAnnotation> a = kdm::k8s::DecodeDevicesAnnotation(text);
   if (!a.ok()) {
     FUZZ_CHECK(a.status().code() == kdm::StatusCode::kInvalidArgument ||
                    a.status().code() == kdm::StatusCode::kOutOfRange,
@@ -37,15 +37,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
   }
-  std::string encoded = kdm::kube::EncodeDevicesAnnotation(*a);
-  kdm::StatusOr<kdm::kube::DevicesAnnotation> back = kdm::kube::DecodeDevicesAnnotation(encoded);
+  std::string encoded = kdm::k8s::EncodeDevicesAnnotation(*a);
+  kdm::StatusOr<kdm::k8s::DevicesAnnotation> back = kdm::k8s::DecodeDevicesAnnotation(encoded);
   // Names that are not UTF-8 are written with replacement characters, so
   // only the second round is exact.
   FUZZ_CHECK(back.ok(), "the encoding does not decode: " << back.status() << "\n" << encoded);
-  std::string again = kdm::kube::EncodeDevicesAnnotation(*back);
+  std::string again = kdm::k8s::EncodeDevicesAnnotation(*back);
   FUZZ_CHECK(again == encoded, "encoding is not a fixed point:\n" << encoded << "\n" << again);
-  if (encoded.size() <= kdm::kube::kMaxAnnotationBytes && back.ok()) {
-    kdm::StatusOr<kdm::kube::DevicesAnnotation> third = kdm::kube::DecodeDevicesAnnotation(again);
+  if (encoded.size() <= kdm::k8s::kMaxAnnotationBytes && back.ok()) {
+    kdm::StatusOr<kdm::k8s::DevicesAnnotation> third = kdm::k8s::DecodeDevicesAnnotation(again);
     FUZZ_CHECK(third.ok() && *third == *back, "decode(encode(x)) != x");
   }
   return 0;

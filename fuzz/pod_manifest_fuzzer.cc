@@ -20,6 +20,7 @@
 
 #include "fuzz_check.h"
 #include "kdm/fakes/pod_manifest.h"
+#include "kdm/k8s/names.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "nlohmann/json.hpp"
 
@@ -92,7 +93,7 @@ void CheckPod(const Pod& pod, const kdm::fakes::PodIdentity& id) {
     FUZZ_CHECK(!c.name.empty() && names.insert(c.name).second,
                "empty or duplicate container name " << c.name);
     for (const auto& [name, limit] : c.limits) {
-      if (!kdm::pluginapi::IsExtendedResourceName(name)) continue;
+      if (!kdm::k8s::IsExtendedResourceName(name)) continue;
       kdm::StatusOr<int64_t> count = limit.DeviceCount();
       FUZZ_CHECK(count.ok(), "device limit " << name << "=" << limit.ToString()
                                              << " is not a count: " << count.status());
@@ -102,7 +103,7 @@ void CheckPod(const Pod& pod, const kdm::fakes::PodIdentity& id) {
     }
     for (const auto& [name, request] : c.requests) {
       FUZZ_CHECK(!request.IsNegative(), "negative request " << name);
-      if (kdm::pluginapi::IsExtendedResourceName(name)) {
+      if (kdm::k8s::IsExtendedResourceName(name)) {
         FUZZ_CHECK(c.limits.count(name), "device request without limit " << name);
       }
     }

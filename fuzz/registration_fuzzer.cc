@@ -36,6 +36,7 @@
 
 #include "fuzz_check.h"
 #include "kdm/fakes/pod_manifest.h"
+#include "kdm/k8s/names.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "nlohmann/json.hpp"
 
@@ -137,7 +138,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kdm::Status v = api::ValidateVersion(version);
   FUZZ_CHECK(v.ok() == (version == "v1beta1"), "version \"" << version << "\": " << v);
 
-  const bool extended = api::IsExtendedResourceName(resource);
+  const bool extended = kdm::k8s::IsExtendedResourceName(resource);
   FUZZ_CHECK(api::ValidateResourceName(resource).ok() == extended,
              "ValidateResourceName disagrees");
   if (extended) {

@@ -18,13 +18,13 @@
 #include <string_view>
 
 #include "fuzz_check.h"
-#include "kdm/kube/requirements.h"
+#include "kdm/k8s/requirements.h"
 
 namespace {
 
-using kdm::kube::Constraint;
-using kdm::kube::Requirement;
-using kdm::kube::RequirementOp;
+using kdm::k8s::Constraint;
+using kdm::k8s::Requirement;
+using kdm::k8s::RequirementOp;
 
 constexpr std::string_view kVariable = "NVIDIA_REQUIRE_FUZZ";
 
@@ -47,8 +47,7 @@ std::string Join(const Requirement& r, bool from_parts) {
     for (const Constraint& c : group) {
       if (!first) out += ',';
       first = false;
-      out +=
-          from_parts ? c.key + std::string(kdm::kube::RequirementOpName(c.op)) + c.value : c.text;
+      out += from_parts ? c.key + std::string(kdm::k8s::RequirementOpName(c.op)) + c.value : c.text;
     }
   }
   return out;
@@ -62,16 +61,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t nl = text.find('\n');
   if (nl != std::string_view::npos) {
     std::string_view a = text.substr(0, nl), b = text.substr(nl + 1);
-    kdm::StatusOr<int> ab = kdm::kube::CompareVersions(a, b);
-    kdm::StatusOr<int> ba = kdm::kube::CompareVersions(b, a);
+    kdm::StatusOr<int> ab = kdm::k8s::CompareVersions(a, b);
+    kdm::StatusOr<int> ba = kdm::k8s::CompareVersions(b, a);
     FUZZ_CHECK(ab.ok() == ba.ok(), "CompareVersions accepts one order only");
     if (ab.ok()) {
       FUZZ_CHECK(*ab == -*ba, "CompareVersions is not antisymmetric");
-      FUZZ_CHECK(*kdm::kube::CompareVersions(a, a) == 0, "a version differs from itself");
+      FUZZ_CHECK(*kdm::k8s::CompareVersions(a, a) == 0, "a version differs from itself");
     }
   }
 
-  kdm::StatusOr<Requirement> r = kdm::kube::ParseRequirement(kVariable, text);
+  kdm::StatusOr<Requirement> r = kdm::k8s::ParseRequirement(kVariable, text);
   if (!r.ok()) {
     CheckRefusal(r.status());
     return 0;
@@ -84,7 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    "brand with an ordering: " << c.text);
       } else {
         FUZZ_CHECK(c.key == "cuda" || c.key == "driver" || c.key == "arch", "key " << c.key);
-        kdm::StatusOr<int> self = kdm::kube::CompareVersions(c.value, c.value);
+        kdm::StatusOr<int> self = kdm::k8s::CompareVersions(c.value, c.value);
         FUZZ_CHECK(self.ok() && *self == 0, "version " << c.value);
       }
     }
@@ -93,11 +92,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string again = Join(*r, from_parts);
     // Written from parts, "=" becomes "==": a value near the limit can grow
     // past it (a false alarm of the first `./run fuzz`, kept in regressions/).
-    if (again.size() > kdm::kube::kMaxRequirementBytes) {
+    if (again.size() > kdm::k8s::kMaxRequirementBytes) {
       FUZZ_CHECK(from_parts, "written back as written, it grew: " << again.size());
       continue;
     }
-    kdm::StatusOr<Requirement> back = kdm::kube::ParseRequirement(kVariable, again);
+    kdm::StatusOr<Requirement> back = kdm::k8s::ParseRequirement(kVariable, again);
     FUZZ_CHECK(back.ok(), "written back it does not parse: " << back.status() << "\n" << again);
     FUZZ_CHECK(back->groups.size() == r->groups.size(), "group count changed: " << again);
     for (size_t g = 0; g < r->groups.size(); ++g) {
@@ -111,13 +110,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
 
-  kdm::kube::RequirementSet set;
+  kdm::k8s::RequirementSet set;
   set.requirements.push_back(*r);
-  for (const std::map<std::string, std::string>& node :
-       {std::map<std::string, std::string>{},
-        {{"cuda", "12.4"}, {"driver", "550.54.15"}, {"arch", "9.0"}, {"brand", "tesla"}},
-        {{"cuda", "x"}, {"driver", "1..2"}, {"brand", "a b"}}}) {
-    kdm::Status s = kdm::kube::CheckRequirements(set, node);
+  kdm::k8s::DeviceAttributes real, odd;
+  real.driver = "550.54.15";
+  real.cuda = "12.4";
+  real.arch = "9.0";
+  real.brand = "tesla";
+  // Values no checked path would publish: the check must still answer.
+  odd.driver = "1..2";
+  odd.cuda = "x";
+  odd.brand = "a b";
+  for (const kdm::k8s::DeviceAttributes& node : {kdm::k8s::DeviceAttributes{}, real, odd}) {
+    kdm::Status s = kdm::k8s::CheckRequirements(set, node);
     if (r->groups.empty()) FUZZ_CHECK(s.ok(), "no groups, yet unmet: " << s);
     if (!s.ok()) {
       FUZZ_CHECK(s.code() == kdm::StatusCode::kFailedPrecondition, "check code: " << s);

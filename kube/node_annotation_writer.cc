@@ -2,27 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kdm/kube/annotation.h"
+#include "kdm/k8s/devices_annotation.h"
+#include "kdm/k8s/names.h"
 
 namespace kdm::kube {
 namespace {
-
-// A DNS-1123 subdomain: what a Node's name is, and all that may go into the
-// URL path unescaped.
-bool IsNodeName(const std::string& name) {
-  if (name.empty() || name.size() > kMaxNameBytes) return false;
-  size_t label_start = 0;
-  for (size_t i = 0; i <= name.size(); ++i) {
-    if (i == name.size() || name[i] == '.') {
-      if (i == label_start || name[label_start] == '-' || name[i - 1] == '-') return false;
-      label_start = i + 1;
-      continue;
-    }
-    char c = name[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
-  }
-  return true;
-}
 
 std::string Quote(const std::string& s) {
   std::string out = "'";
@@ -36,13 +20,15 @@ std::string Quote(const std::string& s) {
 
 std::string DevicesAnnotationPatch(const std::string& value) {
   nlohmann::json patch;
-  patch["metadata"]["annotations"][std::string(kDevicesAnnotationKey)] = value;
+  patch["metadata"]["annotations"][std::string(k8s::kDevicesAnnotationKey)] = value;
   // The value is kdm's own JSON (UTF-8); replace rather than throw if it were not.
   return patch.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 Status NodeAnnotationWriter::Write(const std::string& node, const std::string& value) {
-  if (!IsNodeName(node)) {
+  // A Node's name is a DNS-1123 subdomain, and all that may go into the URL
+  // path unescaped.
+  if (!k8s::IsDns1123Subdomain(node)) {
     return InvalidArgumentError("node " + Quote(node) +
                                 ": not a DNS-1123 subdomain, not a Node's name");
   }

@@ -24,11 +24,12 @@ PublishClock* RealPublishClock() {
   return clock;
 }
 
-DevicesAnnotation BuildDevicesAnnotation(
+k8s::DevicesAnnotation BuildDevicesAnnotation(
     const std::string& node, const std::string& updated, const NodeDevices& devices,
     const std::map<std::string, topology::Topology>& topologies,
-    const std::map<std::string, DeviceAttributes>& attributes, std::vector<std::string>* warnings) {
-  DevicesAnnotation a;
+    const std::map<std::string, k8s::DeviceAttributes>& attributes,
+    std::vector<std::string>* warnings) {
+  k8s::DevicesAnnotation a;
   a.node = node;
   a.updated = updated;
   std::set<std::string> names;
@@ -38,7 +39,7 @@ DevicesAnnotation BuildDevicesAnnotation(
   static const std::map<std::string, std::optional<int>> kNone;
   static const std::set<std::string> kNoIds;
   for (const std::string& r : names) {
-    ResourceInput in;
+    k8s::ResourceInput in;
     auto alloc = devices.allocatable.find(r);
     in.allocatable = alloc == devices.allocatable.end() ? kNone : alloc->second;
     auto used = devices.in_use.find(r);
@@ -48,7 +49,7 @@ DevicesAnnotation BuildDevicesAnnotation(
     auto attrs = attributes.find(r);
     if (attrs != attributes.end()) in.attributes = attrs->second;
     std::string warning;
-    a.resources[r] = BuildResourceDevices(in, &warning);
+    a.resources[r] = k8s::BuildResourceDevices(in, &warning);
     if (!warning.empty() && warnings) warnings->push_back(r + ": " + warning);
   }
   return a;
@@ -73,14 +74,14 @@ Publisher::StepResult Publisher::Step() {
   read_failing_ = false;
 
   std::vector<std::string> warnings;
-  DevicesAnnotation a = BuildDevicesAnnotation(options_.node, "", *read, options_.topologies,
-                                               options_.attributes, &warnings);
+  k8s::DevicesAnnotation a = BuildDevicesAnnotation(options_.node, "", *read, options_.topologies,
+                                                    options_.attributes, &warnings);
   for (const std::string& w : warnings) {
     if (warned_.insert(w).second) {
       spdlog::warn("event=publish_without_matrix detail={}", QuoteLogValue(w, kMaxLogValueBytes));
     }
   }
-  std::string content = EncodeDevicesAnnotation(a);
+  std::string content = k8s::EncodeDevicesAnnotation(a);
   const auto now = clock_->Now();
   const bool changed = !last_content_ || *last_content_ != content;
   const bool resync_due = last_success_ && now - *last_success_ >= options_.resync;
@@ -88,8 +89,8 @@ Publisher::StepResult Publisher::Step() {
   if (last_attempt_ && now - *last_attempt_ < options_.min_write_interval) {
     return StepResult::kRateLimited;
   }
-  a.updated = FormatRfc3339(clock_->WallNow());
-  std::string value = EncodeDevicesAnnotation(a);
+  a.updated = k8s::FormatRfc3339(clock_->WallNow());
+  std::string value = k8s::EncodeDevicesAnnotation(a);
   last_attempt_ = now;
   Status s = writer_->Write(options_.node, value);
   if (!s.ok()) {

@@ -36,7 +36,7 @@
 
 #include "kdm/base/status.h"
 #include "kdm/base/sync.h"
-#include "kdm/kube/annotation.h"
+#include "kdm/k8s/devices_annotation.h"
 #include "kdm/topology/topology.h"
 
 namespace kdm::kube {
@@ -54,10 +54,10 @@ struct NodeDevices {
 // `attributes` (with no devices if none is allocatable). Each topology's
 // device ids must already be the resource's device ids. `warnings` (when
 // given) receives one line per resource published without its matrix.
-DevicesAnnotation BuildDevicesAnnotation(
+k8s::DevicesAnnotation BuildDevicesAnnotation(
     const std::string& node, const std::string& updated, const NodeDevices& devices,
     const std::map<std::string, topology::Topology>& topologies,
-    const std::map<std::string, DeviceAttributes>& attributes,
+    const std::map<std::string, k8s::DeviceAttributes>& attributes,
     std::vector<std::string>* warnings = nullptr);
 
 class DeviceSource {
@@ -93,7 +93,7 @@ class Publisher {
   struct Options {
     std::string node;  // the Node object's name
     std::map<std::string, topology::Topology> topologies;
-    std::map<std::string, DeviceAttributes> attributes;
+    std::map<std::string, k8s::DeviceAttributes> attributes;
     std::chrono::milliseconds interval{std::chrono::seconds(1)};
     std::chrono::milliseconds min_write_interval{std::chrono::seconds(1)};
     std::chrono::milliseconds resync{std::chrono::minutes(5)};

@@ -43,6 +43,17 @@ std::string CString(const char* buffer, size_t size) {
   return std::string(buffer, n);
 }
 
+// Sets one attribute through its checks; an empty value (NVML did not say)
+// stays unset, a value the checks refuse stays unset with a warning.
+void SetAttribute(GpuInfo* gpu, std::string_view key, std::string_view value) {
+  if (value.empty()) return;
+  Status set = gpu->attributes.Set(key, value);
+  if (!set.ok()) {
+    gpu->attribute_warnings.push_back("NVML's " + std::string(key) +
+                                      " is not published: " + std::string(set.message()));
+  }
+}
+
 }  // namespace
 
 std::string_view BrandName(BrandType brand) {
@@ -89,23 +100,23 @@ StatusOr<NodeInfo> Discover(const Library& library, const DiscoveryOptions& opti
     char name[kNameBufferSize] = {};
     KDM_RETURN_IF_ERROR(library.Check(api.DeviceGetName(gpu.handle, name, sizeof name),
                                       GpuWhat("nvmlDeviceGetName", index, gpu.uuid)));
-    gpu.attributes.model = CString(name, sizeof name);
+    SetAttribute(&gpu, k8s::kAttrModel, CString(name, sizeof name));
     KDM_RETURN_IF_ERROR(library.Check(api.DeviceGetMinorNumber(gpu.handle, &gpu.minor),
                                       GpuWhat("nvmlDeviceGetMinorNumber", index, gpu.uuid)));
     Memory memory{};
     KDM_RETURN_IF_ERROR(library.Check(api.DeviceGetMemoryInfo(gpu.handle, &memory),
                                       GpuWhat("nvmlDeviceGetMemoryInfo", index, gpu.uuid)));
-    gpu.attributes.memory_mib = memory.total / (1024 * 1024);
+    gpu.attributes.memory_mib = static_cast<int64_t>(memory.total / (1024 * 1024));
     int major = 0, minor = 0;
     KDM_RETURN_IF_ERROR(
         library.Check(api.DeviceGetCudaComputeCapability(gpu.handle, &major, &minor),
                       GpuWhat("nvmlDeviceGetCudaComputeCapability", index, gpu.uuid)));
-    gpu.attributes.arch = std::to_string(major) + "." + std::to_string(minor);
+    SetAttribute(&gpu, k8s::kAttrArch, std::to_string(major) + "." + std::to_string(minor));
     BrandType brand = 0;
     if (api.DeviceGetBrand == nullptr || api.DeviceGetBrand(gpu.handle, &brand) != kSuccess) {
       brand = 0;
     }
-    gpu.attributes.brand = std::string(BrandName(brand));
+    SetAttribute(&gpu, k8s::kAttrBrand, BrandName(brand));
     PciInfo pci{};
     KDM_RETURN_IF_ERROR(library.Check(api.DeviceGetPciInfo_v3(gpu.handle, &pci),
                                       GpuWhat("nvmlDeviceGetPciInfo_v3", index, gpu.uuid)));
@@ -118,8 +129,8 @@ StatusOr<NodeInfo> Discover(const Library& library, const DiscoveryOptions& opti
     gpu.cpu_affinity =
         ReadSysfsLine(SysfsDevice(options.sysfs_root, gpu.sysfs_bus_id) + "/local_cpulist")
             .value_or("");
-    gpu.attributes.driver = node.driver_version;
-    gpu.attributes.cuda = node.cuda_driver_version;
+    SetAttribute(&gpu, k8s::kAttrDriver, node.driver_version);
+    SetAttribute(&gpu, k8s::kAttrCuda, node.cuda_driver_version);
     node.gpus.push_back(std::move(gpu));
   }
   return node;

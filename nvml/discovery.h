@@ -24,23 +24,12 @@
 #include <vector>
 
 #include "kdm/base/status.h"
+#include "kdm/k8s/attributes.h"
 #include "kdm/nvml/library.h"
 #include "kdm/nvml/nvml_api.h"
 #include "kdm/nvml/topology_from_nvml.h"
 
 namespace kdm::nvml {
-
-// The attributes of one device, as the scheduler and requirement checks
-// read them (docs/nvml.md, "Device attributes").
-struct DeviceAttributes {
-  std::string model;        // nvmlDeviceGetName: "NVIDIA H100 80GB HBM3"
-  uint64_t memory_mib = 0;  // total memory, MiB
-  std::string driver;       // "550.54.15"
-  std::string cuda;         // CUDA driver version, "12.4"
-  std::string arch;         // compute capability, "9.0"
-  std::string brand;        // "nvidia", "tesla", ... (BrandName)
-  friend bool operator==(const DeviceAttributes&, const DeviceAttributes&) = default;
-};
 
 struct GpuInfo {
   int index = 0;  // NVML's index
@@ -51,7 +40,12 @@ struct GpuInfo {
   std::string sysfs_bus_id;  // sysfs's, "0000:1b:00.0"
   std::optional<int> numa;   // from sysfs; nullopt when unknown
   std::string cpu_affinity;  // sysfs local_cpulist ("0-63"), "" when unknown
-  DeviceAttributes attributes;
+  // What NVML says of the device, in the one attributes struct
+  // (k8s/attributes.h; docs/nvml.md, "Device attributes"). A value that
+  // fails the attribute checks (a model name with a control byte, say) is
+  // left unset and `attribute_warnings` says which and why.
+  k8s::DeviceAttributes attributes;
+  std::vector<std::string> attribute_warnings;
 };
 
 struct NodeInfo {

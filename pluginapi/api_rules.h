@@ -1,6 +1,5 @@
-// The rules of the device plugin API v1beta1 and of the Kubernetes names it
-// carries, in one place: the API version, extended resource names, DNS-1123
-// labels and subdomains, the plugin endpoint (socket file name) and the
+// The rules of the device plugin API v1beta1, in one place: the API version,
+// the resource name check (on k8s/names.h's rule), the plugin endpoint (socket file name) and the
 // device id length. The kubelet side (registration in devicemanager, the
 // fake kubelet's pod manifests and flags in fakes, `kdm conform`) and the
 // plugin side (the SDK, `kdm plugin`) all call these, so that no two parts
@@ -35,35 +34,8 @@ Status ValidateVersion(std::string_view version);
 
 // --- Kubernetes names -------------------------------------------------------
 
-// Longest DNS-1123 label (a namespace, a container name).
-inline constexpr std::size_t kMaxDns1123LabelLength = 63;
-// Longest DNS-1123 subdomain (a pod name, the domain of a resource name).
-inline constexpr std::size_t kMaxDns1123SubdomainLength = 253;
-// Longest name part of a qualified name ("gpu" in "nvidia.com/gpu").
-inline constexpr std::size_t kMaxQualifiedNamePartLength = 63;
-
-// Kubernetes' IsDNS1123Label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most
-// kMaxDns1123LabelLength characters.
-bool IsDns1123Label(std::string_view s);
-
-// Kubernetes' IsDNS1123Subdomain: dot-separated parts, each
-// [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most kMaxDns1123SubdomainLength
-// characters in all. There is no limit per part (unlike a DNS label):
-// Kubernetes checks only the whole length.
-bool IsDns1123Subdomain(std::string_view s);
-
-// The name part of a Kubernetes qualified name:
-// [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?, at most
-// kMaxQualifiedNamePartLength characters.
-bool IsQualifiedNamePart(std::string_view s);
-
-// True for an extended resource name, the only kind a device plugin may
-// register: "<domain>/<name>" with exactly one '/', not containing
-// "kubernetes.io/", not starting with "requests.", the domain a DNS-1123
-// subdomain and the name a qualified name part.
-bool IsExtendedResourceName(std::string_view name);
-
-// OK when IsExtendedResourceName(name); else INVALID_ARGUMENT with the
+// OK when k8s::IsExtendedResourceName(name) (kdm/k8s/names.h, the home of
+// the Kubernetes name rules); else INVALID_ARGUMENT with the
 // kubelet's text: `the ResourceName "<name>" is invalid`.
 Status ValidateResourceName(std::string_view name);
 

@@ -14,8 +14,8 @@ namespace {
 // The nodes of one request, each with what is known of its devices.
 struct Nodes {
   std::vector<std::string> names;
-  std::vector<const NodeDevices*> devices;  // null: no opinion
-  std::vector<std::optional<NodeDevices>> read;
+  std::vector<const k8s::NodeDevices*> devices;  // null: no opinion
+  std::vector<std::optional<k8s::NodeDevices>> read;
   std::vector<std::shared_ptr<const CachedNode>> cached;
 };
 
@@ -23,13 +23,13 @@ struct Nodes {
 
 Extender::Extender(Options options)
     : options_(options),
-      own_topologies_(options.topologies ? nullptr : std::make_unique<TopologyCache>()),
+      own_topologies_(options.topologies ? nullptr : std::make_unique<k8s::TopologyCache>()),
       topologies_(options.topologies ? options.topologies : own_topologies_.get()),
       scorer_(Scorer::Options{.policy = options.policy}) {}
 
 namespace {
 
-Nodes Collect(const ExtenderArgs& args, TopologyCache* topologies, const NodeCache* cache,
+Nodes Collect(const ExtenderArgs& args, k8s::TopologyCache* topologies, const NodeCache* cache,
               ExtenderMetrics* metrics, const std::string& pod) {
   Nodes out;
   uint64_t errors = 0;
@@ -43,7 +43,7 @@ Nodes Collect(const ExtenderArgs& args, TopologyCache* topologies, const NodeCac
       const NodeItem& item = (*args.nodes)[i];
       out.names.push_back(item.name);
       if (!item.annotation) continue;
-      StatusOr<NodeDevices> d = ReadNodeDevices(
+      StatusOr<k8s::NodeDevices> d = k8s::DecodeNodeDevices(
           *item.annotation, topologies, item.annotation->capacity() - item.annotation->size());
       if (!d.ok()) {
         if (errors++ == 0) first_error = item.name + ": " + std::string(d.status().message());

@@ -16,9 +16,9 @@
 #include <memory>
 #include <string>
 
+#include "kdm/k8s/devices_annotation.h"
 #include "kdm/scheduler/metrics.h"
 #include "kdm/scheduler/node_cache.h"
-#include "kdm/scheduler/node_devices.h"
 #include "kdm/scheduler/scorer.h"
 
 namespace kdm::scheduler {
@@ -37,7 +37,7 @@ class Extender {
     // Not owned; may be null.
     ExtenderMetrics* metrics = nullptr;
     // Not owned; null: the extender keeps its own.
-    TopologyCache* topologies = nullptr;
+    k8s::TopologyCache* topologies = nullptr;
   };
 
   explicit Extender(Options options);
@@ -50,8 +50,8 @@ class Extender {
 
  private:
   const Options options_;
-  std::unique_ptr<TopologyCache> own_topologies_;
-  TopologyCache* topologies_;
+  std::unique_ptr<k8s::TopologyCache> own_topologies_;
+  k8s::TopologyCache* topologies_;
   Scorer scorer_;
 };
 

@@ -2,11 +2,12 @@
 
 #include <simdjson.h>
 
-#include <charconv>
 #include <utility>
 
-#include "kdm/kube/annotation.h"
-#include "kdm/kube/requirements.h"
+#include "kdm/k8s/devices_annotation.h"
+#include "kdm/k8s/names.h"
+#include "kdm/k8s/pod.h"
+#include "kdm/k8s/requirements.h"
 
 namespace kdm::scheduler {
 namespace {
@@ -17,61 +18,46 @@ Status BadRequest(const std::string& where, const std::string& what) {
   return InvalidArgumentError(where + ": " + what);
 }
 
-std::string Quoted(std::string_view s) {
-  std::string out;
-  AppendJsonString(s.substr(0, 128), &out);
-  return out;
-}
-
-// Extended resources have a domain ("nvidia.com/gpu"); cpu, memory,
-// hugepages-* and ephemeral-storage do not, and are not read.
-bool IsExtended(std::string_view name) { return name.find('/') != std::string_view::npos; }
-
-StatusOr<int64_t> ReadQuantity(od::value v, const std::string& where) {
+// A quantity as Kubernetes writes it (a string; a bare JSON number is read
+// as its text), with the full grammar (k8s::Quantity): "2", "2k", "1e3".
+StatusOr<k8s::Quantity> ReadQuantity(od::value v, const std::string& where) {
   od::json_type type;
   if (v.type().get(type)) return BadRequest(where, "not JSON");
-  if (type == od::json_type::number) {
-    int64_t n = 0;
-    if (v.get_int64().get(n) || n < 0)
-      return BadRequest(where, "must be a whole number of devices");
-    return n;
-  }
   std::string_view s;
-  if (type != od::json_type::string || v.get_string().get(s)) {
+  if (type == od::json_type::number) {
+    s = v.raw_json_token();
+    while (!s.empty() &&
+           (s.back() == ' ' || s.back() == '\n' || s.back() == '\t' || s.back() == '\r')) {
+      s.remove_suffix(1);
+    }
+  } else if (type != od::json_type::string || v.get_string().get(s)) {
     return BadRequest(where, "must be a quantity string such as \"2\"");
   }
-  int64_t n = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-  if (s.empty() || s.size() > 18 || ec != std::errc() || end != s.data() + s.size() || n < 0) {
-    return BadRequest(where, Quoted(s) + " is not a whole number");
-  }
-  return n;
+  StatusOr<k8s::Quantity> q = k8s::Quantity::Parse(s);
+  if (!q.ok()) return BadRequest(where, std::string(q.status().message()));
+  return q;
 }
 
-Status ReadAmounts(od::value v, const std::string& where, std::map<std::string, int64_t>* out) {
+// The extended resources (k8s::IsExtendedResourceName) of a limits or
+// requests map; cpu, memory, hugepages-* and the like are not read.
+Status ReadAmounts(od::value v, const std::string& where,
+                   std::map<std::string, k8s::Quantity>* out) {
   od::object o;
   if (v.get_object().get(o)) return BadRequest(where, "must be an object");
   for (auto f : o) {
     std::string_view key;
     if (f.unescaped_key().get(key)) return BadRequest(where, "bad key");
-    if (!IsExtended(key)) continue;
     std::string name(key);
-    KDM_ASSIGN_OR_RETURN(int64_t n, ReadQuantity(f.value(), where + "['" + name + "']"));
-    (*out)[name] = n;
+    if (!k8s::IsExtendedResourceName(name)) continue;
+    KDM_ASSIGN_OR_RETURN(k8s::Quantity q, ReadQuantity(f.value(), where + "['" + name + "']"));
+    (*out)[name] = std::move(q);
   }
   return OkStatus();
 }
 
-struct Container {
-  std::string name;
-  ContainerAmounts amounts;
-  std::vector<std::pair<std::string, std::string>> env;
-};
-
-Status ReadContainer(od::value v, const std::string& where, Container* c) {
+Status ReadContainer(od::value v, const std::string& where, k8s::Container* c) {
   od::object o;
   if (v.get_object().get(o)) return BadRequest(where, "must be an object");
-  std::map<std::string, int64_t> limits, requests;
   for (auto f : o) {
     std::string_view key;
     if (f.unescaped_key().get(key)) return BadRequest(where, "bad key");
@@ -83,7 +69,7 @@ Status ReadContainer(od::value v, const std::string& where, Container* c) {
       std::string_view s;
       if (f.value().get_string().get(s))
         return BadRequest(where + ".restartPolicy", "must be a string");
-      c->amounts.sidecar = s == "Always";
+      c->restartable = s == "Always";
     } else if (key == "env") {
       od::array env;
       if (f.value().get_array().get(env)) return BadRequest(where + ".env", "must be an array");
@@ -111,20 +97,17 @@ Status ReadContainer(od::value v, const std::string& where, Container* c) {
         std::string_view k;
         if (rf.unescaped_key().get(k)) return BadRequest(where + ".resources", "bad key");
         if (k == "limits") {
-          KDM_RETURN_IF_ERROR(ReadAmounts(rf.value(), where + ".resources.limits", &limits));
+          KDM_RETURN_IF_ERROR(ReadAmounts(rf.value(), where + ".resources.limits", &c->limits));
         } else if (k == "requests") {
-          KDM_RETURN_IF_ERROR(ReadAmounts(rf.value(), where + ".resources.requests", &requests));
+          KDM_RETURN_IF_ERROR(ReadAmounts(rf.value(), where + ".resources.requests", &c->requests));
         }
       }
     }
   }
-  // Extended resources: requests equal limits; a limit alone is the request.
-  c->amounts.amounts = std::move(requests);
-  for (auto& [r, n] : limits) c->amounts.amounts[r] = n;
   return OkStatus();
 }
 
-Status ReadContainers(od::value v, const std::string& where, std::vector<Container>* out) {
+Status ReadContainers(od::value v, const std::string& where, std::vector<k8s::Container>* out) {
   od::json_type type;
   if (v.type().get(type)) return BadRequest(where, "not JSON");
   if (type == od::json_type::null) return OkStatus();
@@ -144,7 +127,9 @@ StatusOr<PodRequest> ReadPod(od::value v) {
   od::object pod;
   if (v.get_object().get(pod)) return BadRequest("Pod", "must be an object (a v1.Pod)");
   std::string name = "?", ns = "default";
-  std::vector<Container> init, app;
+  k8s::Pod model;
+  std::vector<k8s::Container>& init = model.init_containers;
+  std::vector<k8s::Container>& app = model.containers;
   for (auto f : pod) {
     std::string_view key;
     if (f.unescaped_key().get(key)) return BadRequest("Pod", "bad key");
@@ -176,20 +161,32 @@ StatusOr<PodRequest> ReadPod(od::value v) {
   }
   PodRequest out;
   out.name = ns + "/" + name;
-  std::vector<ContainerAmounts> init_amounts, app_amounts;
-  for (const Container& c : init) init_amounts.push_back(c.amounts);
-  for (const Container& c : app) app_amounts.push_back(c.amounts);
-  out.resources = EffectiveRequest(init_amounts, app_amounts);
+  // The kubelet's rule, the one the device manager's Ledger applies: a pod
+  // it would refuse is refused on every node that has the resource.
+  StatusOr<std::map<std::string, int64_t>> effective = k8s::EffectiveDeviceRequests(
+      model, [](const std::string& r) { return k8s::IsExtendedResourceName(r); });
+  if (effective.ok()) {
+    out.resources.insert(effective->begin(), effective->end());
+  } else {
+    out.refused = std::string(effective.status().message());
+    for (const auto* list : {&init, &app}) {
+      for (const k8s::Container& c : *list) {
+        for (const auto* amounts : {&c.limits, &c.requests}) {
+          for (const auto& [r, q] : *amounts) out.refused_resources.insert(r);
+        }
+      }
+    }
+  }
   for (const auto* list : {&init, &app}) {
     const char* field = list == &init ? "Pod.spec.initContainers" : "Pod.spec.containers";
     for (size_t i = 0; i < list->size(); ++i) {
-      const Container& c = (*list)[i];
+      const k8s::Container& c = (*list)[i];
       ContainerRequirements cr;
-      for (const auto& [r, n] : c.amounts.amounts) {
-        if (n > 0) cr.resources.push_back(r);
+      for (const auto& [r, q] : c.limits) {
+        if (!q.IsZero() && !q.IsNegative()) cr.resources.push_back(r);
       }
       if (cr.resources.empty()) continue;
-      StatusOr<kube::RequirementSet> set = kube::ParseRequirementEnv(c.env);
+      StatusOr<k8s::RequirementSet> set = k8s::ParseRequirementEnv(c.env);
       if (!set.ok()) {
         return BadRequest(std::string(field) + "[" + std::to_string(i) + "].env",
                           std::string(set.status().message()));
@@ -231,14 +228,14 @@ Status ReadNode(od::value v, const std::string& where, NodeItem* node) {
         std::string_view ak;
         if (af.unescaped_key().get(ak))
           return BadRequest(where + ".metadata.annotations", "bad key");
-        if (ak != kube::kDevicesAnnotationKey) continue;
+        if (ak != k8s::kDevicesAnnotationKey) continue;
         std::string_view s;
         if (af.value().get_string().get(s)) {
           return BadRequest(where + ".metadata.annotations['kdm.io/devices']", "must be a string");
         }
         // Room for simdjson's padding, so that it is read in place.
         node->annotation.emplace();
-        node->annotation->reserve(s.size() + simdjson::SIMDJSON_PADDING);
+        node->annotation->reserve(s.size() + k8s::DecodePadding());
         node->annotation->assign(s);
       }
     }

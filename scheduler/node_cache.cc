@@ -15,7 +15,7 @@ std::shared_ptr<const CachedNode> NodeCache::Read(const kube::NodeObject& node) 
   StatusOr<NodeItem> item = DecodeNode(node.json);
   Status s = item.status();
   if (item.ok() && item->annotation) {
-    StatusOr<NodeDevices> d = ReadNodeDevices(*item->annotation, topologies_);
+    StatusOr<k8s::NodeDevices> d = k8s::DecodeNodeDevices(*item->annotation, topologies_);
     if (d.ok()) {
       out->devices = std::move(*d);
     } else {

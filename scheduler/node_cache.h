@@ -25,22 +25,22 @@
 
 #include "kdm/base/status.h"
 #include "kdm/base/sync.h"
+#include "kdm/k8s/devices_annotation.h"
 #include "kdm/kube/client.h"
 #include "kdm/kube/node_informer.h"
-#include "kdm/scheduler/node_devices.h"
 
 namespace kdm::scheduler {
 
 struct CachedNode {
   std::string name;
   // Unset without an annotation, or when it did not read (then `error`).
-  std::optional<NodeDevices> devices;
+  std::optional<k8s::NodeDevices> devices;
   std::string error;
 };
 
 class NodeCache {
  public:
-  explicit NodeCache(TopologyCache* topologies) : topologies_(topologies) {}
+  explicit NodeCache(k8s::TopologyCache* topologies) : topologies_(topologies) {}
   ~NodeCache() { Stop(); }
   NodeCache(const NodeCache&) = delete;
   NodeCache& operator=(const NodeCache&) = delete;
@@ -67,7 +67,7 @@ class NodeCache {
  private:
   std::shared_ptr<const CachedNode> Read(const kube::NodeObject& node);
 
-  TopologyCache* const topologies_;
+  k8s::TopologyCache* const topologies_;
   mutable Mutex mu_;
   // Looked up by string_view without a copy (a transparent hash).
   struct NameHash {

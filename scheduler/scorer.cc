@@ -43,33 +43,6 @@ std::string_view ScorePolicyName(ScorePolicy policy) {
   return policy == ScorePolicy::kPacked ? "packed" : "best-set";
 }
 
-std::map<std::string, int64_t, std::less<>> EffectiveRequest(
-    const std::vector<ContainerAmounts>& init_containers,
-    const std::vector<ContainerAmounts>& containers) {
-  std::map<std::string, int64_t, std::less<>> out;
-  std::map<std::string, int64_t> sidecars;  // sidecars declared so far
-  std::map<std::string, int64_t> init_peak;
-  for (const ContainerAmounts& c : init_containers) {
-    if (c.sidecar) {
-      for (const auto& [r, n] : c.amounts) sidecars[r] += n;
-      continue;
-    }
-    std::map<std::string, int64_t> here = sidecars;
-    for (const auto& [r, n] : c.amounts) here[r] += n;
-    for (const auto& [r, n] : here) init_peak[r] = std::max(init_peak[r], n);
-  }
-  std::map<std::string, int64_t> app = sidecars;
-  for (const ContainerAmounts& c : containers) {
-    for (const auto& [r, n] : c.amounts) app[r] += n;
-  }
-  for (const auto& [r, n] : app) out[r] = std::max(out[r], n);
-  for (const auto& [r, n] : init_peak) out[r] = std::max(out[r], n);
-  for (auto it = out.begin(); it != out.end();) {
-    it = it->second > 0 ? std::next(it) : out.erase(it);
-  }
-  return out;
-}
-
 StatusOr<double> BestPackedScore(const topology::Topology& topology,
                                  const std::vector<int>& available, int size) {
   if (size < 1) return InvalidArgumentError("size " + std::to_string(size) + " is below 1");
@@ -106,13 +79,21 @@ StatusOr<double> BestPackedScore(const topology::Topology& topology,
   return std::clamp(score, 0.0, 100.0);
 }
 
-Verdict Scorer::Filter(const PodRequest& pod, const NodeDevices* node) const {
+Verdict Scorer::Filter(const PodRequest& pod, const k8s::NodeDevices* node) const {
   if (node == nullptr) return {};
+  if (!pod.refused.empty()) {
+    for (const auto& [resource, view] : node->resources) {
+      if (pod.refused_resources.count(resource)) {
+        return {Verdict::Kind::kUnresolvable, "kdm: pod refused: " + pod.refused};
+      }
+    }
+    return {};
+  }
   for (const ContainerRequirements& c : pod.requirements) {
     for (const std::string& r : c.resources) {
       auto it = node->resources.find(r);
       if (it == node->resources.end()) continue;
-      Status met = kube::CheckRequirements(c.requirements, it->second.attributes);
+      Status met = k8s::CheckRequirements(c.requirements, it->second.attributes);
       if (!met.ok()) {
         return {Verdict::Kind::kUnresolvable,
                 "kdm: container " + c.container + ": " + std::string(met.message())};
@@ -131,7 +112,7 @@ Verdict Scorer::Filter(const PodRequest& pod, const NodeDevices* node) const {
   return {};
 }
 
-double Scorer::ResourceScore(const ResourceView& view, int size, Stats* counts) {
+double Scorer::ResourceScore(const k8s::ResourceView& view, int size, Stats* counts) {
   const topology::Topology& t = view.topology->topology;
   const bool memo = view.topology->id != 0 && t.size() <= 64;
   Key key;
@@ -161,7 +142,7 @@ double Scorer::ResourceScore(const ResourceView& view, int size, Stats* counts) 
   return score;
 }
 
-double Scorer::Score(const PodRequest& pod, const NodeDevices* node, Stats* counts) {
+double Scorer::Score(const PodRequest& pod, const k8s::NodeDevices* node, Stats* counts) {
   if (node == nullptr) return 0;
   double sum = 0;
   int counted = 0;

@@ -1,9 +1,12 @@
 // The extender's decisions (docs/extender.md, "Scoring"): which nodes can
 // run a pod (filter) and how well (prioritize), from each node's
-// NodeDevices.
+// k8s::NodeDevices.
 //
 // - A pod's request per resource is its effective request
-//   (EffectiveRequest: the kubelet's rule for init containers and sidecars).
+//   (k8s::EffectiveDeviceRequests, the rule the device manager's Ledger
+//   applies). A pod the kubelet would refuse (a request != its limit, a
+//   fractional or too large count) fails unresolvably on every node that
+//   publishes one of its resources, with the rule's message.
 // - Filter: a node whose requested resource has fewer free devices than the
 //   request fails ("kdm: 1 nvidia.com/gpu free, pod needs 2"); a node whose
 //   attributes fail a container's NVIDIA_REQUIRE_* fails unresolvably. A node
@@ -25,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -32,8 +36,8 @@
 
 #include "kdm/base/status.h"
 #include "kdm/base/sync.h"
-#include "kdm/kube/requirements.h"
-#include "kdm/scheduler/node_devices.h"
+#include "kdm/k8s/devices_annotation.h"
+#include "kdm/k8s/requirements.h"
 #include "kdm/topology/topology.h"
 
 namespace kdm::scheduler {
@@ -44,22 +48,10 @@ enum class ScorePolicy { kBestSet, kPacked };
 StatusOr<ScorePolicy> ParseScorePolicy(std::string_view name);
 std::string_view ScorePolicyName(ScorePolicy policy);
 
-// One container's extended-resource amounts (limits, else requests).
-struct ContainerAmounts {
-  std::map<std::string, int64_t> amounts;
-  bool sidecar = false;  // an init container with restartPolicy: Always
-};
-
-// max(sum of app containers + sidecars, each plain init container + the
-// sidecars declared before it), per resource; only amounts above 0 kept.
-std::map<std::string, int64_t, std::less<>> EffectiveRequest(
-    const std::vector<ContainerAmounts>& init_containers,
-    const std::vector<ContainerAmounts>& containers);
-
 // The NVIDIA_REQUIRE_* of a container that requests some resources.
 struct ContainerRequirements {
   std::string container;
-  kube::RequirementSet requirements;
+  k8s::RequirementSet requirements;
   std::vector<std::string> resources;
 };
 
@@ -67,6 +59,10 @@ struct PodRequest {
   std::string name;  // "namespace/name", for messages
   std::map<std::string, int64_t, std::less<>> resources;
   std::vector<ContainerRequirements> requirements;  // non-empty sets only
+  // Set when the device request rules refuse the pod: why, and every
+  // extended resource its containers name.
+  std::string refused;
+  std::set<std::string, std::less<>> refused_resources;
 };
 
 // A packed score of 0..100 for placing `size` devices on a node whose free
@@ -102,10 +98,10 @@ class Scorer {
   explicit Scorer(Options options) : options_(options) {}
 
   // `node` null: the node has no (readable) annotation.
-  Verdict Filter(const PodRequest& pod, const NodeDevices* node) const;
+  Verdict Filter(const PodRequest& pod, const k8s::NodeDevices* node) const;
   // 0..100; 0 without an opinion. Adds this call's memo hits and misses to
   // `counts` when given.
-  double Score(const PodRequest& pod, const NodeDevices* node, Stats* counts = nullptr);
+  double Score(const PodRequest& pod, const k8s::NodeDevices* node, Stats* counts = nullptr);
   // The scheduler's 0..10 for each score.
   static std::vector<int> ExtenderScores(const std::vector<double>& scores);
 
@@ -126,7 +122,7 @@ class Scorer {
       return static_cast<size_t>(h * 0xBF58476D1CE4E5B9ull);
     }
   };
-  double ResourceScore(const ResourceView& view, int size, Stats* counts);
+  double ResourceScore(const k8s::ResourceView& view, int size, Stats* counts);
 
   const Options options_;
   mutable Mutex mu_;

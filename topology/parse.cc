@@ -98,8 +98,8 @@ enum class ExtraColumn { kCpuAffinity, kNumaAffinity, kGpuNumaId, kOther };
 // Builds links from a matrix of cells, checking the diagonal and symmetry.
 // `name(i, j)` describes a cell for error messages.
 template <typename NameFn>
-StatusOr<std::vector<std::vector<Link>>> LinksFromCells(const std::vector<std::vector<Cell>>& cells,
-                                                        NameFn name) {
+StatusOr<std::vector<std::vector<Link>>> CheckedLinks(const std::vector<std::vector<Cell>>& cells,
+                                                      NameFn name) {
   const size_t n = cells.size();
   std::vector<std::vector<Link>> links(n, std::vector<Link>(n));
   for (size_t i = 0; i < n; ++i) {
@@ -247,11 +247,87 @@ StatusOr<Topology> ParseNvidiaSmiTopo(std::string_view text) {
   auto name = [&](size_t i, size_t j) {
     return "row " + devices[i].id + ", column " + devices[j].id;
   };
-  auto links = LinksFromCells(cells, name);
+  auto links = CheckedLinks(cells, name);
   if (!links.ok()) return links.status().WithPrefix(kWhat.substr(0, kWhat.size() - 2));
   auto t = Topology::Create(std::move(devices), std::move(*links));
   if (!t.ok()) return t.status().WithPrefix(kWhat.substr(0, kWhat.size() - 2));
   return t;
+}
+
+CellGridView CellViews(const std::vector<std::vector<std::string>>& grid) {
+  CellGridView out;
+  out.reserve(grid.size());
+  for (const auto& row : grid) out.emplace_back(row.begin(), row.end());
+  return out;
+}
+
+StatusOr<std::vector<std::vector<Link>>> LinksFromCells(const CellGridView& matrix,
+                                                        const CellGridView& pcie, bool has_pcie) {
+  const size_t n = matrix.size();
+  if (n == 0) return InvalidArgumentError("matrix is empty");
+  if (n > static_cast<size_t>(kMaxDevices)) {
+    return InvalidArgumentError("matrix has " + std::to_string(n) + " rows, above the limit of " +
+                                std::to_string(kMaxDevices));
+  }
+  for (const auto* grid : {&matrix, &pcie}) {
+    if (grid == &pcie && !has_pcie) continue;
+    const char* key = grid == &matrix ? "matrix" : "pcie";
+    if (grid->size() != n) {
+      return InvalidArgumentError(std::string(key) + " has " + std::to_string(grid->size()) +
+                                  " rows, expected " + std::to_string(n));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if ((*grid)[i].size() != n) {
+        return InvalidArgumentError(std::string(key) + "[" + std::to_string(i) + "] has " +
+                                    std::to_string((*grid)[i].size()) + " cells, expected " +
+                                    std::to_string(n) + " (the matrix must be square)");
+      }
+    }
+  }
+  std::vector<std::vector<Cell>> cells(n, std::vector<Cell>(n));
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      auto c = ParseCell(matrix[i][j]);
+      if (!c) {
+        return InvalidArgumentError("matrix[" + std::to_string(i) + "][" + std::to_string(j) +
+                                    "]: unknown cell " + Quote(matrix[i][j]) +
+                                    " (expected X, NV#, SYS, NODE, PHB, PXB, PIX, PSB or -)");
+      }
+      cells[i][j] = *c;
+    }
+  }
+  if (has_pcie) {
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j) {
+        std::string at = "pcie[" + std::to_string(i) + "][" + std::to_string(j) + "]";
+        auto c = ParseCell(pcie[i][j]);
+        if (!c || c->link.nvlinks > 0) {
+          return InvalidArgumentError(at + ": unknown cell " + Quote(pcie[i][j]) +
+                                      " (expected X, SYS, NODE, PHB, PXB, PIX, PSB or -)");
+        }
+        if (i == j) {
+          if (!c->diagonal && pcie[i][j] != "-") {
+            return InvalidArgumentError(at + " is on the diagonal and must be 'X' or '-'");
+          }
+          continue;
+        }
+        if (c->diagonal) return InvalidArgumentError(at + " is 'X' off the diagonal");
+        PcieLink p = c->link.pcie;
+        if (p == PcieLink::kNone) continue;
+        Cell& cell = cells[i][j];
+        if (cell.link.nvlinks == 0 && cell.link.pcie != PcieLink::kNone && cell.link.pcie != p) {
+          return InvalidArgumentError(at + " is " + Quote(pcie[i][j]) + " but matrix[" +
+                                      std::to_string(i) + "][" + std::to_string(j) + "] is " +
+                                      Quote(matrix[i][j]));
+        }
+        cell.link.pcie = p;
+      }
+    }
+  }
+  auto name = [](size_t i, size_t j) {
+    return "cell [" + std::to_string(i) + "][" + std::to_string(j) + "]";
+  };
+  return CheckedLinks(cells, name);
 }
 
 StatusOr<Topology> ParseTopologyJson(std::string_view text) {
@@ -351,51 +427,12 @@ StatusOr<Topology> ParseTopologyJson(std::string_view text) {
     for (size_t i = 0; i < n; ++i) devices.push_back({std::to_string(i), static_cast<int>(i), {}});
   }
 
-  std::vector<std::vector<Cell>> cells(n, std::vector<Cell>(n));
-  for (size_t i = 0; i < n; ++i) {
-    for (size_t j = 0; j < n; ++j) {
-      auto c = ParseCell(matrix[i][j]);
-      if (!c) {
-        return InvalidArgumentError(kWhat + "matrix[" + std::to_string(i) + "][" +
-                                    std::to_string(j) + "]: unknown cell " + Quote(matrix[i][j]) +
-                                    " (expected X, NV#, SYS, NODE, PHB, PXB, PIX, PSB or -)");
-      }
-      cells[i][j] = *c;
-    }
-  }
+  std::optional<std::vector<std::vector<std::string>>> pcie;
   if (doc.contains("pcie")) {
-    KDM_ASSIGN_OR_RETURN(auto pcie, read_matrix("pcie", n));
-    for (size_t i = 0; i < n; ++i) {
-      for (size_t j = 0; j < n; ++j) {
-        std::string at = kWhat + "pcie[" + std::to_string(i) + "][" + std::to_string(j) + "]";
-        auto c = ParseCell(pcie[i][j]);
-        if (!c || c->link.nvlinks > 0) {
-          return InvalidArgumentError(at + ": unknown cell " + Quote(pcie[i][j]) +
-                                      " (expected X, SYS, NODE, PHB, PXB, PIX, PSB or -)");
-        }
-        if (i == j) {
-          if (!c->diagonal && pcie[i][j] != "-") {
-            return InvalidArgumentError(at + " is on the diagonal and must be 'X' or '-'");
-          }
-          continue;
-        }
-        if (c->diagonal) return InvalidArgumentError(at + " is 'X' off the diagonal");
-        PcieLink p = c->link.pcie;
-        if (p == PcieLink::kNone) continue;
-        Cell& cell = cells[i][j];
-        if (cell.link.nvlinks == 0 && cell.link.pcie != PcieLink::kNone && cell.link.pcie != p) {
-          return InvalidArgumentError(at + " is " + Quote(pcie[i][j]) + " but matrix[" +
-                                      std::to_string(i) + "][" + std::to_string(j) + "] is " +
-                                      Quote(matrix[i][j]));
-        }
-        cell.link.pcie = p;
-      }
-    }
+    KDM_ASSIGN_OR_RETURN(pcie, read_matrix("pcie", n));
   }
-  auto name = [](size_t i, size_t j) {
-    return "cell [" + std::to_string(i) + "][" + std::to_string(j) + "]";
-  };
-  auto links = LinksFromCells(cells, name);
+  auto links =
+      LinksFromCells(CellViews(matrix), pcie ? CellViews(*pcie) : CellGridView{}, pcie.has_value());
   if (!links.ok()) return links.status().WithPrefix("topology JSON");
   auto t = Topology::Create(std::move(devices), std::move(*links));
   if (!t.ok()) return t.status().WithPrefix("topology JSON");
@@ -489,33 +526,41 @@ std::string RenderNvidiaSmi(const Topology& t, const std::vector<std::string>& c
   return out.str();
 }
 
+TopologyCells RenderCells(const Topology& t) {
+  const int n = t.size();
+  TopologyCells out;
+  out.matrix.assign(n, std::vector<std::string>(n));
+  out.pcie.assign(n, std::vector<std::string>(n));
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      if (i == j) {
+        out.matrix[i][j] = "X";
+        out.pcie[i][j] = "X";
+        continue;
+      }
+      const Link& l = t.LinkBetween(i, j);
+      out.matrix[i][j] =
+          l.nvlinks > 0 ? "NV" + std::to_string(l.nvlinks) : std::string(PcieLinkName(l.pcie));
+      out.pcie[i][j] = std::string(PcieLinkName(l.pcie));
+    }
+  }
+  return out;
+}
+
 std::string RenderTopologyJson(const Topology& t) {
   using nlohmann::json;
   const int n = t.size();
   json doc;
   doc["devices"] = json::array();
-  doc["matrix"] = json::array();
-  doc["pcie"] = json::array();
+
   for (int i = 0; i < n; ++i) {
     json d = {{"id", t.Device(i).id}};
     d["numa"] = t.Device(i).numa ? json(*t.Device(i).numa) : json(nullptr);
     doc["devices"].push_back(d);
-    json mrow = json::array();
-    json prow = json::array();
-    for (int j = 0; j < n; ++j) {
-      if (i == j) {
-        mrow.push_back("X");
-        prow.push_back("X");
-        continue;
-      }
-      const Link& l = t.LinkBetween(i, j);
-      mrow.push_back(l.nvlinks > 0 ? "NV" + std::to_string(l.nvlinks)
-                                   : std::string(PcieLinkName(l.pcie)));
-      prow.push_back(std::string(PcieLinkName(l.pcie)));
-    }
-    doc["matrix"].push_back(mrow);
-    doc["pcie"].push_back(prow);
   }
+  TopologyCells cells = RenderCells(t);
+  doc["matrix"] = cells.matrix;
+  doc["pcie"] = cells.pcie;
   return doc.dump() + "\n";
 }
 

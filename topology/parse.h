@@ -66,6 +66,26 @@ std::string RenderNvidiaSmi(const Topology& topology, const std::vector<std::str
 // ParseTopologyJson reads it back to an equal Topology.
 std::string RenderTopologyJson(const Topology& topology);
 
+// The cells of kdm's JSON format, with no JSON text in between: what
+// RenderTopologyJson writes as `matrix` (X, NV#, a PCIe name or -) and
+// `pcie` (the PCIe relation beneath every pair), row by row.
+using CellGrid = std::vector<std::vector<std::string>>;
+using CellGridView = std::vector<std::vector<std::string_view>>;
+struct TopologyCells {
+  CellGrid matrix;
+  CellGrid pcie;
+};
+TopologyCells RenderCells(const Topology& topology);
+CellGridView CellViews(const CellGrid& grid);
+
+// The links of n = matrix.size() devices from their cells, checked as
+// ParseTopologyJson checks them: 1..kMaxDevices rows, n x n, known cells,
+// X on the diagonal only, symmetric, `pcie` (when has_pcie) agreeing with
+// `matrix`. Topology::Create(devices, links) makes the topology.
+// INVALID_ARGUMENT naming "matrix[i][j]", "pcie[i][j]" or "cell [i][j]".
+StatusOr<std::vector<std::vector<Link>>> LinksFromCells(const CellGridView& matrix,
+                                                        const CellGridView& pcie, bool has_pcie);
+
 }  // namespace kdm::topology
 
 #endif  // KDM_TOPOLOGY_PARSE_H_

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "kdm/kube/annotation.h"
+#include "kdm/k8s/devices_annotation.h"
 #include "kdm/kube/node_informer.h"
 #include "kdm/scheduler/extender.h"
 #include "kdm/scheduler/extender_json.h"
@@ -60,21 +60,21 @@ kdm::topology::Topology Renamed(const kdm::topology::Topology& t, const std::str
 
 std::string Annotation(const std::string& node, const kdm::topology::Topology& t,
                        std::mt19937& rng) {
-  kdm::kube::ResourceInput in;
+  kdm::k8s::ResourceInput in;
   for (const auto& d : t.devices()) in.allocatable[d.id] = d.numa;
   for (const auto& d : t.devices()) {
     if (rng() % 2 == 0) in.in_use.insert(d.id);
   }
   in.topology = &t;
-  in.attributes = kdm::kube::DeviceAttributes{.model = "NVIDIA H100 80GB HBM3",
-                                              .memory_mib = 81559,
-                                              .driver = "550.54.15",
-                                              .cuda = "12.4",
-                                              .arch = "9.0",
-                                              .brand = "nvidia"};
-  kdm::kube::DevicesAnnotation a{.node = node, .updated = "2026-11-24T23:00:00Z"};
-  a.resources["nvidia.com/gpu"] = kdm::kube::BuildResourceDevices(in);
-  return kdm::kube::EncodeDevicesAnnotation(a);
+  in.attributes = kdm::k8s::DeviceAttributes{.model = "NVIDIA H100 80GB HBM3",
+                                             .memory_mib = 81559,
+                                             .driver = "550.54.15",
+                                             .cuda = "12.4",
+                                             .arch = "9.0",
+                                             .brand = "nvidia"};
+  kdm::k8s::DevicesAnnotation a{.node = node, .updated = "2026-11-24T23:00:00Z"};
+  a.resources["nvidia.com/gpu"] = kdm::k8s::BuildResourceDevices(in);
+  return kdm::k8s::EncodeDevicesAnnotation(a);
 }
 
 std::string NodeJson(const std::string& name, const std::string& annotation, int i) {
@@ -270,7 +270,7 @@ void BM_ParseFloorOnDemand(benchmark::State& state) {
 
 void BM_NodeNamesFromCache(benchmark::State& state) {
   const Cluster& c = GetCluster();
-  kdm::scheduler::TopologyCache topologies;
+  kdm::k8s::TopologyCache topologies;
   kdm::scheduler::NodeCache cache(&topologies);
   std::vector<kdm::kube::NodeObject> objects;
   for (int i = 0; i < kNodes; ++i) objects.push_back({c.names[i], "1", c.nodes[i]});

@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "kdm/base/log_value.h"
+#include "kdm/k8s/names.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/unix_target.h"
 
@@ -67,9 +68,9 @@ Status MakeDirectoryFlag(std::string_view flag, const std::string& dir) {
 
 void RouteGrpcLogsToDebug() { gpr_set_log_function(GrpcLogToSpdlog); }
 
-StatusOr<std::map<std::string, kube::DeviceAttributes>> ParseResourceAttributes(
+StatusOr<std::map<std::string, k8s::DeviceAttributes>> ParseResourceAttributes(
     const std::vector<std::string>& values) {
-  std::map<std::string, kube::DeviceAttributes> out;
+  std::map<std::string, k8s::DeviceAttributes> out;
   for (const std::string& value : values) {
     auto bad = [&](const std::string& why) {
       return InvalidArgumentError("--attributes " + QuoteLogValue(value, kMaxLogValueBytes) + ": " +
@@ -80,12 +81,12 @@ StatusOr<std::map<std::string, kube::DeviceAttributes>> ParseResourceAttributes(
     size_t eq = value.find('=');
     if (eq == std::string::npos) return bad("no '='");
     std::string resource = value.substr(0, eq);
-    if (!pluginapi::IsExtendedResourceName(resource)) {
+    if (!k8s::IsExtendedResourceName(resource)) {
       return bad(QuoteLogValue(resource, kMaxLogValueBytes) +
                  " is not an extended resource name (domain/name)");
     }
     if (out.count(resource)) return bad("resource " + resource + " given twice");
-    StatusOr<kube::DeviceAttributes> attrs = kube::ParseAttributes(value.substr(eq + 1));
+    StatusOr<k8s::DeviceAttributes> attrs = k8s::ParseAttributes(value.substr(eq + 1));
     if (!attrs.ok()) return bad(attrs.status().message());
     out[resource] = *std::move(attrs);
   }

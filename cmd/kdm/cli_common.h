@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "kdm/base/status.h"
-#include "kdm/kube/annotation.h"
+#include "kdm/k8s/devices_annotation.h"
 
 namespace kdm::cli {
 
@@ -50,11 +50,11 @@ Status CheckSocketPathFlag(std::string_view flag, const std::string& socket);
 Status MakeDirectoryFlag(std::string_view flag, const std::string& dir);
 
 // Parses the values of a repeatable `--attributes` flag, each
-// "RESOURCE=KEY=VALUE,KEY=VALUE,..." (keys as kube::ParseAttributes). Error:
+// "RESOURCE=KEY=VALUE,KEY=VALUE,..." (keys as k8s::ParseAttributes). Error:
 // INVALID_ARGUMENT "--attributes 'VALUE': <what>" for no '=', a resource
 // that is not an extended resource name (domain/name), the same resource
 // twice, or a bad attribute list.
-StatusOr<std::map<std::string, kube::DeviceAttributes>> ParseResourceAttributes(
+StatusOr<std::map<std::string, k8s::DeviceAttributes>> ParseResourceAttributes(
     const std::vector<std::string>& values);
 
 // Sends gRPC core's own log lines (printed to stderr in its own format, e.g.

@@ -94,7 +94,7 @@ int RunExtender(const ExtenderFlags& flags) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   scheduler::KeepLargeAllocationsMapped();
-  scheduler::TopologyCache topologies;
+  k8s::TopologyCache topologies;
   std::unique_ptr<scheduler::ExtenderMetrics> metrics = scheduler::ExtenderMetrics::Create();
   std::unique_ptr<scheduler::NodeCache> cache;
   if (client) {

@@ -24,7 +24,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "kdm/devicemanager/pod_resources_client.h"
-#include "kdm/kube/annotation.h"
+#include "kdm/k8s/devices_annotation.h"
 #include "kdm/kube/client.h"
 #include "kdm/kube/publisher.h"
 #include "kube_flags.h"
@@ -79,11 +79,11 @@ int RunPublish(const PublishFlags& flags) {
     StatusOr<kube::NodeDevices> devices = source->Read();
     if (!devices.ok()) return fail({kPublishRuntimeError, devices.status().message()});
     std::vector<std::string> warnings;
-    kube::DevicesAnnotation a = kube::BuildDevicesAnnotation(
-        setup.node, kube::FormatRfc3339(std::chrono::system_clock::now()), *devices,
+    k8s::DevicesAnnotation a = kube::BuildDevicesAnnotation(
+        setup.node, k8s::FormatRfc3339(std::chrono::system_clock::now()), *devices,
         setup.topologies, setup.attributes, &warnings);
     for (const std::string& w : warnings) std::cerr << "kdm publish: warning: " << w << "\n";
-    std::cout << kube::EncodeDevicesAnnotation(a) << "\n";
+    std::cout << k8s::EncodeDevicesAnnotation(a) << "\n";
     return kOk;
   }
 

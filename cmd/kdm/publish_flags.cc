@@ -8,6 +8,7 @@
 #include "duration_flag.h"
 #include "kdm/base/env.h"
 #include "kdm/base/log_value.h"
+#include "kdm/k8s/names.h"
 #include "kdm/nvml/discovery.h"
 #include "kdm/nvml/library.h"
 #include "kdm/pluginapi/api_rules.h"
@@ -32,7 +33,7 @@ std::optional<PublishFailure> SplitResource(const std::string& flag, const std::
   }
   *resource = value.substr(0, eq);
   *rest = value.substr(eq + 1);
-  if (!pluginapi::IsExtendedResourceName(*resource)) {
+  if (!k8s::IsExtendedResourceName(*resource)) {
     return PublishFailure{kPublishUsageError,
                           flag + " " + Show(value) + ": " + Show(*resource) +
                               " is not an extended resource name (domain/name)"};
@@ -77,7 +78,7 @@ StatusOr<std::vector<std::string>> ParseIdsCsv(const std::string& text, int rows
     bool printable = std::all_of(id.begin(), id.end(), [](char c) {
       return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f;
     });
-    if (id.empty() || id.size() > kube::kMaxNameBytes || !printable) {
+    if (id.empty() || id.size() > k8s::kMaxNameBytes || !printable) {
       return InvalidArgumentError(at + "bad device id " + Show(id) +
                                   " (1 to 253 printable bytes, no blank)");
     }
@@ -111,7 +112,7 @@ StatusOr<topology::Topology> Rename(const topology::Topology& t,
 // attributes of the first GPU (a node's GPUs are one model).
 struct NvmlResource {
   topology::Topology topology;
-  kube::DeviceAttributes attributes;
+  k8s::DeviceAttributes attributes;
   std::vector<std::string> warnings;
 };
 
@@ -122,37 +123,16 @@ StatusOr<NvmlResource> ReadNvml(const nvml::Library* library, const PublishLoopF
   KDM_ASSIGN_OR_RETURN(nvml::NvmlTopology t, nvml::DiscoverTopology(*library, node));
   NvmlResource out{std::move(t.topology), {}, std::move(t.ignored)};
   if (node.gpus.empty()) return out;
-  const nvml::DeviceAttributes& a = node.gpus.front().attributes;
-  // Each value goes through the annotation's own attribute checks; one that
-  // fails them (a model name with a comma, say) is left out with a warning.
-  const std::vector<std::pair<std::string, std::string>> fields = {
-      {"model", a.model},
-      {"memory_mib", a.memory_mib > 0 ? std::to_string(a.memory_mib) : ""},
-      {"driver", a.driver.empty() ? node.driver_version : a.driver},
-      {"cuda", a.cuda.empty() ? node.cuda_driver_version : a.cuda},
-      {"arch", a.arch},
-      {"brand", a.brand}};
-  for (const auto& [key, text] : fields) {
-    if (text.empty()) continue;
-    StatusOr<kube::DeviceAttributes> one = kube::ParseAttributes(key + "=" + text);
-    if (!one.ok()) {
-      out.warnings.push_back("NVML's " + key + " is not published: " + one.status().message());
-      continue;
-    }
-    if (one->model) out.attributes.model = one->model;
-    if (one->memory_mib) out.attributes.memory_mib = one->memory_mib;
-    if (one->driver) out.attributes.driver = one->driver;
-    if (one->cuda) out.attributes.cuda = one->cuda;
-    if (one->arch) out.attributes.arch = one->arch;
-    if (one->brand) out.attributes.brand = one->brand;
-  }
+  // Discovery already put each value through the attribute checks.
+  out.attributes = node.gpus.front().attributes;
+  for (const std::string& w : node.gpus.front().attribute_warnings) out.warnings.push_back(w);
   return out;
 }
 
 // Loads every --topology (with its --ids).
 std::optional<PublishFailure> LoadTopologies(
     const PublishLoopFlags& flags, std::map<std::string, topology::Topology>* out,
-    std::map<std::string, kube::DeviceAttributes>* nvml_attributes,
+    std::map<std::string, k8s::DeviceAttributes>* nvml_attributes,
     std::vector<std::string>* warnings) {
   std::map<std::string, std::string> ids_files;
   for (const std::string& value : flags.ids) {
@@ -308,7 +288,7 @@ std::optional<PublishFailure> LoadPublishFlags(const PublishLoopFlags& flags,
                                                ClientFlags client, PublishSetup* out) {
   auto usage = [](std::string m) { return PublishFailure{kPublishUsageError, std::move(m)}; };
   if (flags.node_name.empty()) return usage("--node-name is required");
-  if (!pluginapi::IsDns1123Subdomain(flags.node_name)) {
+  if (!k8s::IsDns1123Subdomain(flags.node_name)) {
     return usage("--node-name " + Show(flags.node_name) +
                  " is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most "
                  "253 characters)");
@@ -334,7 +314,7 @@ std::optional<PublishFailure> LoadPublishFlags(const PublishLoopFlags& flags,
   }
   auto attributes = ParseResourceAttributes(attribute_values);
   if (!attributes.ok()) return usage(attributes.status().message());
-  std::map<std::string, kube::DeviceAttributes> nvml_attributes;
+  std::map<std::string, k8s::DeviceAttributes> nvml_attributes;
   if (auto f = LoadTopologies(flags, &out->topologies, &nvml_attributes, &out->warnings)) return f;
   if ((!flags.nvml_library.empty() || !flags.sysfs_root.empty()) && nvml_attributes.empty()) {
     return usage("--nvml-library and --sysfs-root need a --topology RESOURCE=nvml");

@@ -26,7 +26,7 @@
 
 #include "kdm/base/status.h"
 #include "kdm/devicemanager/pod_resources_client.h"
-#include "kdm/kube/annotation.h"
+#include "kdm/k8s/devices_annotation.h"
 #include "kdm/kube/client.h"
 #include "kdm/kube/node_annotation_writer.h"
 #include "kdm/kube/publisher.h"
@@ -70,7 +70,7 @@ struct PublishSetup {
   std::string node;
   std::map<std::string, topology::Topology> topologies;
   // --attributes, plus NVML's for an nvml resource without --attributes.
-  std::map<std::string, kube::DeviceAttributes> attributes;
+  std::map<std::string, k8s::DeviceAttributes> attributes;
   std::chrono::milliseconds interval{0};
   std::chrono::milliseconds min_write_interval{0};
   std::chrono::milliseconds resync{0};

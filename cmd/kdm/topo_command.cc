@@ -25,6 +25,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "kdm/k8s/attributes.h"
 #include "kdm/nvml/discovery.h"
 #include "kdm/nvml/library.h"
 #include "kdm/topology/allocator.h"
@@ -310,9 +311,16 @@ int RunNvmlShow(const Source& source, bool json) {
       gpu["pci_bus_id"] = g.pci_bus_id;
       gpu["numa"] = g.numa ? nlohmann::ordered_json(*g.numa) : nlohmann::ordered_json(nullptr);
       gpu["cpu_affinity"] = g.cpu_affinity;
-      gpu["attributes"] = {{"model", g.attributes.model},   {"memory_mib", g.attributes.memory_mib},
-                           {"driver", g.attributes.driver}, {"cuda", g.attributes.cuda},
-                           {"arch", g.attributes.arch},     {"brand", g.attributes.brand}};
+      // Every key, "" (0 for memory_mib) where NVML did not say.
+      nlohmann::ordered_json attributes = nlohmann::ordered_json::object();
+      for (std::string_view key : k8s::kAttributeKeys) {
+        if (key == k8s::kAttrMemoryMib) {
+          attributes[std::string(key)] = g.attributes.memory_mib.value_or(0);
+        } else {
+          attributes[std::string(key)] = g.attributes.Get(key).value_or("");
+        }
+      }
+      gpu["attributes"] = std::move(attributes);
       out["gpus"].push_back(gpu);
     }
     out["ignored_links"] = facts.ignored;
@@ -324,11 +332,12 @@ int RunNvmlShow(const Source& source, bool json) {
   std::cout << topology::RenderNvidiaSmi(t, cpus) << "\nDriver " << node.driver_version << ", CUDA "
             << node.cuda_driver_version << "\n";
   for (const nvml::GpuInfo& g : node.gpus) {
-    std::cout << "GPU" << g.index << "\t" << g.uuid << "\tmodel=\"" << g.attributes.model
-              << "\" memory_mib=" << g.attributes.memory_mib << " arch=" << g.attributes.arch
-              << " brand=" << g.attributes.brand << " driver=" << g.attributes.driver
-              << " cuda=" << g.attributes.cuda << " minor=" << g.minor
-              << " pci_bus_id=" << g.pci_bus_id
+    auto attr = [&g](std::string_view key) { return g.attributes.Get(key).value_or(""); };
+    std::cout << "GPU" << g.index << "\t" << g.uuid << "\tmodel=\"" << attr(k8s::kAttrModel)
+              << "\" memory_mib=" << g.attributes.memory_mib.value_or(0)
+              << " arch=" << attr(k8s::kAttrArch) << " brand=" << attr(k8s::kAttrBrand)
+              << " driver=" << attr(k8s::kAttrDriver) << " cuda=" << attr(k8s::kAttrCuda)
+              << " minor=" << g.minor << " pci_bus_id=" << g.pci_bus_id
               << " numa=" << (g.numa ? std::to_string(*g.numa) : std::string("N/A")) << "\n";
   }
   return 0;

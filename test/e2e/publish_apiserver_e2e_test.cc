@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "kdm/base/sync.h"
-#include "kdm/kube/annotation.h"
+#include "kdm/k8s/devices_annotation.h"
 #include "kdm/test/e2e/kubelet_fixture.h"
 #include "kdm/test/kube/test_api_server.h"
 #include "kdm/test/kube/test_pki.h"
@@ -128,10 +128,10 @@ class PublishApiServerE2eTest : public KubeletE2eTest {
     return patches_;
   }
   // The last PATCH's annotation, decoded (nullopt: none yet, or malformed).
-  std::optional<kube::DevicesAnnotation> Last() {
+  std::optional<k8s::DevicesAnnotation> Last() {
     std::vector<Patch> p = Patches();
     if (p.empty()) return std::nullopt;
-    StatusOr<kube::DevicesAnnotation> a = kube::DecodeDevicesAnnotation(p.back().value);
+    StatusOr<k8s::DevicesAnnotation> a = k8s::DecodeDevicesAnnotation(p.back().value);
     if (!a.ok()) return std::nullopt;
     return *a;
   }
@@ -139,7 +139,7 @@ class PublishApiServerE2eTest : public KubeletE2eTest {
   // none of them in `held`.
   bool LastShows(const std::string& resource, size_t available,
                  const std::set<std::string>& held = {}) {
-    std::optional<kube::DevicesAnnotation> a = Last();
+    std::optional<k8s::DevicesAnnotation> a = Last();
     if (!a || !a->resources.count(resource)) return false;
     const auto& free = a->resources[resource].available;
     if (free.size() != available) return false;
@@ -202,7 +202,7 @@ TEST_F(PublishApiServerE2eTest, AnAdmittedPodShowsAsFewerAvailableInTheNextPatch
     std::vector<kube::test::RecordedRequest> seen = server_->Requests();
     ASSERT_FALSE(seen.empty());
     EXPECT_EQ(seen[0].headers["authorization"], "Bearer secret-token");
-    std::optional<kube::DevicesAnnotation> a = Last();
+    std::optional<k8s::DevicesAnnotation> a = Last();
     ASSERT_TRUE(a.has_value());
     EXPECT_EQ(a->node, kNode);
     ASSERT_TRUE(a->resources[kGpu].topology.has_value());
@@ -224,7 +224,7 @@ TEST_F(PublishApiServerE2eTest, AnAdmittedPodShowsAsFewerAvailableInTheNextPatch
   // nothing while nothing changes, so the next write is the changed value.
   std::vector<Patch> p = Patches();
   ASSERT_GT(p.size(), before);
-  auto next = kube::DecodeDevicesAnnotation(p[before].value);
+  auto next = k8s::DecodeDevicesAnnotation(p[before].value);
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(next->resources[kGpu].available.size(), 6u) << p[before].value;
 
@@ -275,7 +275,7 @@ TEST_F(PublishApiServerE2eTest, FiftyAdmissionsInABurstGiveABoundedNumberOfPatch
   EXPECT_LE(during, bound) << "burst of " << std::chrono::duration<double>(end - start).count()
                            << " s";
   // The last PATCH has the value of now: the 50 held devices exactly.
-  std::optional<kube::DevicesAnnotation> a = Last();
+  std::optional<k8s::DevicesAnnotation> a = Last();
   ASSERT_TRUE(a.has_value());
   const auto& fpga = a->resources[kFpga];
   EXPECT_EQ(fpga.devices.size(), 64u);
@@ -338,7 +338,7 @@ TEST_F(PublishApiServerE2eTest, KubeletPublishPatchesItsOwnNode) {
   StartGpuPlugin();
   ASSERT_TRUE(WaitUntil([&] { return LastShows(kGpu, 8); }, kWaitBound)) << LastValue() << "\n"
                                                                          << kubelet_->Log();
-  std::optional<kube::DevicesAnnotation> a = Last();
+  std::optional<k8s::DevicesAnnotation> a = Last();
   ASSERT_TRUE(a.has_value());
   ASSERT_TRUE(a->resources[kGpu].topology.has_value());
   EXPECT_EQ(*a->resources[kGpu].topology, *topology::Preset("dgx1-v100"));
@@ -394,9 +394,9 @@ TEST_F(PublishApiServerE2eTest, NvmlTopologyAndAttributesFromTheFakeLibrary) {
                                            root_ + "/sys",
                                            "--dry-run"};
   ASSERT_EQ(Run(common), 0) << err_;
-  auto a = kube::DecodeDevicesAnnotation(out_);
+  auto a = k8s::DecodeDevicesAnnotation(out_);
   ASSERT_TRUE(a.ok()) << a.status() << "\n" << out_;
-  const kube::ResourceDevices& gpu = a->resources[kGpu];
+  const k8s::ResourceDevices& gpu = a->resources[kGpu];
   json doc = json::parse(ReadFile(node));
   ASSERT_EQ(gpu.devices.size(), 8u);
   for (size_t i = 0; i < 8; ++i) {
@@ -425,7 +425,7 @@ TEST_F(PublishApiServerE2eTest, NvmlTopologyAndAttributesFromTheFakeLibrary) {
   std::vector<std::string> with = common;
   with.insert(with.end(), {"--attributes", "nvidia.com/gpu=cuda=12.2"});
   ASSERT_EQ(Run(with), 0) << err_;
-  a = kube::DecodeDevicesAnnotation(out_);
+  a = k8s::DecodeDevicesAnnotation(out_);
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(a->resources[kGpu].attributes.has_value());
   EXPECT_EQ(a->resources[kGpu].attributes->cuda, "12.2");

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "kdm/kube/annotation.h"
+#include "kdm/k8s/devices_annotation.h"
 #include "kdm/test/e2e/kubelet_fixture.h"
 #include "kdm/topology/presets.h"
 
@@ -43,13 +43,13 @@ class PublishE2eTest : public KubeletE2eTest {
     err_ = p.Err();
     return code.value_or(-1);
   }
-  kube::DevicesAnnotation DryRun(std::vector<std::string> extra = {}) {
+  k8s::DevicesAnnotation DryRun(std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"--topology", "nvidia.com/gpu=preset:dgx1-v100", "--dry-run"};
     args.insert(args.end(), extra.begin(), extra.end());
     EXPECT_EQ(Publish(args), 0) << err_;
-    StatusOr<kube::DevicesAnnotation> a = kube::DecodeDevicesAnnotation(out_);
+    StatusOr<k8s::DevicesAnnotation> a = k8s::DecodeDevicesAnnotation(out_);
     EXPECT_TRUE(a.ok()) << a.status() << "\n" << out_;
-    return a.ok() ? *a : kube::DevicesAnnotation{};
+    return a.ok() ? *a : k8s::DevicesAnnotation{};
   }
   void WriteText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
@@ -62,13 +62,13 @@ TEST_F(PublishE2eTest, DryRunShowsTheDemoNodeAndAdmissionsChangeAvailable) {
   StartGpuPlugin();
   ASSERT_TRUE(WaitUntil([&] { return Allocatable(kGpu, 8); }, kWaitBound)) << kubelet_->Log();
 
-  kube::DevicesAnnotation a = DryRun({"--attributes",
-                                      "nvidia.com/gpu=model=Tesla V100-SXM2-16GB,memory_mib=16160,"
-                                      "driver=535.161.08,cuda=12.2,arch=7.0,brand=tesla"});
+  k8s::DevicesAnnotation a = DryRun({"--attributes",
+                                     "nvidia.com/gpu=model=Tesla V100-SXM2-16GB,memory_mib=16160,"
+                                     "driver=535.161.08,cuda=12.2,arch=7.0,brand=tesla"});
   EXPECT_EQ(a.node, "gpu-node-7");
   EXPECT_EQ(out_.find('\n'), out_.size() - 1) << "one line";
   ASSERT_EQ(a.resources.count(kGpu), 1u) << out_;
-  const kube::ResourceDevices& gpu = a.resources[kGpu];
+  const k8s::ResourceDevices& gpu = a.resources[kGpu];
   ASSERT_EQ(gpu.devices.size(), 8u);
   EXPECT_EQ(gpu.devices[0].id, "GPU0");
   EXPECT_EQ(gpu.devices[0].numa, 0);
@@ -87,7 +87,7 @@ TEST_F(PublishE2eTest, DryRunShowsTheDemoNodeAndAdmissionsChangeAvailable) {
   std::vector<std::string> held = Gpus(WaitPhase("default_train", "Admitted"));
   ASSERT_EQ(held.size(), 2u);
   a = DryRun();
-  const kube::ResourceDevices& after = a.resources[kGpu];
+  const k8s::ResourceDevices& after = a.resources[kGpu];
   EXPECT_EQ(after.devices.size(), 8u);
   ASSERT_EQ(after.available.size(), 6u) << out_;
   for (const std::string& id : held) {
@@ -118,7 +118,7 @@ TEST_F(PublishE2eTest, IdsFileMapsTextTopologyRowsToDeviceIds) {
                      "nvidia.com/gpu=" + root_ + "/ids.csv", "--dry-run"}),
             0)
       << err_;
-  auto a = kube::DecodeDevicesAnnotation(out_);
+  auto a = k8s::DecodeDevicesAnnotation(out_);
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(a->resources[kGpu].topology.has_value()) << err_;
   EXPECT_EQ(a->resources[kGpu].devices[3].id, "GPU3");

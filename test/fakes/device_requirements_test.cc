@@ -24,8 +24,8 @@ Container WithGpus(const std::string& name, int n, const std::string& require) {
   return c;
 }
 
-const std::map<std::string, kube::DeviceAttributes> kNode = {
-    {"nvidia.com/gpu", *kube::ParseAttributes("cuda=11.8,driver=520.61.05,brand=tesla")}};
+const std::map<std::string, k8s::DeviceAttributes> kNode = {
+    {"nvidia.com/gpu", *k8s::ParseAttributes("cuda=11.8,driver=520.61.05,brand=tesla")}};
 
 TEST(DeviceRequirementsTest, AppAndInitContainersAreChecked) {
   Pod pod;

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "kdm/k8s/names.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/test/fakes/yaml_alias_bomb.h"
 
@@ -20,7 +21,7 @@ namespace {
 using devicemanager::Quantity;
 using ::testing::HasSubstr;
 // The manifest reader's rule for resource names is the wire layer's.
-using pluginapi::IsExtendedResourceName;
+using k8s::IsExtendedResourceName;
 
 constexpr char kFullYaml[] = R"(apiVersion: v1
 kind: Pod

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kdm/kube/annotation.h"
+#include "kdm/k8s/devices_annotation.h"
 #include "kdm/test/kube/test_api_server.h"
 #include "kdm/test/kube/test_pki.h"
 
@@ -81,17 +81,17 @@ TEST_F(NodeAnnotationWriterTest, PatchesTheNodeWithAMergePatch) {
 }
 
 TEST_F(NodeAnnotationWriterTest, PatchBodyRoundTripsARealAnnotation) {
-  DevicesAnnotation a;
+  k8s::DevicesAnnotation a;
   a.node = "n1";
   a.updated = "2026-11-26T08:41:48Z";
   a.resources["nvidia.com/gpu"].devices = {{"GPU0", 0}, {"GPU1", std::nullopt}};
   a.resources["nvidia.com/gpu"].available = {"GPU1"};
-  const std::string value = EncodeDevicesAnnotation(a);
+  const std::string value = k8s::EncodeDevicesAnnotation(a);
   nlohmann::json body = nlohmann::json::parse(DevicesAnnotationPatch(value));
-  StatusOr<DevicesAnnotation> back =
-      DecodeDevicesAnnotation(body["metadata"]["annotations"]["kdm.io/devices"].get<std::string>());
+  StatusOr<k8s::DevicesAnnotation> back = k8s::DecodeDevicesAnnotation(
+      body["metadata"]["annotations"]["kdm.io/devices"].get<std::string>());
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(EncodeDevicesAnnotation(*back), value);
+  EXPECT_EQ(k8s::EncodeDevicesAnnotation(*back), value);
 }
 
 TEST_F(NodeAnnotationWriterTest, UnknownNodeIsAClearNotFound) {

@@ -223,10 +223,10 @@ TEST(BuildDevicesAnnotationTest, NamedResourcesArePublishedEvenWithoutDevices) {
   d.in_use["nvidia.com/gpu"] = {"GPU3"};  // held but unhealthy
   std::map<std::string, topology::Topology> topos;
   topos.emplace("nvidia.com/gpu", *topology::Preset("dgx1-v100"));
-  std::map<std::string, DeviceAttributes> attrs = {
-      {"vendor.com/npu", *ParseAttributes("model=N1")}};
+  std::map<std::string, k8s::DeviceAttributes> attrs = {
+      {"vendor.com/npu", *k8s::ParseAttributes("model=N1")}};
   std::vector<std::string> warnings;
-  DevicesAnnotation a = BuildDevicesAnnotation("n", "t", d, topos, attrs, &warnings);
+  k8s::DevicesAnnotation a = BuildDevicesAnnotation("n", "t", d, topos, attrs, &warnings);
   EXPECT_EQ(a.node, "n");
   EXPECT_EQ(a.updated, "t");
   ASSERT_EQ(a.resources.size(), 3u);

@@ -51,12 +51,13 @@ TEST_F(DiscoveryTest, EveryGpuWithItsAttributes) {
   EXPECT_EQ(g0.sysfs_bus_id, "0000:1b:00.0");
   EXPECT_EQ(g0.numa, 1);
   EXPECT_EQ(g0.cpu_affinity, "8-15");
-  EXPECT_EQ(g0.attributes, (DeviceAttributes{.model = "NVIDIA H100 80GB HBM3",
-                                             .memory_mib = 81559,
-                                             .driver = "550.54.15",
-                                             .cuda = "12.4",
-                                             .arch = "9.0",
-                                             .brand = "nvidia"}));
+  EXPECT_EQ(g0.attributes, (k8s::DeviceAttributes{.model = "NVIDIA H100 80GB HBM3",
+                                                  .memory_mib = 81559,
+                                                  .driver = "550.54.15",
+                                                  .cuda = "12.4",
+                                                  .arch = "9.0",
+                                                  .brand = "nvidia"}));
+  EXPECT_TRUE(g0.attribute_warnings.empty());
   const GpuInfo& g1 = node->gpus[1];
   EXPECT_EQ(g1.uuid, "GPU-bbbb");
   EXPECT_EQ(g1.minor, 0u);

@@ -132,9 +132,9 @@ TEST_F(HttpTest, BadBodiesAre400WithAnErrorNamingTheProblem) {
        "Nodes.items[0].metadata.name: must be a string"},
       {"{\"Pod\":" +
            test::MakePod(1).replace(test::MakePod(1).find("\"nvidia.com/gpu\":\"1\""), 20,
-                                    "\"nvidia.com/gpu\":\"1.5\"") +
+                                    "\"nvidia.com/gpu\":\"1.5x\"") +
            ",\"NodeNames\":[]}",
-       "Pod.spec.containers[0].resources.limits['nvidia.com/gpu']: \"1.5\" is not a whole number"},
+       "Pod.spec.containers[0].resources.limits['nvidia.com/gpu']: invalid quantity \"1.5x\""},
       {"{\"Pod\":" + test::MakePod(1, {{"NVIDIA_REQUIRE_CUDA", "cdua>=12"}}) + ",\"NodeNames\":[]}",
        "Pod.spec.containers[0].env: NVIDIA_REQUIRE_CUDA"},
       {"{\"Pod\":{\"spec\":{\"containers\":{}}},\"NodeNames\":[]}",

@@ -80,7 +80,7 @@ class NodeCacheTest : public ::testing::Test {
   std::unique_ptr<TestApiServer> server_;
   std::unique_ptr<kube::Client> client_;
   std::unique_ptr<topology::Topology> topology_;
-  TopologyCache topologies_;
+  k8s::TopologyCache topologies_;
   std::unique_ptr<NodeCache> cache_;
   std::unique_ptr<ExtenderMetrics> metrics_;
   std::unique_ptr<Extender> extender_;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kdm/kube/annotation.h"
+#include "kdm/k8s/devices_annotation.h"
 #include "kdm/scheduler/extender_json.h"
 #include "kdm/topology/presets.h"
 
@@ -19,17 +19,17 @@ inline constexpr char kGpu[] = "nvidia.com/gpu";
 // The annotation of a node with `t`'s devices, the ones at `available` free.
 inline std::string MakeAnnotation(const std::string& node, const topology::Topology& t,
                                   const std::vector<int>& available,
-                                  std::optional<kube::DeviceAttributes> attributes = {},
+                                  std::optional<k8s::DeviceAttributes> attributes = {},
                                   bool with_matrix = true) {
-  kube::ResourceInput in;
+  k8s::ResourceInput in;
   for (const auto& d : t.devices()) in.allocatable[d.id] = d.numa;
   for (const auto& d : t.devices()) in.in_use.insert(d.id);
   for (int i : available) in.in_use.erase(t.Device(i).id);
   in.topology = with_matrix ? &t : nullptr;
   in.attributes = attributes;
-  kube::DevicesAnnotation a{.node = node, .updated = "2026-11-24T23:00:00Z"};
-  a.resources[kGpu] = kube::BuildResourceDevices(in);
-  return kube::EncodeDevicesAnnotation(a);
+  k8s::DevicesAnnotation a{.node = node, .updated = "2026-11-24T23:00:00Z"};
+  a.resources[kGpu] = k8s::BuildResourceDevices(in);
+  return k8s::EncodeDevicesAnnotation(a);
 }
 
 // A Node object's JSON with the annotation (when given).

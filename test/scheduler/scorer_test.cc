@@ -1,6 +1,6 @@
-// The scheduler core: effective requests, reading annotations, filter
-// verdicts, best-set and packed scores against brute force, the packed
-// property, and the 0..10 conversion.
+// The scheduler core: filter verdicts, best-set and packed scores against
+// brute force, the packed property, and the 0..10 conversion. (Effective
+// requests and the annotation reader are k8s/'s: test/k8s.)
 #include "kdm/scheduler/scorer.h"
 
 #include <gmock/gmock.h>
@@ -10,7 +10,7 @@
 #include <functional>
 #include <random>
 
-#include "kdm/scheduler/node_devices.h"
+#include "kdm/k8s/devices_annotation.h"
 #include "kdm/topology/allocator.h"
 #include "kdm/topology/node_score.h"
 #include "kdm/topology/presets.h"
@@ -23,88 +23,6 @@ using test::kGpu;
 using test::MakeAnnotation;
 using ::testing::HasSubstr;
 
-TEST(EffectiveRequest, SumsAppContainersAndSidecarsAndTakesTheInitPeak) {
-  std::vector<ContainerAmounts> init = {
-      {.amounts = {{kGpu, 1}}, .sidecar = true},   // a sidecar: runs with everything after
-      {.amounts = {{kGpu, 6}}, .sidecar = false},  // plain init: 6 + the sidecar's 1
-      {.amounts = {{"example.com/fpga", 3}}, .sidecar = false},
-  };
-  std::vector<ContainerAmounts> app = {{.amounts = {{kGpu, 2}}}, {.amounts = {{kGpu, 1}}}};
-  auto r = EffectiveRequest(init, app);
-  EXPECT_EQ(r.at(kGpu), 7);  // max(1 + 2 + 1, 6 + 1)
-  EXPECT_EQ(r.at("example.com/fpga"), 3);
-  app[0].amounts[kGpu] = 8;
-  EXPECT_EQ(EffectiveRequest(init, app).at(kGpu), 10);  // 1 + 8 + 1
-  EXPECT_TRUE(EffectiveRequest({}, {{.amounts = {{kGpu, 0}}}}).empty());
-}
-
-TEST(ReadNodeDevices, ReadsFreePositionsTopologyAndAttributes) {
-  auto t = *topology::Preset("dgx1-v100");
-  TopologyCache cache;
-  auto d = ReadNodeDevices(
-      MakeAnnotation("n1", t, {1, 3, 6}, kube::DeviceAttributes{.cuda = "12.4"}), &cache);
-  ASSERT_TRUE(d.ok()) << d.status().message();
-  const ResourceView& v = d->resources.at(kGpu);
-  EXPECT_EQ(v.device_count, 8);
-  EXPECT_EQ(v.available, (std::vector<int>{1, 3, 6}));
-  ASSERT_NE(v.topology, nullptr);
-  EXPECT_EQ(v.topology->topology.PairScore(0, 3), t.PairScore(0, 3));
-  EXPECT_EQ(v.attributes.at("cuda"), "12.4");
-  // A second node with the same matrix shares the topology.
-  auto d2 = ReadNodeDevices(MakeAnnotation("n2", t, {0}), &cache);
-  ASSERT_TRUE(d2.ok());
-  EXPECT_EQ(d2->resources.at(kGpu).topology.get(), v.topology.get());
-  EXPECT_EQ(cache.size(), 1u);
-  // Without a matrix: counts only.
-  auto d3 = ReadNodeDevices(MakeAnnotation("n3", t, {0, 1}, {}, false), &cache);
-  ASSERT_TRUE(d3.ok());
-  EXPECT_EQ(d3->resources.at(kGpu).topology, nullptr);
-  EXPECT_EQ(d3->resources.at(kGpu).available.size(), 2u);
-}
-
-TEST(ReadNodeDevices, RefusesBadAnnotationsNamingTheField) {
-  auto t = *topology::Preset("dgx1-v100");
-  const std::string good = MakeAnnotation("n1", t, {1, 3});
-  TopologyCache cache;
-  struct Case {
-    std::string text;
-    std::string expect;
-  };
-  std::string bad_matrix = good;
-  bad_matrix.replace(bad_matrix.find("\"matrix\":[[\"X\""), 14, "\"matrix\":[[\"Q\"");
-  std::vector<Case> cases = {
-      {"", "not JSON"},
-      {"garbage", "not a JSON object"},
-      {good.substr(0, good.size() / 2), "JSON"},
-      {"[1,2]", "not a JSON object"},
-      {"{\"version\":2,\"resources\":{}}", "version: must be 1"},
-      {"{\"version\":\"1\"}", "version: must be 1"},
-      {"{\"resources\":{}}", "version: missing"},
-      {"{\"version\":1,\"resources\":[]}", "resources: must be an object"},
-      {"{\"version\":1,\"resources\":{\"nvidia.com/gpu\":{\"devices\":[{\"id\":\"a\"}],"
-       "\"available\":[\"b\"]}}}",
-       "'b' is not one of the devices"},
-      {"{\"version\":1,\"resources\":{\"nvidia.com/gpu\":{\"devices\":[{\"id\":\"a\"}],"
-       "\"available\":[\"a\",\"a\"]}}}",
-       "twice"},
-      {"{\"version\":1,\"resources\":{\"nvidia.com/gpu\":{\"devices\":[{\"id\":7}]}}}",
-       "devices[0].id: must be a string"},
-      {"{\"version\":1,\"resources\":{\"nvidia.com/gpu\":{\"available\":\"a\"}}}",
-       "available: must be an array of strings"},
-      {"{\"version\":1,\"resources\":{\"nvidia.com/gpu\":{\"attributes\":{\"cuda\":12}}}}",
-       "attributes.cuda: must be a string"},
-      {good + "x", "JSON"},
-      {bad_matrix, "matrix"},
-      {std::string(300 * 1024, ' '), "more than the"},
-  };
-  for (const Case& c : cases) {
-    auto d = ReadNodeDevices(c.text, &cache);
-    ASSERT_FALSE(d.ok()) << c.text.substr(0, 80);
-    EXPECT_THAT(std::string(d.status().message()), HasSubstr(c.expect)) << c.text.substr(0, 80);
-  }
-  EXPECT_TRUE(ReadNodeDevices(good, &cache).ok());
-}
-
 PodRequest Pod(int gpus, std::vector<ContainerRequirements> reqs = {}) {
   PodRequest p;
   p.name = "ml/train";
@@ -115,9 +33,9 @@ PodRequest Pod(int gpus, std::vector<ContainerRequirements> reqs = {}) {
 
 TEST(ScorerFilter, FailsTooFewFreeAndUnmetRequirementsPassesUnknown) {
   auto t = *topology::Preset("dgx1-v100");
-  TopologyCache cache;
-  auto node =
-      *ReadNodeDevices(MakeAnnotation("n", t, {2}, kube::DeviceAttributes{.cuda = "11.8"}), &cache);
+  k8s::TopologyCache cache;
+  auto node = *k8s::DecodeNodeDevices(
+      MakeAnnotation("n", t, {2}, k8s::DeviceAttributes{.cuda = "11.8"}), &cache);
   Scorer scorer({});
   Verdict v = scorer.Filter(Pod(2), &node);
   EXPECT_EQ(v.kind, Verdict::Kind::kFailed);
@@ -128,7 +46,7 @@ TEST(ScorerFilter, FailsTooFewFreeAndUnmetRequirementsPassesUnknown) {
   other.resources["example.com/fpga"] = 4;
   EXPECT_EQ(scorer.Filter(other, &node).kind, Verdict::Kind::kPass);
 
-  auto set = kube::ParseRequirementEnv({{"NVIDIA_REQUIRE_CUDA", "cuda>=12.2"}});
+  auto set = k8s::ParseRequirementEnv({{"NVIDIA_REQUIRE_CUDA", "cuda>=12.2"}});
   ASSERT_TRUE(set.ok());
   Verdict u = scorer.Filter(Pod(1, {{"main", *set, {kGpu}}}), &node);
   EXPECT_EQ(u.kind, Verdict::Kind::kUnresolvable);
@@ -215,9 +133,9 @@ TEST(ScorerScore, BestSetAndPackedMatchBruteForceOnSmallNodes) {
     EXPECT_NEAR(*packed, expect_packed, 1e-9) << "round " << round;
 
     // Through the Scorer (memo included), twice.
-    TopologyCache cache;
+    k8s::TopologyCache cache;
     std::string a = MakeAnnotation("n", t, avail);
-    auto node = ReadNodeDevices(a, &cache);
+    auto node = k8s::DecodeNodeDevices(a, &cache);
     ASSERT_TRUE(node.ok()) << node.status().message();
     Scorer best_set({.policy = ScorePolicy::kBestSet});
     Scorer packed_scorer({.policy = ScorePolicy::kPacked});
@@ -244,13 +162,13 @@ TEST(ScorerScore, PackedFillsBrokenPairsBeforeSplittingWholeNvlinkPairs) {
     }
   }
   auto t = *topology::Topology::Create(devices, links);
-  TopologyCache cache;
+  k8s::TopologyCache cache;
   // broken: GPU 0's partner is in use; GPUs 2, 3 a whole pair.
-  auto broken = *ReadNodeDevices(MakeAnnotation("broken", t, {0, 2, 3}), &cache);
+  auto broken = *k8s::DecodeNodeDevices(MakeAnnotation("broken", t, {0, 2, 3}), &cache);
   // whole: only the whole pair (2, 3) is free.
-  auto whole = *ReadNodeDevices(MakeAnnotation("whole", t, {2, 3}), &cache);
+  auto whole = *k8s::DecodeNodeDevices(MakeAnnotation("whole", t, {2, 3}), &cache);
   // empty: everything free.
-  auto empty = *ReadNodeDevices(MakeAnnotation("empty", t, {0, 1, 2, 3}), &cache);
+  auto empty = *k8s::DecodeNodeDevices(MakeAnnotation("empty", t, {0, 1, 2, 3}), &cache);
   Scorer packed({.policy = ScorePolicy::kPacked});
   const double b = packed.Score(Pod(1), &broken);
   const double w = packed.Score(Pod(1), &whole);
@@ -269,12 +187,12 @@ TEST(ScorerScore, PackedFillsBrokenPairsBeforeSplittingWholeNvlinkPairs) {
 
 TEST(ScorerScore, NoTopologyOrNoResourceScoresZero) {
   auto t = *topology::Preset("dgx1-v100");
-  TopologyCache cache;
-  auto counts = *ReadNodeDevices(MakeAnnotation("n", t, {0, 1}, {}, false), &cache);
+  k8s::TopologyCache cache;
+  auto counts = *k8s::DecodeNodeDevices(MakeAnnotation("n", t, {0, 1}, {}, false), &cache);
   Scorer scorer({});
   EXPECT_EQ(scorer.Score(Pod(2), &counts), 0.0);
   EXPECT_EQ(scorer.Score(Pod(2), nullptr), 0.0);
-  auto full = *ReadNodeDevices(MakeAnnotation("n", t, {0, 1}), &cache);
+  auto full = *k8s::DecodeNodeDevices(MakeAnnotation("n", t, {0, 1}), &cache);
   EXPECT_EQ(scorer.Score(Pod(3), &full), 0.0);  // too few free
   EXPECT_GT(scorer.Score(Pod(2), &full), 0.0);
 }

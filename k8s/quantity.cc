@@ -1,10 +1,10 @@
-#include "kdm/devicemanager/quantity.h"
+#include "kdm/k8s/quantity.h"
 
 #include <cstddef>
 #include <limits>
 #include <string>
 
-namespace kdm::devicemanager {
+namespace kdm::k8s {
 namespace {
 
 using Int128 = __int128;
@@ -228,4 +228,47 @@ StatusOr<int64_t> Quantity::DeviceCount() const {
   return units_;
 }
 
-}  // namespace kdm::devicemanager
+StatusOr<Quantity> Quantity::Plus(const Quantity& other) const {
+  int64_t units = 0;
+  int64_t nanos = int64_t{nanos_} + other.nanos_;
+  const int64_t carry = nanos >= kNanosPerUnit ? 1 : 0;
+  nanos -= carry * kNanosPerUnit;
+  if (__builtin_add_overflow(units_, other.units_, &units) ||
+      __builtin_add_overflow(units, carry, &units) ||
+      (units == std::numeric_limits<int64_t>::max() && nanos != 0)) {
+    return OutOfRangeError("quantity \"" + text_ + "\" + \"" + other.text_ +
+                           "\" is out of range (2^63 units or more)");
+  }
+  std::string text = std::to_string(units);
+  if (nanos != 0) {
+    // value = units + nanos / 10^9 with units the floor: a negative value
+    // with a fraction is written as -(|units| - 1).(10^9 - nanos).
+    int64_t whole = units;
+    int64_t frac = nanos;
+    std::string sign;
+    if (units < 0) {
+      whole = -(units + 1);
+      frac = kNanosPerUnit - nanos;
+      sign = "-";
+    }
+    std::string digits = std::to_string(frac);
+    digits.insert(0, 9 - digits.size(), '0');
+    while (!digits.empty() && digits.back() == '0') digits.pop_back();
+    text = sign + std::to_string(whole) + "." + digits;
+  }
+  return Quantity(units, static_cast<int32_t>(nanos), std::move(text));
+}
+
+std::optional<int64_t> CheckedAdd(int64_t a, int64_t b) {
+  int64_t sum = 0;
+  if (__builtin_add_overflow(a, b, &sum)) return std::nullopt;
+  return sum;
+}
+
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  int64_t sum = 0;
+  if (!__builtin_add_overflow(a, b, &sum)) return sum;
+  return b > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+}
+
+}  // namespace kdm::k8s

@@ -1,14 +1,15 @@
-#include "kdm/kube/requirements.h"
+#include "kdm/k8s/requirements.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-namespace kdm::kube {
+namespace kdm::k8s {
 namespace {
 
 using ::testing::HasSubstr;
@@ -16,12 +17,24 @@ using ::testing::HasSubstr;
 const std::map<std::string, std::string> kNode = {
     {"cuda", "12.4"}, {"driver", "550.54.15"}, {"arch", "9.0"}, {"brand", "Tesla"}};
 
+// The attributes struct with these values as they are, unchecked: a node's
+// values may come from another writer.
+DeviceAttributes Attributes(const std::map<std::string, std::string>& values) {
+  DeviceAttributes out;
+  for (const auto& [key, value] : values) {
+    std::optional<std::string>* field = out.Field(key);
+    EXPECT_NE(field, nullptr) << key;
+    if (field != nullptr) *field = value;
+  }
+  return out;
+}
+
 Status Check(const std::vector<std::pair<std::string, std::string>>& env,
              const std::map<std::string, std::string>& node = kNode) {
   StatusOr<RequirementSet> set = ParseRequirementEnv(env);
   EXPECT_TRUE(set.ok()) << set.status();
   if (!set.ok()) return set.status();
-  return CheckRequirements(*set, node);
+  return CheckRequirements(*set, Attributes(node));
 }
 
 std::string ParseError(std::string_view value) {
@@ -200,7 +213,7 @@ TEST(CheckRequirementsTest, DisableRequire) {
         {{"NVIDIA_REQUIRE_CUDA", "cuda>=99"}, {"NVIDIA_DISABLE_REQUIRE", std::string(on)}});
     ASSERT_TRUE(set.ok()) << set.status();
     EXPECT_TRUE(set->disabled);
-    EXPECT_TRUE(CheckRequirements(*set, kNode).ok());
+    EXPECT_TRUE(CheckRequirements(*set, Attributes(kNode)).ok());
   }
   // Disabled: a malformed requirement cannot reject the container either.
   EXPECT_TRUE(
@@ -227,4 +240,4 @@ TEST(CheckRequirementsTest, OnlyRequireVariablesCount) {
 }
 
 }  // namespace
-}  // namespace kdm::kube
+}  // namespace kdm::k8s

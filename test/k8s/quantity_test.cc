@@ -1,12 +1,14 @@
-#include "kdm/devicemanager/quantity.h"
+#include "kdm/k8s/quantity.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
 
-namespace kdm::devicemanager {
+namespace kdm::k8s {
 namespace {
 
 using ::testing::HasSubstr;
@@ -141,5 +143,43 @@ TEST(QuantityTest, DeviceCountRejectsHuge) {
   EXPECT_FALSE(Quantity::Parse("7Ei")->DeviceCount().ok());
 }
 
+TEST(QuantityTest, PlusIsExactAndRefusesOverflow) {
+  StatusOr<Quantity> sum = Quantity::Parse("1.5")->Plus(*Quantity::Parse("500m"));
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(*sum, Quantity::FromInt(2));
+  EXPECT_EQ(sum->ToString(), "2");
+  sum = Quantity::Parse("1")->Plus(*Quantity::Parse("250m"));
+  ASSERT_TRUE(sum.ok());
+  EXPECT_EQ(sum->ToString(), "1.25");
+  sum = Quantity::Parse("-2")->Plus(*Quantity::Parse("500m"));
+  ASSERT_TRUE(sum.ok());
+  EXPECT_EQ(sum->ToString(), "-1.5");
+  EXPECT_EQ(*sum, *Quantity::Parse("-1.5"));
+
+  const Quantity max = *Quantity::Parse("9223372036854775807");
+  StatusOr<Quantity> over = max.Plus(max);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kOutOfRange);
+  EXPECT_THAT(over.status().message(), HasSubstr("9223372036854775807"));
+  EXPECT_FALSE(max.Plus(*Quantity::Parse("1n")).ok());
+  EXPECT_TRUE(max.Plus(*Quantity::Parse("-1")).ok());
+}
+
+TEST(QuantityTest, CheckedAndSaturatingAdd) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  EXPECT_EQ(CheckedAdd(2, 3), 5);
+  EXPECT_EQ(CheckedAdd(kMax, 1), std::nullopt);
+  EXPECT_EQ(CheckedAdd(kMax, kMax), std::nullopt);  // 2 x (2^63 - 1)
+  EXPECT_EQ(CheckedAdd(kMin, -1), std::nullopt);
+  EXPECT_EQ(SaturatingAdd(kMax, kMax), kMax);
+  EXPECT_EQ(SaturatingAdd(kMin, -5), kMin);
+  EXPECT_EQ(SaturatingAdd(kMax, -1), kMax - 1);
+  // Ten times 999999999999999999 does not fit; saturating stops at the top.
+  int64_t sum = 0;
+  for (int i = 0; i < 10; ++i) sum = SaturatingAdd(sum, 999999999999999999);
+  EXPECT_EQ(sum, kMax);
+}
+
 }  // namespace
-}  // namespace kdm::devicemanager
+}  // namespace kdm::k8s

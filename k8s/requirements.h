@@ -18,11 +18,11 @@
 // Example:
 //   auto set = ParseRequirementEnv({{"NVIDIA_REQUIRE_CUDA", "cuda>=12.2"}});
 //   if (!set.ok()) return set.status();  // names the bad token
-//   kdm::Status met = CheckRequirements(*set, {{"cuda", "11.8"}});
+//   kdm::Status met = CheckRequirements(*set, DeviceAttributes{.cuda = "11.8"});
 //   // met: FAILED_PRECONDITION "NVIDIA_REQUIRE_CUDA: cuda 11.8 does not
 //   //      satisfy cuda>=12.2"
-#ifndef KDM_KUBE_REQUIREMENTS_H_
-#define KDM_KUBE_REQUIREMENTS_H_
+#ifndef KDM_K8S_REQUIREMENTS_H_
+#define KDM_K8S_REQUIREMENTS_H_
 
 #include <cstddef>
 #include <map>
@@ -32,8 +32,9 @@
 #include <vector>
 
 #include "kdm/base/status.h"
+#include "kdm/k8s/attributes.h"
 
-namespace kdm::kube {
+namespace kdm::k8s {
 
 // The prefix of the variables that carry requirements.
 inline constexpr std::string_view kRequirePrefix = "NVIDIA_REQUIRE_";
@@ -50,7 +51,7 @@ enum class RequirementOp { kEq, kNe, kLt, kLe, kGt, kGe };
 std::string_view RequirementOpName(RequirementOp op);
 
 struct Constraint {
-  std::string key;  // "cuda", "driver", "arch" or "brand"
+  std::string key;  // kAttrCuda, kAttrDriver, kAttrArch or kAttrBrand
   RequirementOp op = RequirementOp::kEq;
   std::string value;  // a version, or a brand name
   std::string text;   // the constraint as written, for messages
@@ -88,22 +89,20 @@ StatusOr<RequirementSet> ParseRequirementEnv(
 // longer than kMaxVersionBytes).
 StatusOr<int> CompareVersions(std::string_view a, std::string_view b);
 
-// Checks one constraint against the node's attributes (keys "cuda",
-// "driver", "arch", "brand"). OK when it holds; FAILED_PRECONDITION naming
+// Checks one constraint against the node's attributes (cuda, driver, arch,
+// brand). OK when it holds; FAILED_PRECONDITION naming
 // the node's value and the constraint otherwise: "cuda 11.8 does not satisfy
 // cuda>=12.2", "cuda is not known on this node, required by cuda>=12.2",
 // "cuda 'x' on this node is not a version, required by cuda>=12.2".
-Status CheckConstraint(const Constraint& constraint,
-                       const std::map<std::string, std::string>& attributes);
+Status CheckConstraint(const Constraint& constraint, const DeviceAttributes& attributes);
 
 // OK when every requirement has a group whose constraints all hold (or the
 // set is disabled or empty). Otherwise FAILED_PRECONDITION naming the first
 // unmet variable and, per group, its first failing constraint, joined by
 // " or ": "NVIDIA_REQUIRE_CUDA: cuda 11.8 does not satisfy cuda>=12.2 or
 // brand quadro does not satisfy brand=tesla".
-Status CheckRequirements(const RequirementSet& set,
-                         const std::map<std::string, std::string>& attributes);
+Status CheckRequirements(const RequirementSet& set, const DeviceAttributes& attributes);
 
-}  // namespace kdm::kube
+}  // namespace kdm::k8s
 
-#endif  // KDM_KUBE_REQUIREMENTS_H_
+#endif  // KDM_K8S_REQUIREMENTS_H_

@@ -1,4 +1,4 @@
-#include "kdm/kube/requirements.h"
+#include "kdm/k8s/requirements.h"
 
 #include <algorithm>
 #include <array>
@@ -6,33 +6,13 @@
 #include <string>
 #include <string_view>
 
-namespace kdm::kube {
+namespace kdm::k8s {
 namespace {
 
 bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 bool IsNameChar(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-}
-
-// A token from outside input, shown in an error: printable ASCII only, cut.
-std::string ShowToken(std::string_view token) {
-  constexpr size_t kMaxShown = 64;
-  std::string out;
-  for (char c : token.substr(0, kMaxShown)) {
-    unsigned char u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f && c != '\'') {
-      out += c;
-    } else {
-      out += '?';
-    }
-  }
-  if (token.size() > kMaxShown) out += "...";
-  return "'" + out + "'";
-}
-
-bool IsVersionKey(std::string_view key) {
-  return key == "cuda" || key == "driver" || key == "arch";
 }
 
 Status CheckVersionSyntax(std::string_view v) {
@@ -44,15 +24,15 @@ Status CheckVersionSyntax(std::string_view v) {
   bool part_empty = true;
   for (char c : v) {
     if (c == '.') {
-      if (part_empty) return InvalidArgumentError("an empty version part in " + ShowToken(v));
+      if (part_empty) return InvalidArgumentError("an empty version part in " + ShowValue(v));
       part_empty = true;
     } else if (c >= '0' && c <= '9') {
       part_empty = false;
     } else {
-      return InvalidArgumentError("not a version: " + ShowToken(v));
+      return InvalidArgumentError("not a version: " + ShowValue(v));
     }
   }
-  if (part_empty) return InvalidArgumentError("an empty version part in " + ShowToken(v));
+  if (part_empty) return InvalidArgumentError("an empty version part in " + ShowValue(v));
   return OkStatus();
 }
 
@@ -100,9 +80,9 @@ StatusOr<Constraint> ParseConstraint(std::string_view text) {
     ++key_end;
   }
   std::string_view key = text.substr(0, key_end);
-  if (key.empty()) return InvalidArgumentError("no key in " + ShowToken(text));
-  if (!IsVersionKey(key) && key != "brand") {
-    return InvalidArgumentError("unknown key " + ShowToken(key) + " in " + ShowToken(text) +
+  if (key.empty()) return InvalidArgumentError("no key in " + ShowValue(text));
+  if (!IsVersionAttribute(key) && key != kAttrBrand) {
+    return InvalidArgumentError("unknown key " + ShowValue(key) + " in " + ShowValue(text) +
                                 " (keys: cuda, driver, arch, brand)");
   }
   std::string_view rest = text.substr(key_end);
@@ -128,20 +108,20 @@ StatusOr<Constraint> ParseConstraint(std::string_view text) {
     }
   }
   if (op_len == 0) {
-    return InvalidArgumentError("no operator (=, ==, !=, <, <=, >, >=) after " + ShowToken(key) +
-                                " in " + ShowToken(text));
+    return InvalidArgumentError("no operator (=, ==, !=, <, <=, >, >=) after " + ShowValue(key) +
+                                " in " + ShowValue(text));
   }
   std::string_view value = rest.substr(op_len);
-  if (key == "brand") {
+  if (key == kAttrBrand) {
     if (c.op != RequirementOp::kEq && c.op != RequirementOp::kNe) {
-      return InvalidArgumentError("brand takes only =, == or != in " + ShowToken(text));
+      return InvalidArgumentError("brand takes only =, == or != in " + ShowValue(text));
     }
     if (value.empty() || value.size() > kMaxVersionBytes ||
         !std::all_of(value.begin(), value.end(), IsNameChar)) {
-      return InvalidArgumentError("bad brand name " + ShowToken(value) + " in " + ShowToken(text));
+      return InvalidArgumentError("bad brand name " + ShowValue(value) + " in " + ShowValue(text));
     }
   } else if (Status s = CheckVersionSyntax(value); !s.ok()) {
-    return InvalidArgumentError(s.message() + " in " + ShowToken(text));
+    return InvalidArgumentError(s.message() + " in " + ShowValue(text));
   }
   c.value = std::string(value);
   return c;
@@ -207,7 +187,7 @@ StatusOr<Requirement> ParseRequirement(std::string_view variable, std::string_vi
       std::string_view one = group_text.substr(
           start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
       if (one.empty()) {
-        return InvalidArgumentError(where + "an empty constraint in " + ShowToken(group_text));
+        return InvalidArgumentError(where + "an empty constraint in " + ShowValue(group_text));
       }
       StatusOr<Constraint> c = ParseConstraint(one);
       if (!c.ok()) return InvalidArgumentError(where + c.status().message());
@@ -242,28 +222,27 @@ StatusOr<RequirementSet> ParseRequirementEnv(
   return set;
 }
 
-Status CheckConstraint(const Constraint& constraint,
-                       const std::map<std::string, std::string>& attributes) {
-  auto it = attributes.find(constraint.key);
-  if (it == attributes.end() || it->second.empty()) {
+Status CheckConstraint(const Constraint& constraint, const DeviceAttributes& attributes) {
+  const std::optional<std::string>* field = attributes.Field(constraint.key);
+  if (field == nullptr || !*field || (*field)->empty()) {
     return FailedPreconditionError(constraint.key + " is not known on this node, required by " +
                                    constraint.text);
   }
-  const std::string& have = it->second;
+  const std::string& have = **field;
   int cmp = 0;
-  if (constraint.key == "brand") {
+  if (constraint.key == kAttrBrand) {
     cmp = Lower(have) == Lower(constraint.value) ? 0 : 1;
     bool plain =
         have.size() <= kMaxVersionBytes && std::all_of(have.begin(), have.end(), IsNameChar);
     if (!Holds(constraint.op, cmp)) {
-      return FailedPreconditionError("brand " + (plain ? have : ShowToken(have)) +
+      return FailedPreconditionError("brand " + (plain ? have : ShowValue(have)) +
                                      " does not satisfy " + constraint.text);
     }
     return OkStatus();
   }
   StatusOr<int> c = CompareVersions(have, constraint.value);
   if (!c.ok()) {
-    return FailedPreconditionError(constraint.key + " " + ShowToken(have) +
+    return FailedPreconditionError(constraint.key + " " + ShowValue(have) +
                                    " on this node is not a version, required by " +
                                    constraint.text);
   }
@@ -274,8 +253,7 @@ Status CheckConstraint(const Constraint& constraint,
   return OkStatus();
 }
 
-Status CheckRequirements(const RequirementSet& set,
-                         const std::map<std::string, std::string>& attributes) {
+Status CheckRequirements(const RequirementSet& set, const DeviceAttributes& attributes) {
   if (set.disabled) return OkStatus();
   for (const Requirement& r : set.requirements) {
     if (r.groups.empty()) continue;
@@ -299,4 +277,4 @@ Status CheckRequirements(const RequirementSet& set,
   return OkStatus();
 }
 
-}  // namespace kdm::kube
+}  // namespace kdm::k8s

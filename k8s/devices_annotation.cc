@@ -1,0 +1,582 @@
+#include "kdm/k8s/devices_annotation.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <ctime>
+#include <functional>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "kdm/topology/parse.h"
+
+namespace kdm::k8s {
+namespace {
+
+namespace od = simdjson::ondemand;
+
+Status BadField(const std::string& where, const std::string& what) {
+  return InvalidArgumentError("kdm.io/devices: " + where + ": " + what);
+}
+
+std::string ResourceKey(std::string_view resource) {
+  return "resources[" + ShowValue(resource) + "]";
+}
+
+// ---------------------------------------------------------------- reading
+
+// One resource as read: views into the parser's buffers, every check done
+// except the cells (checked when turned into links).
+struct RawResource {
+  std::vector<std::string_view> ids;
+  std::vector<std::optional<int>> numa;
+  std::vector<int> available;  // positions in `ids`, as written
+  bool has_matrix = false;
+  bool has_pcie = false;
+  std::string_view matrix;  // raw JSON text of the cells
+  std::string_view pcie;
+  std::optional<DeviceAttributes> attributes;
+};
+
+struct RawAnnotation {
+  // The copy of the text that was read, when it had no padding: the raw
+  // cells point into it.
+  simdjson::padded_string copy;
+  std::string node;
+  std::string updated;
+  std::map<std::string, RawResource, std::less<>> resources;
+};
+
+Status ReadString(od::value v, const std::string& where, std::string_view* out) {
+  if (v.get_string().get(*out)) return BadField(where, "must be a string");
+  return OkStatus();
+}
+
+Status ReadDevices(od::value v, const std::string& where, RawResource* r) {
+  od::array a;
+  if (v.get_array().get(a)) return BadField(where, "must be an array");
+  r->ids.clear();
+  r->numa.clear();
+  for (auto item : a) {
+    const std::string at = where + "[" + std::to_string(r->ids.size()) + "]";
+    od::object d;
+    if (item.get_object().get(d)) return BadField(at, "must be an object");
+    std::optional<std::string_view> id;
+    std::optional<int> numa;
+    for (auto f : d) {
+      std::string_view key;
+      if (f.unescaped_key().get(key)) return BadField(at, "not JSON");
+      if (key == "id") {
+        std::string_view s;
+        KDM_RETURN_IF_ERROR(ReadString(f.value(), at + ".id", &s));
+        id = s;
+      } else if (key == "numa") {
+        od::value nv;
+        if (f.value().get(nv)) return BadField(at + ".numa", "not JSON");
+        if (nv.is_null()) {
+          numa.reset();
+          continue;
+        }
+        int64_t n = 0;
+        if (nv.get_int64().get(n) || n < 0 || n > std::numeric_limits<int>::max()) {
+          return BadField(at + ".numa", "must be a non-negative integer or null");
+        }
+        numa = static_cast<int>(n);
+      }
+    }
+    if (!id) return BadField(at, "missing key 'id'");
+    if (id->empty() || id->size() > kMaxNameBytes) {
+      return BadField(at + ".id", "must hold 1 to " + std::to_string(kMaxNameBytes) + " bytes");
+    }
+    r->ids.push_back(*id);
+    r->numa.push_back(numa);
+  }
+  return OkStatus();
+}
+
+// The position of every id; a duplicate is an error.
+class IdIndex {
+ public:
+  Status Build(const std::vector<std::string_view>& ids, const std::string& where) {
+    ids_ = &ids;
+    if (ids.size() > kLinearMax) {
+      by_id_.reserve(ids.size());
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (!by_id_.emplace(ids[i], static_cast<int>(i)).second) return Duplicate(where, i);
+      }
+      return OkStatus();
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (ids[j] == ids[i]) return Duplicate(where, i);
+      }
+    }
+    return OkStatus();
+  }
+  std::optional<int> Find(std::string_view id) const {
+    if (ids_->size() > kLinearMax) {
+      auto it = by_id_.find(id);
+      if (it == by_id_.end()) return std::nullopt;
+      return it->second;
+    }
+    for (size_t i = 0; i < ids_->size(); ++i) {
+      if ((*ids_)[i] == id) return static_cast<int>(i);
+    }
+    return std::nullopt;
+  }
+
+ private:
+  static constexpr size_t kLinearMax = 32;
+  Status Duplicate(const std::string& where, size_t i) const {
+    return BadField(where + "[" + std::to_string(i) + "].id",
+                    "duplicate device " + ShowValue((*ids_)[i]));
+  }
+  const std::vector<std::string_view>* ids_ = nullptr;
+  std::unordered_map<std::string_view, int> by_id_;
+};
+
+Status ReadAvailable(od::value v, const std::string& where, std::vector<std::string_view>* out) {
+  od::array a;
+  if (v.get_array().get(a)) return BadField(where, "must be an array");
+  out->clear();
+  for (auto item : a) {
+    std::string_view s;
+    if (item.get_string().get(s)) {
+      return BadField(where + "[" + std::to_string(out->size()) + "]", "must be a string");
+    }
+    out->push_back(s);
+  }
+  return OkStatus();
+}
+
+Status ReadAttributes(od::value v, const std::string& where, DeviceAttributes* out) {
+  od::object o;
+  if (v.get_object().get(o)) return BadField(where, "must be an object");
+  *out = DeviceAttributes();
+  for (auto f : o) {
+    std::string_view key;
+    if (f.unescaped_key().get(key)) return BadField(where, "not JSON");
+    if (key == kAttrMemoryMib) {
+      int64_t n = 0;
+      if (f.value().get_int64().get(n) || n < 0) {
+        return BadField(where + ".memory_mib", "must be a non-negative integer");
+      }
+      out->memory_mib = n;
+      continue;
+    }
+    std::optional<std::string>* field = out->Field(key);
+    if (field == nullptr) continue;  // a key this reader does not know
+    std::string_view s;
+    KDM_RETURN_IF_ERROR(ReadString(f.value(), where + "." + std::string(key), &s));
+    // Another writer may name a model in any UTF-8; the rest must have the
+    // shape the requirement checks compare.
+    if (key == kAttrModel) {
+      if (s.size() > kMaxAttributeBytes) {
+        return BadField(where + ".model",
+                        "longer than " + std::to_string(kMaxAttributeBytes) + " bytes");
+      }
+    } else if (Status st = CheckAttributeValue(key, s); !st.ok()) {
+      return BadField(where, std::string(st.message()));
+    }
+    *field = std::string(s);
+  }
+  return OkStatus();
+}
+
+Status ReadCellsText(od::value v, const std::string& where, std::string_view* raw) {
+  od::array cells;
+  if (v.get_array().get(cells)) return BadField(where, "must be an array of rows");
+  if (cells.raw_json().get(*raw)) return BadField(where, "not JSON");
+  return OkStatus();
+}
+
+Status ReadResource(od::value v, const std::string& where, RawResource* r) {
+  od::object o;
+  if (v.get_object().get(o)) return BadField(where, "must be an object");
+  bool has_devices = false;
+  bool has_available = false;
+  std::vector<std::string_view> available;
+  for (auto f : o) {
+    std::string_view key;
+    if (f.unescaped_key().get(key)) return BadField(where, "not JSON");
+    if (key == "devices") {
+      KDM_RETURN_IF_ERROR(ReadDevices(f.value(), where + ".devices", r));
+      has_devices = true;
+    } else if (key == "available") {
+      KDM_RETURN_IF_ERROR(ReadAvailable(f.value(), where + ".available", &available));
+      has_available = true;
+    } else if (key == "matrix") {
+      KDM_RETURN_IF_ERROR(ReadCellsText(f.value(), where + ".matrix", &r->matrix));
+      r->has_matrix = true;
+    } else if (key == "pcie") {
+      KDM_RETURN_IF_ERROR(ReadCellsText(f.value(), where + ".pcie", &r->pcie));
+      r->has_pcie = true;
+    } else if (key == "attributes") {
+      r->attributes.emplace();
+      KDM_RETURN_IF_ERROR(ReadAttributes(f.value(), where + ".attributes", &*r->attributes));
+    }
+  }
+  if (!has_devices) return BadField(where, "missing key 'devices'");
+  if (!has_available) return BadField(where, "missing key 'available'");
+  if (r->has_pcie && !r->has_matrix) return BadField(where, "'pcie' without 'matrix'");
+  IdIndex index;
+  KDM_RETURN_IF_ERROR(index.Build(r->ids, where + ".devices"));
+  std::vector<char> seen(r->ids.size(), 0);
+  for (size_t i = 0; i < available.size(); ++i) {
+    const std::string at = where + ".available[" + std::to_string(i) + "]";
+    std::optional<int> pos = index.Find(available[i]);
+    if (!pos) return BadField(at, "device " + ShowValue(available[i]) + " is not in devices");
+    if (seen[*pos]) return BadField(at, "duplicate device " + ShowValue(available[i]));
+    seen[*pos] = 1;
+    r->available.push_back(*pos);
+  }
+  return OkStatus();
+}
+
+StatusOr<RawAnnotation> ReadAnnotation(std::string_view text, size_t readable_padding) {
+  if (text.size() > kMaxAnnotationBytes) {
+    return OutOfRangeError("kdm.io/devices: " + std::to_string(text.size()) +
+                           " bytes, the limit is " + std::to_string(kMaxAnnotationBytes));
+  }
+  if (size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    return InvalidArgumentError("kdm.io/devices: a NUL byte at offset " + std::to_string(nul));
+  }
+  RawAnnotation out;
+  simdjson::padded_string_view view;
+  if (readable_padding >= simdjson::SIMDJSON_PADDING) {
+    view = simdjson::padded_string_view(text.data(), text.size(), text.size() + readable_padding);
+  } else {
+    out.copy = simdjson::padded_string(text);
+    view = out.copy;
+  }
+  thread_local od::parser parser;
+  od::document doc;
+  if (auto e = parser.iterate(view).get(doc); e) {
+    return InvalidArgumentError(std::string("kdm.io/devices: not JSON: ") +
+                                simdjson::error_message(e));
+  }
+  od::json_type type;
+  if (auto e = doc.type().get(type); e) {
+    return InvalidArgumentError(std::string("kdm.io/devices: not JSON: ") +
+                                simdjson::error_message(e));
+  }
+  if (type != od::json_type::object) return BadField("top level", "must be an object");
+  od::object root;
+  if (auto e = doc.get_object().get(root); e) {
+    return InvalidArgumentError(std::string("kdm.io/devices: not JSON: ") +
+                                simdjson::error_message(e));
+  }
+  bool has_version = false;
+  bool has_node = false;
+  bool has_resources = false;
+  for (auto f : root) {
+    std::string_view key;
+    if (auto e = f.unescaped_key().get(key); e) {
+      return InvalidArgumentError(std::string("kdm.io/devices: not JSON: ") +
+                                  simdjson::error_message(e));
+    }
+    if (key == "version") {
+      od::number_type type;
+      od::value v;
+      if (f.value().get(v) || v.get_number_type().get(type) ||
+          type == od::number_type::floating_point_number) {
+        return BadField("version", "must be an integer");
+      }
+      int64_t version = 0;
+      if (v.get_int64().get(version) || version != kDevicesAnnotationVersion) {
+        std::string_view raw = v.raw_json_token();
+        raw = raw.substr(0, std::min(raw.find_first_of(" \t\r\n"), size_t{32}));
+        return BadField("version", "unsupported version " + std::string(raw) +
+                                       " (this reader knows " +
+                                       std::to_string(kDevicesAnnotationVersion) + ")");
+      }
+      has_version = true;
+    } else if (key == "node" || key == "updated") {
+      std::string_view s;
+      KDM_RETURN_IF_ERROR(ReadString(f.value(), std::string(key), &s));
+      (key == "node" ? out.node : out.updated) = std::string(s);
+      if (key == "node") has_node = true;
+    } else if (key == "resources") {
+      od::object res;
+      if (f.value().get_object().get(res)) return BadField("resources", "must be an object");
+      out.resources.clear();
+      for (auto rf : res) {
+        std::string_view name;
+        if (rf.unescaped_key().get(name)) return BadField("resources", "not JSON");
+        const std::string where = ResourceKey(name);
+        if (name.empty() || name.size() > kMaxNameBytes) {
+          return BadField(
+              where, "a resource name must hold 1 to " + std::to_string(kMaxNameBytes) + " bytes");
+        }
+        RawResource& r = out.resources[std::string(name)];
+        r = RawResource();
+        KDM_RETURN_IF_ERROR(ReadResource(rf.value(), where, &r));
+      }
+      has_resources = true;
+    }
+  }
+  if (doc.current_location().error() != simdjson::OUT_OF_BOUNDS) {
+    return InvalidArgumentError("kdm.io/devices: not JSON: text after the document");
+  }
+  if (!has_version) return BadField("top level", "missing key 'version'");
+  if (!has_node) return BadField("top level", "missing key 'node'");
+  if (!has_resources) return BadField("top level", "missing key 'resources'");
+  return out;
+}
+
+// The rows of string cells in `raw` (a JSON array read before).
+Status ParseCells(std::string_view raw, const std::string& where, od::parser* parser,
+                  simdjson::padded_string* buffer, topology::CellGridView* out) {
+  *buffer = simdjson::padded_string(raw);
+  od::document doc;
+  od::array rows;
+  if (parser->iterate(*buffer).get(doc) || doc.get_array().get(rows)) {
+    return BadField(where, "must be an array of rows");
+  }
+  out->clear();
+  for (auto row : rows) {
+    const std::string at = where + "[" + std::to_string(out->size()) + "]";
+    od::array cells;
+    if (row.get_array().get(cells)) return BadField(at, "must be an array");
+    out->emplace_back();
+    for (auto cell : cells) {
+      std::string_view s;
+      if (cell.get_string().get(s)) {
+        return BadField(at + "[" + std::to_string(out->back().size()) + "]", "must be a string");
+      }
+      out->back().push_back(s);
+    }
+  }
+  return OkStatus();
+}
+
+// The topology of one resource from its cells: device ids `ids` (or the
+// positions when null) and NUMA nodes `numa`.
+StatusOr<topology::Topology> TopologyFromCells(const RawResource& r, const std::string& where,
+                                               bool real_ids) {
+  thread_local od::parser matrix_parser;
+  thread_local od::parser pcie_parser;
+  simdjson::padded_string matrix_buffer, pcie_buffer;
+  topology::CellGridView matrix, pcie;
+  KDM_RETURN_IF_ERROR(
+      ParseCells(r.matrix, where + ".matrix", &matrix_parser, &matrix_buffer, &matrix));
+  if (r.has_pcie) {
+    KDM_RETURN_IF_ERROR(ParseCells(r.pcie, where + ".pcie", &pcie_parser, &pcie_buffer, &pcie));
+  }
+  if (matrix.size() != r.ids.size()) {
+    return BadField(where + ".matrix", "has " + std::to_string(matrix.size()) + " rows for " +
+                                           std::to_string(r.ids.size()) + " devices");
+  }
+  StatusOr<std::vector<std::vector<topology::Link>>> links =
+      topology::LinksFromCells(matrix, pcie, r.has_pcie);
+  if (!links.ok()) return BadField(where, std::string(links.status().message()));
+  std::vector<topology::DeviceInfo> infos;
+  infos.reserve(r.ids.size());
+  for (size_t i = 0; i < r.ids.size(); ++i) {
+    infos.push_back(
+        {real_ids ? std::string(r.ids[i]) : std::to_string(i), static_cast<int>(i), r.numa[i]});
+  }
+  StatusOr<topology::Topology> t = topology::Topology::Create(std::move(infos), std::move(*links));
+  if (!t.ok()) return BadField(where, std::string(t.status().message()));
+  return t;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- building
+
+ResourceDevices BuildResourceDevices(const ResourceInput& input, std::string* warning) {
+  ResourceDevices out;
+  out.attributes = input.attributes;
+  std::vector<int> rows;  // topology indices of the published devices
+  bool use_topology = input.topology != nullptr;
+  if (use_topology) {
+    for (const auto& [id, numa] : input.allocatable) {
+      if (!input.topology->IndexOf(id)) {
+        if (warning) {
+          *warning = "device " + ShowValue(id) +
+                     " is allocatable but not in the topology: published without a matrix";
+        }
+        use_topology = false;
+        break;
+      }
+    }
+  }
+  if (use_topology) {
+    for (const topology::DeviceInfo& d : input.topology->devices()) {
+      auto it = input.allocatable.find(d.id);
+      if (it == input.allocatable.end()) continue;
+      out.devices.push_back({d.id, it->second ? it->second : d.numa});
+      rows.push_back(d.index);
+    }
+    std::vector<topology::DeviceInfo> infos;
+    std::vector<std::vector<topology::Link>> links;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      infos.push_back({out.devices[i].id, static_cast<int>(i), out.devices[i].numa});
+      links.emplace_back();
+      for (int col : rows) links.back().push_back(input.topology->LinkBetween(rows[i], col));
+    }
+    // A sub-matrix of a valid topology is valid.
+    if (!rows.empty()) {
+      StatusOr<topology::Topology> sub = topology::Topology::Create(infos, links);
+      if (sub.ok()) out.topology = *std::move(sub);
+    }
+  } else {
+    for (const auto& [id, numa] : input.allocatable) out.devices.push_back({id, numa});
+  }
+  for (const PublishedDevice& d : out.devices) {
+    if (!input.in_use.count(d.id)) out.available.push_back(d.id);
+  }
+  return out;
+}
+
+std::string FormatRfc3339(std::chrono::system_clock::time_point t) {
+  std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// ---------------------------------------------------------------- writing
+
+std::string EncodeDevicesAnnotation(const DevicesAnnotation& a) {
+  using nlohmann::ordered_json;
+  ordered_json doc;
+  doc["version"] = a.version;
+  doc["node"] = a.node;
+  doc["updated"] = a.updated;
+  doc["resources"] = ordered_json::object();
+  for (const auto& [name, r] : a.resources) {
+    ordered_json res;
+    res["devices"] = ordered_json::array();
+    for (const PublishedDevice& d : r.devices) {
+      ordered_json dev;
+      dev["id"] = d.id;
+      dev["numa"] = d.numa ? ordered_json(*d.numa) : ordered_json(nullptr);
+      res["devices"].push_back(std::move(dev));
+    }
+    res["available"] = r.available;
+    if (r.topology) {
+      topology::TopologyCells cells = topology::RenderCells(*r.topology);
+      res["matrix"] = cells.matrix;
+      res["pcie"] = cells.pcie;
+    }
+    if (r.attributes && !r.attributes->empty()) {
+      ordered_json attrs = ordered_json::object();
+      for (std::string_view key : kAttributeKeys) {
+        if (key == kAttrMemoryMib) {
+          if (r.attributes->memory_mib) attrs[std::string(key)] = *r.attributes->memory_mib;
+        } else if (const std::optional<std::string>* v = r.attributes->Field(key); *v) {
+          attrs[std::string(key)] = **v;
+        }
+      }
+      res["attributes"] = std::move(attrs);
+    }
+    doc["resources"][name] = std::move(res);
+  }
+  // Replace rather than throw on invalid UTF-8 in a name from outside.
+  return doc.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
+// ---------------------------------------------------------------- decoding
+
+StatusOr<DevicesAnnotation> DecodeDevicesAnnotation(std::string_view text) {
+  KDM_ASSIGN_OR_RETURN(RawAnnotation raw, ReadAnnotation(text, 0));
+  DevicesAnnotation out;
+  out.node = std::move(raw.node);
+  out.updated = std::move(raw.updated);
+  for (auto& [name, r] : raw.resources) {
+    ResourceDevices res;
+    for (size_t i = 0; i < r.ids.size(); ++i)
+      res.devices.push_back({std::string(r.ids[i]), r.numa[i]});
+    for (int pos : r.available) res.available.emplace_back(r.ids[pos]);
+    if (r.has_matrix) {
+      KDM_ASSIGN_OR_RETURN(res.topology, TopologyFromCells(r, ResourceKey(name), true));
+    }
+    res.attributes = std::move(r.attributes);
+    out.resources.emplace(name, std::move(res));
+  }
+  return out;
+}
+
+uint64_t TopologyCache::Hash(std::string_view matrix, std::string_view pcie,
+                             const std::vector<std::optional<int>>& numa) {
+  // The library's string hash (eight bytes a step), the parts combined.
+  auto mix = [](uint64_t h, uint64_t v) {
+    return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+  };
+  uint64_t h = std::hash<std::string_view>{}(matrix);
+  h = mix(h, std::hash<std::string_view>{}(pcie));
+  for (const std::optional<int>& n : numa) h = mix(h, n ? static_cast<uint64_t>(*n) + 1 : 0);
+  return h;
+}
+
+std::shared_ptr<const SharedTopology> TopologyCache::Find(
+    std::string_view matrix, std::string_view pcie,
+    const std::vector<std::optional<int>>& numa) const {
+  const uint64_t h = Hash(matrix, pcie, numa);
+  MutexLock lock(&mu_);
+  auto [begin, end] = by_key_.equal_range(h);
+  for (auto it = begin; it != end; ++it) {
+    const Entry& e = it->second;
+    if (e.matrix == matrix && e.pcie == pcie && e.numa == numa) return e.topology;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<const SharedTopology> TopologyCache::Insert(
+    std::string_view matrix, std::string_view pcie, const std::vector<std::optional<int>>& numa,
+    topology::Topology t) {
+  const uint64_t h = Hash(matrix, pcie, numa);
+  MutexLock lock(&mu_);
+  auto [begin, end] = by_key_.equal_range(h);
+  for (auto it = begin; it != end; ++it) {
+    const Entry& e = it->second;
+    if (e.matrix == matrix && e.pcie == pcie && e.numa == numa) return e.topology;
+  }
+  if (by_key_.size() >= max_entries_) {
+    return std::make_shared<const SharedTopology>(SharedTopology{0, std::move(t)});
+  }
+  auto shared = std::make_shared<const SharedTopology>(SharedTopology{next_id_++, std::move(t)});
+  by_key_.emplace(h, Entry{std::string(matrix), std::string(pcie), numa, shared});
+  return shared;
+}
+
+size_t TopologyCache::size() const {
+  MutexLock lock(&mu_);
+  return by_key_.size();
+}
+
+size_t DecodePadding() { return simdjson::SIMDJSON_PADDING; }
+
+StatusOr<NodeDevices> DecodeNodeDevices(std::string_view text, TopologyCache* topologies,
+                                        size_t readable_padding) {
+  KDM_ASSIGN_OR_RETURN(RawAnnotation raw, ReadAnnotation(text, readable_padding));
+  NodeDevices out;
+  for (auto& [name, r] : raw.resources) {
+    ResourceView view;
+    view.device_count = static_cast<int>(r.ids.size());
+    view.available = std::move(r.available);
+    std::sort(view.available.begin(), view.available.end());
+    if (r.attributes) view.attributes = std::move(*r.attributes);
+    if (r.has_matrix) {
+      std::string_view pcie = r.has_pcie ? r.pcie : std::string_view();
+      view.topology = topologies->Find(r.matrix, pcie, r.numa);
+      if (view.topology == nullptr) {
+        KDM_ASSIGN_OR_RETURN(topology::Topology t, TopologyFromCells(r, ResourceKey(name), false));
+        view.topology = topologies->Insert(r.matrix, pcie, r.numa, std::move(t));
+      } else if (view.topology->topology.size() != view.device_count) {
+        return BadField(ResourceKey(name) + ".matrix",
+                        "has " + std::to_string(view.topology->topology.size()) + " rows for " +
+                            std::to_string(view.device_count) + " devices");
+      }
+    }
+    out.resources.emplace(name, std::move(view));
+  }
+  return out;
+}
+
+}  // namespace kdm::k8s

@@ -1,0 +1,188 @@
+// The `kdm.io/devices` annotation: what a node publishes about its devices
+// for the scheduler (docs/publish.md, "The annotation"). One JSON document per
+// node: per resource every allocatable (healthy) device with its NUMA node,
+// the ones no container holds, and optionally the link matrix (the cells of
+// docs/topology.md's JSON) and the devices' attributes.
+//
+// One writer and one reader, the only ones in kdm:
+// - EncodeDevicesAnnotation writes it deterministically (fixed key order,
+//   resources by name, no blanks), so equal values give equal bytes.
+// - The reader (simdjson On-Demand) applies every check to every document:
+//   types of the keys it knows, version 1, id and resource name lengths,
+//   duplicate ids, NUMA nodes, `available` within `devices`, the cells and
+//   shape of the link matrix, attribute values (k8s/attributes.h). Keys it
+//   does not know are ignored (the format grows); above kMaxAnnotationBytes
+//   it refuses. Two outputs share it: DecodeDevicesAnnotation (every field,
+//   the topology with the node's own device ids) and DecodeNodeDevices (what
+//   the extender scores on: free devices as positions, the topology shared
+//   through a TopologyCache). Only the step from cells to a Topology is
+//   memoised there, keyed by the cells' text and the NUMA nodes; a document
+//   is accepted or refused the same way whatever was read before it.
+//
+// Thread-safety: values and pure functions; TopologyCache is thread-safe.
+//
+// Example:
+//   ResourceInput in;
+//   in.allocatable = {{"GPU-a", 0}, {"GPU-b", 1}};
+//   in.in_use = {"GPU-a"};
+//   DevicesAnnotation a{.node = "gpu-node-7", .updated = FormatRfc3339(now)};
+//   a.resources["nvidia.com/gpu"] = BuildResourceDevices(in);
+//   std::string value = EncodeDevicesAnnotation(a);
+//   StatusOr<DevicesAnnotation> back = DecodeDevicesAnnotation(value);  // == a
+//   TopologyCache cache;
+//   StatusOr<NodeDevices> view = DecodeNodeDevices(value, &cache);
+#ifndef KDM_K8S_DEVICES_ANNOTATION_H_
+#define KDM_K8S_DEVICES_ANNOTATION_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kdm/base/status.h"
+#include "kdm/base/sync.h"
+#include "kdm/k8s/attributes.h"
+#include "kdm/topology/topology.h"
+
+namespace kdm::k8s {
+
+// The annotation's key on the Node object.
+inline constexpr std::string_view kDevicesAnnotationKey = "kdm.io/devices";
+// The format version written and the only one read.
+inline constexpr int kDevicesAnnotationVersion = 1;
+// The API server's bound on all annotations of an object together.
+inline constexpr size_t kMaxAnnotationBytes = 256 * 1024;
+// The longest device id or resource name accepted when decoding.
+inline constexpr size_t kMaxNameBytes = 253;
+
+struct PublishedDevice {
+  std::string id;
+  std::optional<int> numa;
+  friend bool operator==(const PublishedDevice&, const PublishedDevice&) = default;
+};
+
+struct ResourceDevices {
+  // Every allocatable device, in a fixed order (the topology's, else by id).
+  std::vector<PublishedDevice> devices;
+  // The devices no container holds, in the order of `devices`.
+  std::vector<std::string> available;
+  // The links between `devices`, row i = devices[i]; its device ids and NUMA
+  // nodes equal `devices`. Written as `matrix` and `pcie` cells.
+  std::optional<topology::Topology> topology;
+  std::optional<DeviceAttributes> attributes;
+  friend bool operator==(const ResourceDevices&, const ResourceDevices&) = default;
+};
+
+struct DevicesAnnotation {
+  int version = kDevicesAnnotationVersion;
+  std::string node;
+  std::string updated;  // RFC 3339, UTC ("2026-11-24T23:00:00Z")
+  std::map<std::string, ResourceDevices> resources;
+  friend bool operator==(const DevicesAnnotation&, const DevicesAnnotation&) = default;
+};
+
+// What one resource's annotation is built from.
+struct ResourceInput {
+  // GetAllocatableResources: id -> NUMA node (nullopt when not reported).
+  std::map<std::string, std::optional<int>> allocatable;
+  // Every device of the resource held by a container (pod-resources List).
+  std::set<std::string> in_use;
+  // The resource's topology, device ids already the allocatable ids (may
+  // hold devices that are not allocatable now: unhealthy ones).
+  const topology::Topology* topology = nullptr;
+  std::optional<DeviceAttributes> attributes;
+};
+
+// Builds one resource's part. With a topology, `devices` follows its order
+// and the matrix covers exactly the allocatable devices; a device's NUMA node
+// is the one pod-resources reports, else the topology's. When an allocatable
+// device is missing from the topology, the resource is published without a
+// matrix and `warning` (when given) says which device. In-use ids that are not
+// allocatable (unhealthy devices still held) are not available and not listed.
+ResourceDevices BuildResourceDevices(const ResourceInput& input, std::string* warning = nullptr);
+
+// "2026-11-24T23:00:00Z" (seconds, UTC).
+std::string FormatRfc3339(std::chrono::system_clock::time_point t);
+
+// One line of JSON, keys in a fixed order. REQUIRES: each resource's topology,
+// when set, has the ids and NUMA nodes of its `devices` (as built above).
+std::string EncodeDevicesAnnotation(const DevicesAnnotation& annotation);
+
+// Parses a value written by any version-1 writer. INVALID_ARGUMENT naming the
+// field ("kdm.io/devices: resources['nvidia.com/gpu'].devices[2].numa: must
+// be a non-negative integer or null"), OUT_OF_RANGE above kMaxAnnotationBytes.
+StatusOr<DevicesAnnotation> DecodeDevicesAnnotation(std::string_view text);
+
+// A topology known by its cells and NUMA nodes, its device ids the positions
+// "0", "1", ...; `id` names it for score memos (0: not cached, never
+// memoised).
+struct SharedTopology {
+  uint64_t id = 0;
+  topology::Topology topology;
+};
+
+// Keeps one Topology per distinct (matrix text, pcie text, NUMA nodes), at
+// most `max_entries`; past that, topologies are built per document and not
+// kept.
+class TopologyCache {
+ public:
+  explicit TopologyCache(size_t max_entries = 4096) : max_entries_(max_entries) {}
+  std::shared_ptr<const SharedTopology> Find(std::string_view matrix, std::string_view pcie,
+                                             const std::vector<std::optional<int>>& numa) const;
+  // Keeps `t` under the key (when there is room) and returns what is kept.
+  std::shared_ptr<const SharedTopology> Insert(std::string_view matrix, std::string_view pcie,
+                                               const std::vector<std::optional<int>>& numa,
+                                               topology::Topology t);
+  size_t size() const;
+
+ private:
+  struct Entry {
+    std::string matrix;
+    std::string pcie;
+    std::vector<std::optional<int>> numa;
+    std::shared_ptr<const SharedTopology> topology;
+  };
+  static uint64_t Hash(std::string_view matrix, std::string_view pcie,
+                       const std::vector<std::optional<int>>& numa);
+
+  const size_t max_entries_;
+  mutable Mutex mu_;
+  std::unordered_multimap<uint64_t, Entry> by_key_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+// One resource as the extender scores it.
+struct ResourceView {
+  int device_count = 0;
+  // Positions in the annotation's `devices` of the free ones, ascending.
+  std::vector<int> available;
+  // Null when the resource publishes no matrix.
+  std::shared_ptr<const SharedTopology> topology;
+  DeviceAttributes attributes;
+};
+
+struct NodeDevices {
+  std::map<std::string, ResourceView, std::less<>> resources;
+};
+
+// The same reader and checks as DecodeDevicesAnnotation, keeping what the
+// extender needs. When `text` is followed by at least `readable_padding` >=
+// DecodePadding() bytes that may be read (a string with that much spare
+// capacity), it is read in place; otherwise copied. Errors as
+// DecodeDevicesAnnotation's.
+StatusOr<NodeDevices> DecodeNodeDevices(std::string_view text, TopologyCache* topologies,
+                                        size_t readable_padding = 0);
+
+// Bytes past a text's end that DecodeNodeDevices reads in place.
+size_t DecodePadding();
+
+}  // namespace kdm::k8s
+
+#endif  // KDM_K8S_DEVICES_ANNOTATION_H_
