@@ -59,9 +59,9 @@ foreach(module ${kdm_modules})
   endif()
 endforeach()
 string(STRIP "${kdm_pc_libs}" kdm_pc_libs)
-# libkdm_kube speaks HTTPS through OpenSSL (libssl, libcrypto).
+# libkdm_http speaks HTTPS through OpenSSL (libssl, libcrypto).
 set(kdm_pc_requires_private_extra "")
-if("kube" IN_LIST kdm_modules)
+if("http" IN_LIST kdm_modules)
   string(APPEND kdm_pc_requires_private_extra " openssl")
 endif()
 # kdm.pc names its prefix relative to its own directory (${pcfiledir}), so an

@@ -21,6 +21,9 @@
 // - One connection per request (Connection: close): kdm's traffic is a PATCH
 //   a second at most and long-lived watches.
 //
+// The HTTPS transport (connection, TLS, deadline, streaming) is
+// kdm::http::HttpsClient; this class adds the Kubernetes part.
+//
 // Thread-safety: every method may be called from any thread, concurrently.
 // The header names no Boost or OpenSSL type.
 //
@@ -38,33 +41,14 @@
 #include <string_view>
 
 #include "kdm/base/status.h"
-#include "kdm/base/sync.h"
+#include "kdm/http/client.h"
 #include "kdm/kube/kubeconfig.h"
 
 namespace kdm::kube {
 
-// Lets another thread end a call in flight (a watch, usually) at once.
-// Cancel() is sticky: every later call given this object fails at once
-// with CANCELLED. Thread-safe.
-class Cancellation {
- public:
-  Cancellation() = default;
-  Cancellation(const Cancellation&) = delete;
-  Cancellation& operator=(const Cancellation&) = delete;
-
-  void Cancel();
-  bool cancelled() const;
-
-  // For the client: registers what Cancel() runs while a call is in flight
-  // (nullptr when it ends). Returns false (and registers nothing) when
-  // already cancelled.
-  bool SetCanceller(std::function<void()> canceller);
-
- private:
-  mutable Mutex mu_;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  std::function<void()> canceller_ ABSL_GUARDED_BY(mu_);
-};
+// Lets another thread end a call in flight (a watch, usually) at once; see
+// kdm/http/client.h. Cancel() is sticky. Thread-safe.
+using Cancellation = http::Cancellation;
 
 struct RetryPolicy {
   // Most attempts per call, the first included.

@@ -1,14 +1,17 @@
-// ExtenderServer: the extender's HTTP(S) surface (docs/extender.md, "HTTP"):
+// ExtenderServer: the extender's HTTP(S) surface (docs/extender.md, "HTTP"),
+// routes on kdm's one HTTP server (kdm/http/server.h, which owns the
+// connection policy: limits, timeouts, keep-alive, the bound on connections):
 //   POST /filter, POST /prioritize  -> Extender (JSON in, JSON out)
 //   GET /healthz                    -> 200 "ok"
 //   GET /metrics                    -> Prometheus text
 // Anything else is 404 (unknown path) or 405 (wrong method), with a JSON
-// {"Error": ...}. A body above max_body_bytes is refused with 400 and the
-// connection closed; every read and write has a deadline.
+// {"Error": ...}. A request the server refuses on its own (a body above
+// max_body_bytes, a header above 8 KiB, one that is not HTTP) gets 400 with
+// a JSON {"Error": ...} naming the limit, and the connection is closed.
 //
-// Threads: `threads` owned threads run one Asio loop (connections are served
-// concurrently, a request's work runs on the thread that read it); Stop()
-// closes the listener and every connection and joins them.
+// Threads: `threads` owned threads serve the connections concurrently (a
+// request's work runs on the thread that read it); Stop() closes the
+// listener and every connection and joins them.
 //
 // Thread-safety: port() and Stop() from any thread.
 //
@@ -32,22 +35,27 @@ namespace kdm::scheduler {
 class ExtenderServer {
  public:
   struct Options {
-    // "HOST:PORT", "[V6]:PORT" or ":PORT" (every address); port 0 picks one.
+    // HOST:PORT as http::ParseListenAddress reads it: "127.0.0.1:8888",
+    // "[::1]:8888" or ":8888" (every address); port 0 picks one.
     std::string listen = "127.0.0.1:0";
     // PEM text; both set: HTTPS, neither: HTTP.
     std::string tls_cert_pem;
     std::string tls_key_pem;
     int threads = 2;
     uint64_t max_body_bytes = 256ull << 20;
-    // Bounds each request's read and each answer's write.
+    // Bounds each request's read (idle keep-alive time included) and each
+    // answer's write.
     std::chrono::milliseconds io_timeout{30'000};
+    // Connections open at once; past it the one idle longest is closed.
+    size_t max_connections = 64;
     // Not owned; must outlive the server.
     Extender* extender = nullptr;
     ExtenderMetrics* metrics = nullptr;
   };
 
-  // Binds and starts serving. INVALID_ARGUMENT for a bad address, PEM or
-  // option; UNAVAILABLE when the address cannot be bound (names it).
+  // Binds and starts serving. INVALID_ARGUMENT for a bad address (naming
+  // --listen), PEM or option; UNAVAILABLE when the address cannot be bound
+  // (names it).
   static StatusOr<std::unique_ptr<ExtenderServer>> Start(Options options);
 
   virtual ~ExtenderServer() = default;
@@ -62,9 +70,6 @@ class ExtenderServer {
 // on virtual machines a fresh page costs far more than the copy into it
 // (docs/extender.md, "Speed"). Process-wide; call once at start.
 void KeepLargeAllocationsMapped();
-
-// Splits "HOST:PORT" as above. INVALID_ARGUMENT naming the text.
-Status ParseListenAddress(const std::string& text, std::string* host, uint16_t* port);
 
 }  // namespace kdm::scheduler
 

@@ -18,6 +18,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "kdm/base/env.h"
+#include "kdm/http/listen_address.h"
 #include "kdm/kube/client.h"
 #include "kdm/scheduler/extender.h"
 #include "kdm/scheduler/http_server.h"
@@ -48,11 +49,9 @@ int RunExtender(const ExtenderFlags& flags) {
     return code;
   };
   if (flags.listen.empty()) return fail(kUsageError, "--listen is required");
-  std::string host;
-  uint16_t port = 0;
-  if (Status s = scheduler::ParseListenAddress(flags.listen, &host, &port); !s.ok()) {
-    return fail(kUsageError, std::string(s.message()));
-  }
+  StatusOr<http::ListenAddress> listen = http::ParseListenAddress(flags.listen, "--listen");
+  if (!listen.ok()) return fail(kUsageError, std::string(listen.status().message()));
+  const std::string& host = listen->host;
   if (flags.tls_cert.empty() != flags.tls_key.empty()) {
     return fail(kUsageError, "--tls-cert and --tls-key: give both or neither");
   }

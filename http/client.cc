@@ -1,0 +1,400 @@
+// HttpsClient: one connection per round trip, driven synchronously over
+// Asio's asynchronous operations so that one timer (the deadline, or the
+// idle bound of a stream) and one Cancellation can end any step of it.
+#include "kdm/http/client.h"
+
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <limits>
+
+namespace kdm::http {
+namespace {
+
+namespace net = boost::asio;
+namespace ssl = boost::asio::ssl;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+using SteadyClock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::string OpenSslError() {
+  unsigned long code = ERR_get_error();  // NOLINT(runtime/int): OpenSSL's type
+  ERR_clear_error();
+  if (code == 0) return "unknown OpenSSL error";
+  char buf[256];
+  ERR_error_string_n(code, buf, sizeof buf);
+  return buf;
+}
+
+bool IsIpAddress(const std::string& host) {
+  beast::error_code ec;
+  net::ip::make_address(host, ec);
+  return !ec;
+}
+
+std::string FormatDuration(milliseconds d) {
+  if (d.count() % 1000 == 0) return std::to_string(d.count() / 1000) + "s";
+  return std::to_string(d.count()) + "ms";
+}
+
+class HttpsClientImpl;
+
+class Attempt {
+ public:
+  Attempt(const HttpsClientImpl& client, SteadyClock::time_point deadline, Cancellation* cancel);
+  ~Attempt();
+
+  RoundTripResult Run(const ClientRequest& request,
+                      const std::function<bool(std::string_view)>* on_line,
+                      milliseconds idle_timeout);
+
+ private:
+  // Runs the operation started by `initiate` to completion (or until the
+  // timer or a cancel closes the connection) and returns its error.
+  template <typename Initiate>
+  beast::error_code Await(Initiate&& initiate) {
+    bool done = false;
+    beast::error_code result;
+    initiate([&done, &result](beast::error_code ec, auto&&...) {
+      result = ec;
+      done = true;
+    });
+    while (!done) {
+      if (ioc_.run_one() == 0) {
+        ioc_.restart();
+        if (!done) return net::error::operation_aborted;
+      }
+    }
+    return result;
+  }
+
+  void ArmTimer(SteadyClock::time_point at);
+  void Close();
+  RoundTripResult Failure(const std::string& step, const beast::error_code& ec);
+  RoundTripResult ReadBody(bhttp::response_parser<bhttp::buffer_body>& parser,
+                           const std::function<bool(std::string_view)>* on_line,
+                           milliseconds idle_timeout);
+
+  const HttpsClientImpl& client_;
+  SteadyClock::time_point deadline_;
+  Cancellation* cancel_;
+  net::io_context ioc_;
+  tcp::resolver resolver_{ioc_};
+  ssl::stream<beast::tcp_stream> stream_;
+  net::steady_timer timer_{ioc_};
+  beast::flat_buffer buffer_;
+  uint64_t timer_generation_ = 0;
+  bool timed_out_ = false;
+  bool cancelled_ = false;
+  bool registered_ = false;
+};
+
+class HttpsClientImpl final : public HttpsClient {
+ public:
+  HttpsClientImpl(Options options, std::unique_ptr<ssl::context> tls)
+      : options_(std::move(options)), tls_(std::move(tls)) {}
+
+  RoundTripResult RoundTrip(const ClientRequest& request, SteadyClock::time_point deadline,
+                            Cancellation* cancel,
+                            const std::function<bool(std::string_view)>* on_line,
+                            milliseconds idle_timeout) override {
+    return Attempt(*this, deadline, cancel).Run(request, on_line, idle_timeout);
+  }
+
+  const Options& options() const { return options_; }
+  ssl::context& tls() const { return *tls_; }
+
+ private:
+  const Options options_;
+  const std::unique_ptr<ssl::context> tls_;
+};
+
+Attempt::Attempt(const HttpsClientImpl& client, SteadyClock::time_point deadline,
+                 Cancellation* cancel)
+    : client_(client), deadline_(deadline), cancel_(cancel), stream_(ioc_, client.tls()) {}
+
+Attempt::~Attempt() {
+  if (registered_) cancel_->SetCanceller(nullptr);
+}
+
+void Attempt::ArmTimer(SteadyClock::time_point at) {
+  const uint64_t generation = ++timer_generation_;
+  timer_.expires_at(at);
+  timer_.async_wait([this, generation](beast::error_code ec) {
+    if (ec || generation != timer_generation_) return;
+    timed_out_ = true;
+    Close();
+  });
+}
+
+void Attempt::Close() {
+  resolver_.cancel();
+  beast::error_code ignored;
+  beast::get_lowest_layer(stream_).socket().close(ignored);
+}
+
+RoundTripResult Attempt::Failure(const std::string& step, const beast::error_code& ec) {
+  RoundTripResult r;
+  if (cancelled_) {
+    r.error = CancelledError("cancelled");
+  } else if (timed_out_) {
+    r.error = DeadlineExceededError(step + ": no answer before the deadline");
+  } else {
+    r.error = UnavailableError(client_.options().server_name + ": " + step + ": " + ec.message());
+    r.retryable = true;
+  }
+  return r;
+}
+
+RoundTripResult Attempt::Run(const ClientRequest& request,
+                             const std::function<bool(std::string_view)>* on_line,
+                             milliseconds idle_timeout) {
+  const HttpsClient::Options& options = client_.options();
+  if (cancel_ != nullptr) {
+    registered_ = cancel_->SetCanceller([this] {
+      net::post(ioc_, [this] {
+        cancelled_ = true;
+        Close();
+      });
+    });
+    if (!registered_) {
+      RoundTripResult r;
+      r.error = CancelledError("cancelled");
+      return r;
+    }
+  }
+  ArmTimer(deadline_);
+
+  tcp::resolver::results_type endpoints;
+  beast::error_code ec = Await([&](auto handler) {
+    resolver_.async_resolve(
+        options.host, std::to_string(options.port),
+        [&endpoints, handler](beast::error_code e, tcp::resolver::results_type results) mutable {
+          endpoints = std::move(results);
+          handler(e);
+        });
+  });
+  if (ec) return Failure("resolving " + options.host, ec);
+  ec = Await([&](auto handler) {
+    beast::get_lowest_layer(stream_).async_connect(
+        endpoints, [handler](beast::error_code e, const tcp::endpoint&) mutable { handler(e); });
+  });
+  if (ec) return Failure("connect", ec);
+
+  SSL* ssl = stream_.native_handle();
+  if (IsIpAddress(options.host)) {
+    if (!options.insecure_skip_tls_verify) {
+      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), options.host.c_str());
+    }
+  } else {
+    SSL_set_tlsext_host_name(ssl, options.host.c_str());
+    if (!options.insecure_skip_tls_verify) SSL_set1_host(ssl, options.host.c_str());
+  }
+  ec = Await([&](auto handler) { stream_.async_handshake(ssl::stream_base::client, handler); });
+  if (ec) {
+    long verify = SSL_get_verify_result(ssl);  // NOLINT(runtime/int): OpenSSL's type
+    ERR_clear_error();
+    if (!cancelled_ && !timed_out_ && verify != X509_V_OK) {
+      RoundTripResult r;
+      r.error =
+          UnavailableError(options.server_name + ": TLS: the server's certificate was refused: " +
+                           X509_verify_cert_error_string(verify));
+      return r;
+    }
+    return Failure("TLS handshake", ec);
+  }
+
+  bhttp::request<bhttp::string_body> req;
+  req.method_string(request.method);
+  req.target(request.target);
+  req.version(11);
+  std::string host =
+      options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host;
+  if (options.port != 443) host += ":" + std::to_string(options.port);
+  req.set(bhttp::field::host, host);
+  for (const auto& [name, value] : request.headers) req.set(name, value);
+  req.body() = request.body;
+  req.prepare_payload();
+  ec = Await([&](auto handler) { bhttp::async_write(stream_, req, handler); });
+  if (ec) return Failure("sending the request", ec);
+
+  bhttp::response_parser<bhttp::buffer_body> parser;
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  ec = Await([&](auto handler) { bhttp::async_read_header(stream_, buffer_, parser, handler); });
+  if (ec) return Failure("reading the answer", ec);
+
+  const int status = static_cast<int>(parser.get().result_int());
+  const bool stream_body = on_line != nullptr && status / 100 == 2;
+  RoundTripResult r = ReadBody(parser, stream_body ? on_line : nullptr, idle_timeout);
+  if (!stream_body && r.response) {
+    r.response->status = status;
+    auto it = parser.get().find(bhttp::field::retry_after);
+    if (it != parser.get().end()) r.response->retry_after = std::string(it->value());
+  }
+  return r;
+}
+
+RoundTripResult Attempt::ReadBody(bhttp::response_parser<bhttp::buffer_body>& parser,
+                                  const std::function<bool(std::string_view)>* on_line,
+                                  milliseconds idle_timeout) {
+  const uint64_t max = client_.options().max_body_bytes;
+  std::string data;  // the whole body, or the current partial line
+  char chunk[16 * 1024];
+  if (on_line != nullptr) ArmTimer(SteadyClock::now() + idle_timeout);
+  while (!parser.is_done()) {
+    parser.get().body().data = chunk;
+    parser.get().body().size = sizeof chunk;
+    beast::error_code ec =
+        Await([&](auto handler) { bhttp::async_read_some(stream_, buffer_, parser, handler); });
+    if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec) {
+      if (on_line != nullptr) {
+        RoundTripResult r = Failure("reading the watch stream", ec);
+        if (timed_out_) {
+          r.error =
+              DeadlineExceededError("no data on the stream for " + FormatDuration(idle_timeout));
+        }
+        r.streamed = true;
+        return r;
+      }
+      return Failure("reading the answer", ec);
+    }
+    const size_t n = sizeof chunk - parser.get().body().size;
+    if (data.size() + n > max) {
+      RoundTripResult r;
+      r.error =
+          ResourceExhaustedError("the answer is larger than " + std::to_string(max) + " bytes");
+      r.streamed = on_line != nullptr;
+      return r;
+    }
+    data.append(chunk, n);
+    if (on_line == nullptr) continue;
+    ArmTimer(SteadyClock::now() + idle_timeout);
+    size_t start = 0;
+    for (size_t nl; (nl = data.find('\n', start)) != std::string::npos; start = nl + 1) {
+      std::string_view line(data.data() + start, nl - start);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.empty()) continue;
+      if (!(*on_line)(line)) {
+        RoundTripResult r;
+        r.streamed = true;
+        return r;
+      }
+    }
+    data.erase(0, start);
+  }
+  RoundTripResult r;
+  if (on_line != nullptr) {
+    if (!data.empty()) (*on_line)(data);
+    r.streamed = true;
+    return r;
+  }
+  r.response = ClientResponse{0, std::move(data), ""};
+  return r;
+}
+
+// Loads every certificate of `pem` into the context's trust store.
+Status AddTrustedCertificates(ssl::context& ctx, const PemSource& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.text.data(), static_cast<int>(pem.text.size()));
+  if (bio == nullptr) return InternalError(pem.origin + ": " + OpenSslError());
+  STACK_OF(X509_INFO)* infos = PEM_X509_INFO_read_bio(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  if (infos == nullptr) {
+    return InvalidArgumentError(pem.origin + ": not a PEM certificate (" + OpenSslError() + ")");
+  }
+  int added = 0;
+  X509_STORE* store = SSL_CTX_get_cert_store(ctx.native_handle());
+  for (int i = 0; i < sk_X509_INFO_num(infos); ++i) {
+    X509_INFO* info = sk_X509_INFO_value(infos, i);
+    if (info->x509 != nullptr && X509_STORE_add_cert(store, info->x509) == 1) ++added;
+  }
+  sk_X509_INFO_pop_free(infos, X509_INFO_free);
+  ERR_clear_error();
+  if (added == 0) return InvalidArgumentError(pem.origin + ": no PEM certificate in it");
+  return OkStatus();
+}
+
+}  // namespace
+
+void Cancellation::Cancel() {
+  MutexLock lock(&mu_);
+  cancelled_ = true;
+  if (canceller_) canceller_();
+}
+
+bool Cancellation::cancelled() const {
+  MutexLock lock(&mu_);
+  return cancelled_;
+}
+
+bool Cancellation::SetCanceller(std::function<void()> canceller) {
+  MutexLock lock(&mu_);
+  if (cancelled_ && canceller) return false;
+  canceller_ = std::move(canceller);
+  return true;
+}
+
+std::string ReasonPhrase(int status) {
+  if (status < 0 || status > 999) return "";
+  std::string reason(bhttp::obsolete_reason(bhttp::int_to_status(static_cast<unsigned>(status))));
+  return reason == "<unknown-status>" ? "" : reason;
+}
+
+StatusOr<std::unique_ptr<HttpsClient>> HttpsClient::Create(Options options) {
+  if (options.host.empty()) return InvalidArgumentError("https client: no server host");
+  auto ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                   ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+  if (options.insecure_skip_tls_verify) {
+    ctx->set_verify_mode(ssl::verify_none);
+  } else {
+    ctx->set_verify_mode(ssl::verify_peer);
+    if (options.ca.text.empty()) {
+      beast::error_code ec;
+      ctx->set_default_verify_paths(ec);
+      if (ec) return InternalError("https client: the system's CA roots: " + ec.message());
+    } else {
+      KDM_RETURN_IF_ERROR(AddTrustedCertificates(*ctx, options.ca));
+    }
+  }
+  const PemSource& cert = options.client_certificate;
+  const PemSource& key = options.client_key;
+  if (!cert.text.empty()) {
+    beast::error_code ec;
+    ctx->use_certificate_chain(net::buffer(cert.text), ec);
+    if (ec) {
+      ERR_clear_error();
+      return InvalidArgumentError(cert.origin + ": not a PEM certificate: " + ec.message());
+    }
+    BIO* bio = BIO_new_mem_buf(key.text.data(), static_cast<int>(key.text.size()));
+    EVP_PKEY* pkey =
+        bio == nullptr ? nullptr : PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+    BIO_free(bio);
+    if (pkey == nullptr) {
+      return InvalidArgumentError(key.origin + ": not a PEM private key (" + OpenSslError() + ")");
+    }
+    const int used = SSL_CTX_use_PrivateKey(ctx->native_handle(), pkey);
+    EVP_PKEY_free(pkey);
+    if (used != 1 || SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+      return InvalidArgumentError(key.origin + ": does not match the certificate " + cert.origin +
+                                  " (" + OpenSslError() + ")");
+    }
+  }
+  return std::unique_ptr<HttpsClient>(new HttpsClientImpl(std::move(options), std::move(ctx)));
+}
+
+}  // namespace kdm::http
