@@ -1,9 +1,11 @@
 // kdm::Clock: the one seam between kdm and time. Every kdm component that
 // reads the time, arms a timer or waits for a while does it through a Clock:
-// the Manager's grace period and checkpoint retries, the kube Client's retry
-// back-off, the NodeInformer's re-list waits, the Publisher's polls and its
-// `updated` stamp, the NVML health monitor's recovery times, the plugin
-// SDK's registration back-off.
+// the Manager's grace period and checkpoint retries, the kube Client's
+// deadline and retry back-off, the NodeInformer's re-list waits, the
+// Publisher's polls and its `updated` stamp, the NVML health monitor's
+// recovery times. (Still on the real clock: gRPC and Asio deadlines of real
+// I/O, latency metrics, and the plugin SDK's supervisor, whose waits are
+// directory-watch waits.)
 //
 // NewRealClock() is the system's clocks: Now() is std::chrono::steady_clock,
 // WallNow() std::chrono::system_clock, waits really block, and timers run on
