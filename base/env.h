@@ -1,22 +1,37 @@
-// kdm::Env: the one seam between kdm and the operating system's files,
-// directory watches and process identity (the boot id). Every kdm module that
-// touches the disk does it through an Env, so that one errno policy applies
-// everywhere and tests can run on an in-memory file system (NewMemoryEnv).
+// kdm::Env: the seam between kdm and the operating system's files, directory
+// watches and process identity (the boot id, live pids). Time has its own
+// seam, kdm::Clock (clock.h).
+//
+// Who goes through it: the Manager (plugin directory, stale sockets, boot id:
+// Manager::Options::env), the kubelet JSON checkpoint store (every file
+// operation), the SQLite store's checks and quarantine around the file
+// (SQLite does its own I/O), the plugin SDK's directory watch, kubeconfig and
+// token reads, the NVML plugin's device-node lookups, and the fakes' health
+// files, manifest watch and status files. Each takes an Env* in its options
+// or as a last argument, defaulting to Env::Default(); besides those
+// defaults only the CLI's commands call Env::Default(). Still direct POSIX, each mapped with
+// ErrnoToStatus: the SQLite header check, manifest reads (O_NOFOLLOW), the sockets' chmod and
+// unlink beside a gRPC bind, and std::filesystem listings in the fakes.
 //
 // Env::Default() is the POSIX implementation, a process-wide object that is
-// never destroyed. NewMemoryEnv() makes an in-memory one for tests: paths are
-// plain strings (no symlinks, no "." or ".." resolution), and its watchers
-// see exactly the changes made through that Env.
+// never destroyed. NewMemoryEnv() makes an in-memory one for tests: one map
+// of paths under one lock; paths are plain strings (repeated and trailing
+// slashes are folded; no symlinks, no "." or ".." resolution); modes are
+// kept and tightened but never enforced; sockets exist only through
+// AddSocketForTest; ProcessExists sees only SetLivePidsForTest's pids (the
+// caller's by default); its watchers see exactly the changes made through
+// that Env and have a real eventfd as ReadyFd().
 //
 // Errors follow one errno policy (ErrnoToStatus below): the message names
-// the operation and the path, then the errno text.
+// the operation and the path, then the errno text. The in-memory Env uses
+// the same codes and message shapes.
 //
 // Thread-safety: every Env method may be called from any thread at the same
 // time. A DirectoryWatcher is used by one thread at a time, except Wake(),
 // which any thread may call.
 //
 // Example:
-//   kdm::Env* env = kdm::Env::Default();
+//   kdm::Env* env = options.env;  // Env::Default() unless a test gave another
 //   KDM_RETURN_IF_ERROR(env->CreateDirectories(dir, 0750));
 //   KDM_RETURN_IF_ERROR(env->WriteFileAtomically(JoinPath(dir, "f.json"), text));
 //   KDM_ASSIGN_OR_RETURN(std::string back, env->ReadFile(JoinPath(dir, "f.json"), 1 << 20));

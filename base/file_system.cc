@@ -12,8 +12,8 @@ std::string JoinPath(std::string_view dir, std::string_view name) {
   return out;
 }
 
-Status EnsureDirectory(const std::string& dir, unsigned mode) {
-  return Env::Default()->CreateDirectories(dir, mode);
+Status EnsureDirectory(const std::string& dir, unsigned mode, Env* env) {
+  return env->CreateDirectories(dir, mode);
 }
 
 }  // namespace kdm

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "kdm/base/env.h"
 #include "kdm/base/status.h"
 
 namespace kdm {
@@ -22,12 +23,12 @@ namespace kdm {
 // "/a/b", "/" + "b" -> "/b").
 std::string JoinPath(std::string_view dir, std::string_view name);
 
-// Env::Default()->CreateDirectories(dir, mode) (see env.h): creates `dir`
+// env->CreateDirectories(dir, mode) (see env.h): creates `dir`
 // and its missing parents with `mode` (an existing directory is left as it
 // is). Errors name the path: INVALID_ARGUMENT for an empty path,
 // FAILED_PRECONDITION when `dir` exists and is not a directory, a failed
 // mkdir by the errno policy (ErrnoToStatus).
-Status EnsureDirectory(const std::string& dir, unsigned mode);
+Status EnsureDirectory(const std::string& dir, unsigned mode, Env* env = Env::Default());
 
 }  // namespace kdm
 

@@ -20,8 +20,8 @@ constexpr AtomicWriteOptions kCheckpointWrite{.mode = 0600, .naming = TempFileNa
 
 class KubeletJsonStore final : public Store {
  public:
-  KubeletJsonStore(std::string path, CheckpointData data)
-      : path_(std::move(path)), data_(std::move(data)) {}
+  KubeletJsonStore(std::string path, CheckpointData data, Env* env)
+      : path_(std::move(path)), data_(std::move(data)), env_(env) {}
 
   StatusOr<CheckpointData> Load() override { return data_; }
 
@@ -54,25 +54,24 @@ class KubeletJsonStore final : public Store {
 
  private:
   Status Write(const CheckpointData& data) {
-    return Env::Default()
-        ->WriteFileAtomically(path_, EncodeKubeletCheckpoint(data), kCheckpointWrite)
+    return env_->WriteFileAtomically(path_, EncodeKubeletCheckpoint(data), kCheckpointWrite)
         .WithPrefix("write checkpoint");
   }
 
   Status WriteBootId(const std::string& boot_id) {
-    return Env::Default()
-        ->WriteFileAtomically(path_ + kBootIdSuffix, boot_id, kCheckpointWrite)
+    return env_->WriteFileAtomically(path_ + kBootIdSuffix, boot_id, kCheckpointWrite)
         .WithPrefix("write boot id");
   }
 
   std::string path_;
   CheckpointData data_;
+  Env* const env_;
 };
 
 // The boot id sidecar: empty when missing; DATA_LOSS when it cannot be a
 // boot id.
-StatusOr<std::string> ReadBootId(const std::string& path) {
-  StatusOr<std::string> text = Env::Default()->ReadFile(path, kMaxBootIdFileBytes);
+StatusOr<std::string> ReadBootIdSidecar(Env& env, const std::string& path) {
+  StatusOr<std::string> text = env.ReadFile(path, kMaxBootIdFileBytes);
   if (!text.ok()) {
     if (text.status().code() == StatusCode::kNotFound) return std::string();
     // Too big to be a boot id: corrupt, like any other non-boot-id content.
@@ -99,7 +98,7 @@ StatusOr<std::string> ReadBootId(const std::string& path) {
 StatusOr<CheckpointData> ReadCheckpoint(const KubeletJsonOptions& options, bool* content_error) {
   *content_error = false;
   StatusOr<std::string> text =
-      Env::Default()->ReadFile(options.path, internal::kMaxCheckpointFileBytes);
+      options.env->ReadFile(options.path, internal::kMaxCheckpointFileBytes);
   if (!text.ok()) {
     if (text.status().code() == StatusCode::kNotFound && options.create_if_missing) {
       return CheckpointData{};
@@ -122,14 +121,15 @@ StatusOr<CheckpointData> ReadCheckpoint(const KubeletJsonOptions& options, bool*
 
 StatusOr<OpenResult> OpenKubeletJsonStore(const KubeletJsonOptions& options) {
   if (options.path.empty()) return InvalidArgumentError("empty kubelet checkpoint path");
-  if (internal::IsDirectory(*Env::Default(), options.path)) {
+  if (options.env == nullptr) return InvalidArgumentError("KubeletJsonOptions.env is null");
+  if (internal::IsDirectory(*options.env, options.path)) {
     return FailedPreconditionError("kubelet checkpoint " + options.path + " is a directory");
   }
   OpenResult result;
   // A kill -9 during Apply() or SetBootId() leaves "<file>.tmp-<pid>".
   for (const std::string& written : {options.path, options.path + kBootIdSuffix}) {
     StatusOr<std::vector<std::string>> removed =
-        Env::Default()->RemoveStaleTempFiles(written, TempFileNaming::kWriterPid);
+        options.env->RemoveStaleTempFiles(written, TempFileNaming::kWriterPid);
     if (!removed.ok()) continue;  // the read below reports an unusable directory
     result.removed_temp_files.insert(result.removed_temp_files.end(), removed->begin(),
                                      removed->end());
@@ -139,20 +139,19 @@ StatusOr<OpenResult> OpenKubeletJsonStore(const KubeletJsonOptions& options) {
   if (!data.ok()) {
     if (!content_error || !options.quarantine_corrupt) return data.status();
     KDM_ASSIGN_OR_RETURN(result.quarantined_path,
-                         internal::QuarantineFile(*Env::Default(), options.path, {}));
+                         internal::QuarantineFile(*options.env, options.path, {}));
     result.recovered =
         DataLossError(data.status().message() + "; moved aside to " + result.quarantined_path +
                       ", starting with an empty checkpoint");
     data = CheckpointData{};
   }
   const std::string boot_path = options.path + kBootIdSuffix;
-  StatusOr<std::string> boot_id = ReadBootId(boot_path);
+  StatusOr<std::string> boot_id = ReadBootIdSidecar(*options.env, boot_path);
   if (!boot_id.ok()) {
     if (boot_id.status().code() != StatusCode::kDataLoss || !options.quarantine_corrupt) {
       return boot_id.status();
     }
-    KDM_ASSIGN_OR_RETURN(std::string moved,
-                         internal::QuarantineFile(*Env::Default(), boot_path, {}));
+    KDM_ASSIGN_OR_RETURN(std::string moved, internal::QuarantineFile(*options.env, boot_path, {}));
     std::string note = boot_id.status().message() + "; moved aside to " + moved;
     result.recovered = result.recovered.ok()
                            ? DataLossError(note)
@@ -160,7 +159,7 @@ StatusOr<OpenResult> OpenKubeletJsonStore(const KubeletJsonOptions& options) {
     boot_id = std::string();
   }
   data->boot_id = *boot_id;
-  result.store = std::make_unique<KubeletJsonStore>(options.path, std::move(*data));
+  result.store = std::make_unique<KubeletJsonStore>(options.path, std::move(*data), options.env);
   return result;
 }
 
@@ -168,16 +167,16 @@ StatusOr<OpenResult> OpenKubeletJsonStore(const std::string& path) {
   return OpenKubeletJsonStore(KubeletJsonOptions{.path = path});
 }
 
-StatusOr<CheckpointData> ReadKubeletCheckpointFile(const std::string& path, bool verify_checksum) {
-  KDM_ASSIGN_OR_RETURN(std::string text,
-                       Env::Default()->ReadFile(path, internal::kMaxCheckpointFileBytes));
+StatusOr<CheckpointData> ReadKubeletCheckpointFile(const std::string& path, bool verify_checksum,
+                                                   Env* env) {
+  KDM_ASSIGN_OR_RETURN(std::string text, env->ReadFile(path, internal::kMaxCheckpointFileBytes));
   StatusOr<CheckpointData> data = DecodeKubeletCheckpoint(text, verify_checksum);
   if (!data.ok()) return data.status().WithPrefix(path);
   return data;
 }
 
-Status WriteKubeletCheckpointFile(const std::string& path, const CheckpointData& data) {
-  return Env::Default()->WriteFileAtomically(path, EncodeKubeletCheckpoint(data), kCheckpointWrite);
+Status WriteKubeletCheckpointFile(const std::string& path, const CheckpointData& data, Env* env) {
+  return env->WriteFileAtomically(path, EncodeKubeletCheckpoint(data), kCheckpointWrite);
 }
 
 }  // namespace kdm::checkpoint

@@ -28,6 +28,7 @@
 
 #include <string>
 
+#include "kdm/base/env.h"
 #include "kdm/base/status.h"
 #include "kdm/checkpoint/store.h"
 
@@ -41,6 +42,10 @@ struct KubeletJsonOptions {
   // Move a bad file aside and start empty (else return its error and leave
   // the file where it is).
   bool quarantine_corrupt = true;
+  // The OS seam: every read, write, cleanup and quarantine of the file and
+  // its boot id sidecar (an in-memory Env works). Not owned; must outlive
+  // the store.
+  Env* env = Env::Default();
 };
 
 // Opens the store. Errors: NOT_FOUND (missing and !create_if_missing),
@@ -56,11 +61,13 @@ StatusOr<OpenResult> OpenKubeletJsonStore(const std::string& path);
 // FAILED_PRECONDITION (not a regular file), INVALID_ARGUMENT (bad content),
 // DATA_LOSS (checksum mismatch). Entries keep file order.
 StatusOr<CheckpointData> ReadKubeletCheckpointFile(const std::string& path,
-                                                   bool verify_checksum = true);
+                                                   bool verify_checksum = true,
+                                                   Env* env = Env::Default());
 
 // Writes `data` as a kubelet checkpoint file atomically (temporary file,
 // fsync, rename, fsync of the directory). On error `path` is unchanged.
-Status WriteKubeletCheckpointFile(const std::string& path, const CheckpointData& data);
+Status WriteKubeletCheckpointFile(const std::string& path, const CheckpointData& data,
+                                  Env* env = Env::Default());
 
 }  // namespace kdm::checkpoint
 

@@ -33,19 +33,21 @@ StatusOr<OpenResult> OpenStoreForRoot(const std::string& root, StoreKind kind,
   if (root.empty()) return InvalidArgumentError("empty root directory");
   const std::string path = CheckpointPath(root, kind);
   if (options.create_if_missing) {
-    KDM_RETURN_IF_ERROR(Env::Default()->CreateDirectories(StateDir(root), 0755));
-  } else if (!internal::PathExists(*Env::Default(), path)) {
+    KDM_RETURN_IF_ERROR(options.env->CreateDirectories(StateDir(root), 0755));
+  } else if (!internal::PathExists(*options.env, path)) {
     return NotFoundError("no " + std::string(StoreKindName(kind)) + " checkpoint at " + path);
   }
   if (kind == StoreKind::kSqlite) {
     return OpenSqliteStore({.path = path,
                             .synchronous_full = options.synchronous_full,
                             .create_if_missing = options.create_if_missing,
-                            .quarantine_corrupt = options.quarantine_corrupt});
+                            .quarantine_corrupt = options.quarantine_corrupt,
+                            .env = options.env});
   }
   return OpenKubeletJsonStore(KubeletJsonOptions{.path = path,
                                                  .create_if_missing = options.create_if_missing,
-                                                 .quarantine_corrupt = options.quarantine_corrupt});
+                                                 .quarantine_corrupt = options.quarantine_corrupt,
+                                                 .env = options.env});
 }
 
 }  // namespace kdm::checkpoint

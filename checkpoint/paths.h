@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "kdm/base/env.h"
 #include "kdm/base/status.h"
 #include "kdm/checkpoint/store.h"
 
@@ -42,6 +43,8 @@ struct RootOpenOptions {
   bool quarantine_corrupt = true;
   // SQLite only: synchronous=FULL.
   bool synchronous_full = true;
+  // The OS seam, handed to the store's options. Not owned.
+  Env* env = Env::Default();
 };
 
 // Opens the store of `kind` under `root` (see OpenSqliteStore and

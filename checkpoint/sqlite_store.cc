@@ -237,10 +237,10 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const SqliteOptions& op
 
 StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::OpenUnlabelled(const SqliteOptions& options) {
   if (options.path.empty()) return InvalidArgumentError("empty checkpoint database path");
-  if (internal::IsDirectory(*Env::Default(), options.path)) {
+  if (internal::IsDirectory(*options.env, options.path)) {
     return FailedPreconditionError("checkpoint database " + options.path + " is a directory");
   }
-  if (!options.create_if_missing && !internal::PathExists(*Env::Default(), options.path)) {
+  if (!options.create_if_missing && !internal::PathExists(*options.env, options.path)) {
     return NotFoundError("no checkpoint database at " + options.path);
   }
   KDM_RETURN_IF_ERROR(ValidateExisting(options.path));
@@ -467,7 +467,7 @@ StatusOr<OpenResult> OpenSqliteStore(const SqliteOptions& options) {
   // The failed attempt's connection is closed by now (the store was
   // destroyed), so the files can be moved.
   Status why = opened.status();
-  KDM_ASSIGN_OR_RETURN(std::string moved, internal::QuarantineFile(*Env::Default(), options.path,
+  KDM_ASSIGN_OR_RETURN(std::string moved, internal::QuarantineFile(*options.env, options.path,
                                                                    {"-wal", "-shm", "-journal"}));
   SqliteOptions fresh = options;
   fresh.create_if_missing = true;

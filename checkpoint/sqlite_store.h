@@ -28,6 +28,7 @@
 
 #include <string>
 
+#include "kdm/base/env.h"
 #include "kdm/base/status.h"
 #include "kdm/checkpoint/store.h"
 
@@ -44,6 +45,10 @@ struct SqliteOptions {
   // Move a bad file aside and start empty (else return DATA_LOSS and leave
   // the file where it is, e.g. for a read-only `kdm checkpoint show`).
   bool quarantine_corrupt = true;
+  // The OS seam of the checks around the file (is it there, is it a
+  // directory) and of its quarantine; SQLite itself reads and writes the
+  // real file. Not owned; must outlive the call.
+  Env* env = Env::Default();
 };
 
 // The schema version this build writes; a file with a higher version is

@@ -107,11 +107,11 @@ std::string RenderJUnit(const Report& report) {
   return out;
 }
 
-Status WriteFileAtomically(const std::string& path, std::string_view content) {
+Status WriteFileAtomically(const std::string& path, std::string_view content, Env* env) {
   if (path.empty()) return InvalidArgumentError("the report path is empty");
   // A report is for everyone who may read the directory.
-  return Env::Default()->WriteFileAtomically(
-      path, content, {.mode = 0644, .naming = TempFileNaming::kHiddenRandom});
+  return env->WriteFileAtomically(path, content,
+                                  {.mode = 0644, .naming = TempFileNaming::kHiddenRandom});
 }
 
 }  // namespace kdm::conformance

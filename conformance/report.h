@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kdm/base/env.h"
 #include "kdm/base/status.h"
 #include "kdm/conformance/check.h"
 
@@ -56,7 +57,8 @@ std::string XmlEscape(std::string_view text);
 // temporary file in the same directory, fsync, rename, directory fsync, so a
 // reader sees the old file or the whole new one, even after a crash. Errors
 // name the path and the reason; codes follow the errno policy (ErrnoToStatus).
-Status WriteFileAtomically(const std::string& path, std::string_view content);
+Status WriteFileAtomically(const std::string& path, std::string_view content,
+                           Env* env = Env::Default());
 
 }  // namespace kdm::conformance
 

@@ -50,9 +50,10 @@
 #include <string>
 #include <vector>
 
+#include "kdm/base/clock.h"
+#include "kdm/base/env.h"
 #include "kdm/base/status.h"
 #include "kdm/checkpoint/store.h"
-#include "kdm/devicemanager/clock.h"
 #include "kdm/devicemanager/metrics.h"
 #include "kdm/devicemanager/pod.h"
 #include "kdm/pluginapi/constants.h"
@@ -191,9 +192,14 @@ class Manager {
     // The uids of the pods that are active now; used by
     // UpdateAllocatedDevices() and after a reboot. Null: no pod is active.
     std::function<std::set<std::string>()> active_pods;
-    // Null: the system's steady clock.
-    std::shared_ptr<Clock> clock;
-    // Null: reads /proc/sys/kernel/random/boot_id.
+    // The time seam: the grace period, checkpoint retries and log summaries
+    // are its timers (docs/architecture.md#timers-on-your-loop). Null is taken
+    // as NewRealClock() too.
+    std::shared_ptr<Clock> clock = NewRealClock();
+    // The OS seam: the plugin directory (creation, mode, stale sockets) and
+    // the boot id. Not owned; must outlive the Manager.
+    Env* env = Env::Default();
+    // Null: env->ReadBootId().
     std::function<StatusOr<std::string>()> boot_id_provider;
     // NUMA alignment without a topology manager. Off (the kubelet's default,
     // topology manager policy "none"): candidates in device order. On: for each

@@ -166,8 +166,9 @@ StatusOr<std::unique_ptr<Manager>> Manager::Create(Options options) {
   KDM_RETURN_IF_ERROR(ValidateRestrictions(options.restrictions));
   if (!options.store) options.store = checkpoint::NewMemoryStore();
   if (!options.clock) options.clock = NewRealClock();
+  if (options.env == nullptr) return InvalidArgumentError("Options.env must not be null");
   if (!options.boot_id_provider) {
-    options.boot_id_provider = [] { return Env::Default()->ReadBootId(); };
+    options.boot_id_provider = [env = options.env] { return env->ReadBootId(); };
   }
   const int max_bytes = options.max_plugin_message_bytes;
   return std::unique_ptr<Manager>(new ManagerImpl(
@@ -199,10 +200,10 @@ Status ManagerImpl::Start() {
     started_ = true;
   }
   const std::string& dir = options_.plugin_dir;
-  KDM_RETURN_IF_ERROR(EnsureDirectory(dir, 0750));
+  KDM_RETURN_IF_ERROR(options_.env->CreateDirectories(dir, 0750));
   // An existing directory more open than 0750 is tightened: anyone who can
   // write there could plant sockets or symlinks for plugins to meet.
-  if (StatusOr<unsigned> was = Env::Default()->TightenDirectoryMode(dir, 0750); !was.ok()) {
+  if (StatusOr<unsigned> was = options_.env->TightenDirectoryMode(dir, 0750); !was.ok()) {
     spdlog::warn("event=plugin_dir_mode_not_restricted dir={} error=\"{}\"", dir,
                  was.status().message());
   } else if ((*was & ~0750u) != 0) {
@@ -243,7 +244,7 @@ Status ManagerImpl::Start() {
     KDM_RETURN_IF_ERROR(RestoreCheckpointLocked(*data, boot_id, active, /*active_read=*/true));
   }
   KDM_ASSIGN_OR_RETURN(std::vector<std::string> removed,
-                       RemoveSocketsExcept(*Env::Default(), dir, pluginapi::kKubeletSocketName));
+                       RemoveSocketsExcept(*options_.env, dir, pluginapi::kKubeletSocketName));
   for (const auto& name : removed) {
     spdlog::info("event=stale_socket_removed dir={} socket={}", dir,
                  QuoteLogValue(name, kMaxLogValueBytes));

@@ -17,8 +17,9 @@ namespace fs = std::filesystem;
 class HealthFileWatcherImpl final : public HealthFileWatcher {
  public:
   HealthFileWatcherImpl(std::string path, ChangeCallback on_change, ErrorCallback on_error,
-                        std::chrono::milliseconds poll_bound)
-      : path_(std::move(path)),
+                        std::chrono::milliseconds poll_bound, Env* env)
+      : env_(env),
+        path_(std::move(path)),
         on_change_(std::move(on_change)),
         on_error_(std::move(on_error)),
         poll_bound_(poll_bound) {
@@ -39,7 +40,7 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
     if (!fs::is_directory(dir_, ec)) {
       return NotFoundError("health file " + path_ + ": directory " + dir_ + " does not exist");
     }
-    StatusOr<std::unique_ptr<DirectoryWatcher>> watcher = Env::Default()->WatchDirectory(dir_);
+    StatusOr<std::unique_ptr<DirectoryWatcher>> watcher = env_->WatchDirectory(dir_);
     if (!watcher.ok()) return watcher.status().WithPrefix("health file " + path_);
     watcher_ = std::move(*watcher);
     // Watch first, then read: a write between the two is seen either way.
@@ -102,7 +103,7 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
   }
 
   void ReadAndApply() {
-    StatusOr<HealthMap> read = ReadHealthFile(path_);
+    StatusOr<HealthMap> read = ReadHealthFile(path_, env_);
     if (!read.ok()) {
       Report(read.status());
       return;
@@ -124,6 +125,7 @@ class HealthFileWatcherImpl final : public HealthFileWatcher {
     ++stats_.rejected;
   }
 
+  Env* const env_;
   const std::string path_;
   std::string dir_;
   std::string name_;
@@ -173,8 +175,8 @@ StatusOr<HealthMap> ParseHealthJson(std::string_view text) {
   return out;
 }
 
-StatusOr<HealthMap> ReadHealthFile(const std::string& path) {
-  StatusOr<std::string> text = Env::Default()->ReadFile(path, kMaxHealthFileBytes);
+StatusOr<HealthMap> ReadHealthFile(const std::string& path, Env* env) {
+  StatusOr<std::string> text = env->ReadFile(path, kMaxHealthFileBytes);
   if (!text.ok()) {
     // Every refusal is the file's fault (INVALID_ARGUMENT, as documented),
     // except a file that is not there (yet).
@@ -194,7 +196,7 @@ StatusOr<HealthMap> ReadHealthFile(const std::string& path) {
 
 StatusOr<std::unique_ptr<HealthFileWatcher>> HealthFileWatcher::Create(
     std::string path, ChangeCallback on_change, ErrorCallback on_error,
-    std::chrono::milliseconds poll_bound) {
+    std::chrono::milliseconds poll_bound, Env* env) {
   if (path.empty()) return InvalidArgumentError("health file path is empty");
   if (fs::path(path).filename().empty()) {
     return InvalidArgumentError("health file path " + path + " names a directory, not a file");
@@ -202,7 +204,7 @@ StatusOr<std::unique_ptr<HealthFileWatcher>> HealthFileWatcher::Create(
   if (!on_change) return InvalidArgumentError("health file watcher needs a change callback");
   if (poll_bound.count() <= 0) poll_bound = std::chrono::milliseconds(200);
   return std::unique_ptr<HealthFileWatcher>(new HealthFileWatcherImpl(
-      std::move(path), std::move(on_change), std::move(on_error), poll_bound));
+      std::move(path), std::move(on_change), std::move(on_error), poll_bound, env));
 }
 
 }  // namespace kdm::fakes

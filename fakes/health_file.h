@@ -37,6 +37,7 @@
 #include <string>
 #include <string_view>
 
+#include "kdm/base/env.h"
 #include "kdm/base/status.h"
 
 namespace kdm::fakes {
@@ -55,7 +56,7 @@ StatusOr<HealthMap> ParseHealthJson(std::string_view text);
 // Reads and parses a health file. NOT_FOUND when it does not exist;
 // INVALID_ARGUMENT when it is not a regular file, is larger than
 // kMaxHealthFileBytes or does not parse. Messages start with the path.
-StatusOr<HealthMap> ReadHealthFile(const std::string& path);
+StatusOr<HealthMap> ReadHealthFile(const std::string& path, Env* env = Env::Default());
 
 class HealthFileWatcher {
  public:
@@ -75,7 +76,8 @@ class HealthFileWatcher {
   // callback). Touches nothing on disk.
   static StatusOr<std::unique_ptr<HealthFileWatcher>> Create(
       std::string path, ChangeCallback on_change, ErrorCallback on_error,
-      std::chrono::milliseconds poll_bound = std::chrono::milliseconds(200));
+      std::chrono::milliseconds poll_bound = std::chrono::milliseconds(200),
+      Env* env = Env::Default());
 
   virtual ~HealthFileWatcher() = default;
 

@@ -145,7 +145,7 @@ class ManifestWatcherImpl final : public ManifestWatcher {
   Status Start() override {
     if (started_) return FailedPreconditionError("manifest watcher already started");
     KDM_ASSIGN_OR_RETURN(std::unique_ptr<DirectoryWatcher> watcher,
-                         Env::Default()->WatchDirectory(core_->options.dir));
+                         core_->options.env->WatchDirectory(core_->options.dir));
     int fd = ::dup(watcher->ReadyFd());
     if (fd < 0) return ErrnoToStatus(errno, "cannot watch " + core_->options.dir + ": dup");
     core_->watcher = std::move(watcher);

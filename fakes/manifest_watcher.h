@@ -36,6 +36,7 @@
 #include <memory>
 #include <string>
 
+#include "kdm/base/env.h"
 #include "kdm/base/status.h"
 
 namespace kdm::fakes {
@@ -56,6 +57,8 @@ class ManifestWatcher {
     std::chrono::milliseconds debounce{100};
     // Required.
     Callback on_event;
+    // The OS seam of the directory watch. Not owned; must outlive the watcher.
+    Env* env = Env::Default();
   };
 
   // Validates options (touches nothing on disk). INVALID_ARGUMENT for an

@@ -375,15 +375,15 @@ std::string RenderNodeStatus(const NodeStatus& status) {
   return root.dump(2) + "\n";
 }
 
-Status WriteFileAtomically(const std::string& path, std::string_view contents) {
+Status WriteFileAtomically(const std::string& path, std::string_view contents, Env* env) {
   // A dot-file temporary, so that a reader globbing "*.json" never sees it.
-  return Env::Default()->WriteFileAtomically(
-      path, contents, {.mode = 0644, .naming = TempFileNaming::kHiddenRandom});
+  return env->WriteFileAtomically(path, contents,
+                                  {.mode = 0644, .naming = TempFileNaming::kHiddenRandom});
 }
 
-std::vector<std::string> RemoveStaleTempFiles(const std::string& dir) {
+std::vector<std::string> RemoveStaleTempFiles(const std::string& dir, Env* env) {
   StatusOr<std::vector<std::string>> removed =
-      Env::Default()->RemoveStaleTempFiles(dir, TempFileNaming::kHiddenRandom);
+      env->RemoveStaleTempFiles(dir, TempFileNaming::kHiddenRandom);
   if (!removed.ok()) {
     spdlog::warn("event=stale_temp_files_not_checked dir={} error={}", QuoteLogValue(dir),
                  QuoteLogValue(removed.status().message()));

@@ -33,6 +33,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kdm/base/env.h"
 #include "kdm/base/status.h"
 #include "kdm/devicemanager/manager.h"
 
@@ -128,7 +129,8 @@ StatusOr<NodeStatus> ReadNodeStatusFile(const std::string& path);
 // Env::WriteFileAtomically, mode 0644. On error `path` is unchanged; the
 // error names the path and the failing step. The temporary file is
 // ".<name>.tmp-XXXXXX" (TempFileNaming::kHiddenRandom) beside `path`.
-Status WriteFileAtomically(const std::string& path, std::string_view contents);
+Status WriteFileAtomically(const std::string& path, std::string_view contents,
+                           Env* env = Env::Default());
 
 // Removes the temporary files of WriteFileAtomically that a process killed
 // between creating and renaming one left in `dir` (regular files named
@@ -137,7 +139,7 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents);
 // writes to `dir`: it cannot tell a dead writer's file from a live one's.
 // Returns the paths removed; a directory that cannot be read is logged and
 // gives none.
-std::vector<std::string> RemoveStaleTempFiles(const std::string& dir);
+std::vector<std::string> RemoveStaleTempFiles(const std::string& dir, Env* env = Env::Default());
 
 // The pod status files in `dir` (not node.json) that say "Admitted" and list
 // at least one device: pods that the checkpoint should hold after a

@@ -67,6 +67,7 @@ class ClientImpl final : public Client {
   ClientImpl(Options options, std::unique_ptr<http::HttpsClient> transport)
       : options_(std::move(options)),
         transport_(std::move(transport)),
+        clock_(options_.clock ? options_.clock : NewRealClock()),
         rng_(options_.jitter_seed != 0 ? options_.jitter_seed : std::random_device()()) {}
 
   StatusOr<std::string> Get(std::string_view path, milliseconds timeout,
@@ -144,25 +145,14 @@ class ClientImpl final : public Client {
     return milliseconds(base + jitter(rng_));
   }
 
-  // Returns true when the wait was cut short by `cancel`.
+  // Sleeps `d` on the clock. Returns true when the wait was cut short by
+  // `cancel`: its Cancel() wakes the sleep at once.
   bool Wait(milliseconds d, Cancellation* cancel) {
-    if (options_.sleep_for) {
-      options_.sleep_for(d);
-      return cancel != nullptr && cancel->cancelled();
-    }
-    if (cancel == nullptr) {
-      std::this_thread::sleep_for(d);
-      return false;
-    }
-    // Wakes at once on Cancel(): the canceller set here ends the wait.
-    Notification woken;
-    if (!cancel->SetCanceller([&woken] {
-          if (!woken.HasBeenNotified()) woken.Notify();
-        })) {
-      return true;
-    }
-    woken.WaitForNotificationWithTimeout(absl::FromChrono(d));
-    cancel->SetCanceller(nullptr);
+    Wakeup woken;
+    if (cancel != nullptr && !cancel->SetCanceller([&woken] { woken.Wake(); })) return true;
+    clock_->SleepFor(d, woken);
+    if (cancel == nullptr) return false;
+    cancel->SetCanceller(nullptr);  // waits for a Cancel() that is running it
     return cancel->cancelled();
   }
 
@@ -172,13 +162,16 @@ class ClientImpl final : public Client {
                                               const std::function<bool(std::string_view)>* on_line,
                                               milliseconds idle_timeout) {
     const std::string what = std::string(method) + " " + std::string(path);
-    const Clock::time_point deadline = Clock::now() + timeout;
+    // The deadline on the injected clock; each attempt gets what is left of
+    // it as a real deadline for its I/O.
+    const kdm::Clock::TimePoint deadline = clock_->Now() + timeout;
     Status last;
     for (int attempt = 1;; ++attempt) {
       if (cancel != nullptr && cancel->cancelled()) return CancelledError(what + ": cancelled");
       KDM_ASSIGN_OR_RETURN(auto request, BuildRequest(method, path, body));
+      const Clock::time_point io_deadline = Clock::now() + (deadline - clock_->Now());
       http::RoundTripResult r =
-          transport_->RoundTrip(request, deadline, cancel, on_line, idle_timeout);
+          transport_->RoundTrip(request, io_deadline, cancel, on_line, idle_timeout);
       std::optional<milliseconds> retry_after;
       if (r.streamed) return r;
       if (r.response) {
@@ -196,7 +189,7 @@ class ClientImpl final : public Client {
       }
       milliseconds wait =
           retry_after ? std::min(*retry_after, options_.retry.max_retry_after) : Backoff(attempt);
-      if (Clock::now() + wait >= deadline) {
+      if (clock_->Now() + wait >= deadline) {
         return Status(last.code(), last.message() + " (no time left for a retry in " +
                                        FormatMs(wait) + " within the " + FormatMs(timeout) +
                                        " deadline)");
@@ -207,6 +200,7 @@ class ClientImpl final : public Client {
 
   Options options_;
   const std::unique_ptr<http::HttpsClient> transport_;
+  const std::shared_ptr<kdm::Clock> clock_;
   Mutex rng_mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(rng_mu_);
 };

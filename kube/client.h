@@ -40,6 +40,7 @@
 #include <string>
 #include <string_view>
 
+#include "kdm/base/clock.h"
 #include "kdm/base/status.h"
 #include "kdm/http/client.h"
 #include "kdm/kube/kubeconfig.h"
@@ -69,9 +70,11 @@ class Client {
     // The biggest answer body accepted (a LIST of 5,000 nodes is ~50 MB).
     uint64_t max_body_bytes = 256ull << 20;
     std::string user_agent = "kdm";
-    // How the client waits between retries; tests pass a recorder that
-    // returns at once. Default: sleeps (the call's deadline still bounds it).
-    std::function<void(std::chrono::milliseconds)> sleep_for;
+    // The time seam: a call's deadline is counted and the waits between
+    // retries are slept on it (a FakeClock's Advance() ends them); the
+    // network I/O of each attempt runs in real time, bounded by what is left
+    // of the deadline. Null is taken as NewRealClock() too.
+    std::shared_ptr<kdm::Clock> clock = NewRealClock();
     // Seed of the jitter; 0 picks one at random.
     uint64_t jitter_seed = 0;
   };

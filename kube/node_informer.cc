@@ -41,7 +41,8 @@ enum class LineOutcome { kContinue, kRelistGone, kRelistError };
 
 class NodeInformerImpl final : public NodeInformer {
  public:
-  explicit NodeInformerImpl(Options options) : options_(std::move(options)) {}
+  explicit NodeInformerImpl(Options options)
+      : options_(std::move(options)), clock_(options_.clock ? options_.clock : NewRealClock()) {}
   ~NodeInformerImpl() override { Stop(); }
 
   void StartThread() {
@@ -53,6 +54,7 @@ class NodeInformerImpl final : public NodeInformer {
       MutexLock lock(&mu_);
       stopping_ = true;
     }
+    stop_wakeup_.Wake();
     cancel_.Cancel();
     MutexLock join_lock(&join_mu_);
     if (thread_.joinable()) thread_.join();
@@ -69,11 +71,10 @@ class NodeInformerImpl final : public NodeInformer {
     return stopping_;
   }
 
-  // Waits `d` or until Stop(); true when stopping.
+  // Waits `d` on the clock or until Stop(); true when stopping.
   bool Sleep(milliseconds d) {
-    MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(Condition(&stopping_), absl::FromChrono(d));
-    return stopping_;
+    clock_->SleepFor(d, stop_wakeup_);
+    return Stopping();
   }
 
   void Failed(const Status& s) {
@@ -231,7 +232,9 @@ class NodeInformerImpl final : public NodeInformer {
   }
 
   const Options options_;
+  const std::shared_ptr<kdm::Clock> clock_;
   Cancellation cancel_;
+  Wakeup stop_wakeup_;  // Stop() wakes it: ends a back-off at once
   mutable Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);

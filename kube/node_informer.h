@@ -9,7 +9,9 @@
 // the version is too old) means LIST again. A watch that ends (the server's
 // timeout, a dropped connection, no byte for idle_timeout) is started again
 // from the last version seen; a failed LIST or watch backs off (doubling,
-// with the client's own retries inside each request). See docs/kube.md.
+// with the client's own retries inside each request), sleeping on
+// Options::clock, so a FakeClock's Advance() is what ends a back-off in
+// tests. See docs/kube.md.
 //
 // Thread-safety: callbacks run on the informer's thread, one at a time, in
 // stream order; they must not call Stop(). Stop() and stats() may be called
@@ -32,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "kdm/base/clock.h"
 #include "kdm/base/status.h"
 #include "kdm/kube/client.h"
 
@@ -59,6 +62,9 @@ class NodeInformer {
     // Back-off after a failed LIST or watch: initial, doubling, at most max.
     std::chrono::milliseconds initial_backoff{500};
     std::chrono::milliseconds max_backoff{30'000};
+    // The time seam of the back-off waits (the client has its own, for its
+    // retries). Null is taken as NewRealClock() too.
+    std::shared_ptr<kdm::Clock> clock = NewRealClock();
     // The whole set, after each LIST: replaces what the caller knew.
     std::function<void(std::vector<NodeObject> nodes)> on_list;
     // One change seen by the watch.

@@ -7,23 +7,6 @@
 #include "kdm/base/log_value.h"
 
 namespace kdm::kube {
-namespace {
-
-class RealClock final : public PublishClock {
- public:
-  std::chrono::steady_clock::time_point Now() override { return std::chrono::steady_clock::now(); }
-  std::chrono::system_clock::time_point WallNow() override {
-    return std::chrono::system_clock::now();
-  }
-};
-
-}  // namespace
-
-PublishClock* RealPublishClock() {
-  static RealClock* clock = new RealClock();
-  return clock;
-}
-
 k8s::DevicesAnnotation BuildDevicesAnnotation(
     const std::string& node, const std::string& updated, const NodeDevices& devices,
     const std::map<std::string, topology::Topology>& topologies,
@@ -55,9 +38,11 @@ k8s::DevicesAnnotation BuildDevicesAnnotation(
   return a;
 }
 
-Publisher::Publisher(Options options, DeviceSource* source, AnnotationWriter* writer,
-                     PublishClock* clock)
-    : options_(std::move(options)), source_(source), writer_(writer), clock_(clock) {}
+Publisher::Publisher(Options options, DeviceSource* source, AnnotationWriter* writer)
+    : options_(std::move(options)),
+      source_(source),
+      writer_(writer),
+      clock_(options_.clock ? options_.clock : NewRealClock()) {}
 
 Publisher::StepResult Publisher::Step() {
   StatusOr<NodeDevices> read = source_->Read();
@@ -114,21 +99,12 @@ Publisher::StepResult Publisher::Step() {
 }
 
 void Publisher::Run() {
-  const absl::Duration interval = absl::FromChrono(options_.interval);
-  while (true) {
-    {
-      kdm::MutexLock lock(&mu_);
-      if (stop_) return;
-    }
+  while (!stop_.woken()) {
     Step();
-    kdm::MutexLock lock(&mu_);
-    if (mu_.AwaitWithTimeout(kdm::Condition(&stop_), interval)) return;
+    if (clock_->SleepFor(options_.interval, stop_)) return;
   }
 }
 
-void Publisher::Stop() {
-  kdm::MutexLock lock(&mu_);
-  stop_ = true;
-}
+void Publisher::Stop() { stop_.Wake(); }
 
 }  // namespace kdm::kube

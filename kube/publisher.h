@@ -12,14 +12,15 @@
 // (a write failure is retried at the next poll, still at most once per
 // min_write_interval) and polling goes on.
 //
-// Time comes from a PublishClock, so tests drive Step() with a fake clock;
-// Run() polls every `interval` (real waits, each bounded) until Stop().
+// Time comes from Options::clock (a kdm::Clock): intervals from Now(), the
+// annotation's `updated` from WallNow(), and Run()'s waits between polls are
+// the clock's SleepFor(), so a FakeClock drives Step() and Run() alike.
 //
 // Thread-safety: Step() and Run() from one thread at a time; Stop() from
 // any thread. The source and writer are called from that one thread.
 //
 // Example:
-//   kdm::kube::Publisher p(options, &source, &writer, kdm::kube::RealPublishClock());
+//   kdm::kube::Publisher p(options, &source, &writer);  // options.clock: the real one
 //   std::thread loop([&] { p.Run(); });
 //   ...
 //   p.Stop();
@@ -29,13 +30,14 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "kdm/base/clock.h"
 #include "kdm/base/status.h"
-#include "kdm/base/sync.h"
 #include "kdm/k8s/devices_annotation.h"
 #include "kdm/topology/topology.h"
 
@@ -76,18 +78,6 @@ class AnnotationWriter {
   virtual Status Write(const std::string& node, const std::string& value) = 0;
 };
 
-class PublishClock {
- public:
-  virtual ~PublishClock() = default;
-  // For intervals.
-  virtual std::chrono::steady_clock::time_point Now() = 0;
-  // For the annotation's `updated`.
-  virtual std::chrono::system_clock::time_point WallNow() = 0;
-};
-
-// The process clocks; never destroyed.
-PublishClock* RealPublishClock();
-
 class Publisher {
  public:
   struct Options {
@@ -97,6 +87,8 @@ class Publisher {
     std::chrono::milliseconds interval{std::chrono::seconds(1)};
     std::chrono::milliseconds min_write_interval{std::chrono::seconds(1)};
     std::chrono::milliseconds resync{std::chrono::minutes(5)};
+    // The time seam. Null is taken as NewRealClock() too.
+    std::shared_ptr<kdm::Clock> clock = NewRealClock();
   };
 
   enum class StepResult {
@@ -107,14 +99,14 @@ class Publisher {
     kWriteFailed,  // the writer failed; retried at a later poll
   };
 
-  // REQUIRES: source, writer and clock outlive the Publisher.
-  Publisher(Options options, DeviceSource* source, AnnotationWriter* writer, PublishClock* clock);
+  // REQUIRES: source and writer outlive the Publisher.
+  Publisher(Options options, DeviceSource* source, AnnotationWriter* writer);
 
   // One poll: read, build, and write when the rules above say so.
   StepResult Step();
 
-  // Step() every `interval` until Stop(). Returns within about one
-  // source/writer call after Stop().
+  // Step() every `interval` of the clock until Stop(). Returns within about
+  // one source/writer call after Stop().
   void Run();
   // Makes Run() return. Idempotent; any thread.
   void Stop();
@@ -129,7 +121,7 @@ class Publisher {
   const Options options_;
   DeviceSource* const source_;
   AnnotationWriter* const writer_;
-  PublishClock* const clock_;
+  const std::shared_ptr<kdm::Clock> clock_;
 
   // Step's thread only.
   std::optional<std::string> last_content_;  // encoded with `updated` empty
@@ -142,8 +134,7 @@ class Publisher {
   int writes_ = 0;
   int write_failures_ = 0;
 
-  kdm::Mutex mu_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  Wakeup stop_;  // Stop() wakes it: ends Run()'s wait
 };
 
 }  // namespace kdm::kube

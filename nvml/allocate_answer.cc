@@ -12,7 +12,6 @@ AllocateAnswerBuilder::AllocateAnswerBuilder(std::vector<GpuNode> gpus,
     : options_(std::move(options)) {
   for (GpuNode& g : gpus) minors_[std::move(g.uuid)] = g.minor;
   if (options_.dev_root.empty()) options_.dev_root = "/";
-  if (options_.env == nullptr) options_.env = Env::Default();
 }
 
 StatusOr<AllocateAnswer> AllocateAnswerBuilder::Answer(const std::vector<std::string>& ids) const {

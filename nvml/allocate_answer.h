@@ -53,8 +53,8 @@ struct AllocateAnswerOptions {
   bool cdi = false;
   // The CDI kind "<vendor>/<class>".
   std::string cdi_kind = "nvidia.com/gpu";
-  // The OS seam the control nodes are looked up through; null: Env::Default().
-  Env* env = nullptr;
+  // The OS seam the control nodes are looked up through. Not owned.
+  Env* env = Env::Default();
 };
 
 class AllocateAnswerBuilder {

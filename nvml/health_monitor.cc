@@ -39,13 +39,12 @@ std::string HealthMonitor::Describe(Return ret) const {
   return s + " (NVML error " + std::to_string(ret) + ")";
 }
 
-HealthMonitor::TimePoint HealthMonitor::Now() const {
-  return options_.now ? options_.now() : std::chrono::steady_clock::now();
-}
+HealthMonitor::TimePoint HealthMonitor::Now() const { return options_.clock->Now(); }
 
 StatusOr<std::unique_ptr<HealthMonitor>> HealthMonitor::Start(const Api& api,
                                                               std::vector<MonitoredGpu> gpus,
                                                               Options options) {
+  if (!options.clock) options.clock = NewRealClock();
   std::set<std::string> seen;
   for (const MonitoredGpu& g : gpus) {
     if (!seen.insert(g.uuid).second) {

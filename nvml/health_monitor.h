@@ -26,8 +26,9 @@
 // `on_change` with every GPU's health and what changed. The callback must not
 // call Stop().
 //
-// Time is read from Options::now (default: steady_clock), so tests move the
-// clock of the recovery window themselves.
+// Time is read from Options::clock (a kdm::Clock), so tests move the clock
+// of the recovery window with a FakeClock. The waits are NVML's own
+// (nvmlEventSetWait_v2 with wait_timeout), in real time.
 //
 // Thread-safety: Health(), Unmonitored() and Stop() may be called from any
 // thread. The Api's functions are called from the monitor's thread (and the
@@ -52,6 +53,7 @@
 #include <thread>
 #include <vector>
 
+#include "kdm/base/clock.h"
 #include "kdm/base/status.h"
 #include "kdm/base/sync.h"
 #include "kdm/nvml/health_rules.h"
@@ -86,8 +88,8 @@ class HealthMonitor {
     // The timeout of each nvmlEventSetWait_v2 (bounds Stop and the recovery
     // check's lateness).
     std::chrono::milliseconds wait_timeout{100};
-    // The clock of the recovery window; empty: steady_clock::now.
-    std::function<TimePoint()> now;
+    // The clock of the recovery window. Null is taken as NewRealClock() too.
+    std::shared_ptr<Clock> clock = NewRealClock();
     ChangeCallback on_change;
   };
 

@@ -342,8 +342,8 @@ std::unique_ptr<PublishLoop> PublishLoop::Start(PublishSetup setup,
   options.interval = setup.interval;
   options.min_write_interval = setup.min_write_interval;
   options.resync = setup.resync;
-  loop->publisher_ = std::make_unique<kube::Publisher>(
-      std::move(options), loop->source_.get(), loop->writer_.get(), kube::RealPublishClock());
+  loop->publisher_ = std::make_unique<kube::Publisher>(std::move(options), loop->source_.get(),
+                                                       loop->writer_.get());
   kube::Publisher* publisher = loop->publisher_.get();
   loop->thread_ = std::thread([publisher] { publisher->Run(); });
   return loop;

@@ -408,7 +408,7 @@ class PluginServerImpl final : public PluginServer {
   // to polling with stat.
   void OpenWatch() {
     std::string dir = fs::path(socket_path_).parent_path().string();
-    StatusOr<std::unique_ptr<DirectoryWatcher>> watcher = Env::Default()->WatchDirectory(dir);
+    StatusOr<std::unique_ptr<DirectoryWatcher>> watcher = options_.env->WatchDirectory(dir);
     if (watcher.ok()) watcher_ = std::move(*watcher);
   }
 

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "deviceplugin/v1beta1/api.pb.h"
+#include "kdm/base/env.h"
 #include "kdm/base/status.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/sdk/device_plugin_handler.h"
@@ -113,6 +114,9 @@ class PluginServer {
     // Test seam: runs after the socket is bound and before its identity is
     // recorded (a restarting kubelet may delete the socket in that window).
     std::function<void()> after_bind_for_test;
+    // The OS seam of the plugin directory's watch (a kubelet restart). Not
+    // owned; must outlive the server.
+    Env* env = Env::Default();
   };
 
   // Validates `options` (non-empty resource name, a handler or an allocate

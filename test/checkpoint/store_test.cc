@@ -12,6 +12,7 @@
 #include <functional>
 #include <random>
 
+#include "kdm/base/env.h"
 #include "kdm/checkpoint/kubelet_json.h"
 #include "kdm/checkpoint/kubelet_json_store.h"
 #include "kdm/checkpoint/paths.h"
@@ -232,6 +233,40 @@ std::vector<std::string> Query(const std::string& path, const std::string& sql) 
   sqlite3_finalize(st);
   sqlite3_close(db);
   return rows;
+}
+
+// KubeletJsonOptions::env carries every file operation of the store: on an
+// in-memory Env it opens, cleans up, writes and reads back without a disk.
+TEST(KubeletJsonStore, RunsOnAnInMemoryEnv) {
+  std::unique_ptr<MemoryEnv> env = NewMemoryEnv();
+  ASSERT_TRUE(env->CreateDirectories("/var/lib/kubelet/device-plugins", 0750).ok());
+  const std::string path = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint";
+  // A writer (pid 999999, gone) killed before its rename.
+  ASSERT_TRUE(env->WriteFileInPlaceForTest(path + ".tmp-999999", "half").ok());
+  const KubeletJsonOptions options{.path = path, .env = env.get()};
+  StatusOr<OpenResult> opened = OpenKubeletJsonStore(options);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_THAT(opened->removed_temp_files, ::testing::ElementsAre(path + ".tmp-999999"));
+  ASSERT_TRUE(opened->store->SetBootId("mem-boot").ok());
+  Change c;
+  c.upserts = {Entry("p", "c", "r/x", {{0, {"a"}}})};
+  ASSERT_TRUE(opened->store->Apply(c).ok());
+  EXPECT_TRUE(env->Stat(path).ok());
+  StatusOr<OpenResult> again = OpenKubeletJsonStore(options);
+  ASSERT_TRUE(again.ok()) << again.status();
+  StatusOr<CheckpointData> data = again->store->Load();
+  ASSERT_TRUE(data.ok());
+  EXPECT_EQ(data->boot_id, "mem-boot");
+  ASSERT_EQ(data->entries.size(), 1u);
+  StatusOr<CheckpointData> file = ReadKubeletCheckpointFile(path, true, env.get());
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->entries, data->entries);
+  // A full disk in the Env fails the write and leaves the file as it was.
+  env->FailWritesForTest(1, ResourceExhaustedError("no space left on device"));
+  Change more;
+  more.upserts = {Entry("q", "c", "r/x", {{0, {"b"}}})};
+  EXPECT_EQ(again->store->Apply(more).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(ReadKubeletCheckpointFile(path, true, env.get())->entries.size(), 1u);
 }
 
 TEST(SqliteStore, RecordsSchemaVersionAndUsesWal) {

@@ -1,6 +1,6 @@
-// The Manager's seams: the fake and real clocks and what it asks of the OS
-// seam, kdm::Env (boot id, stale sockets, directory modes). The registration rules it applies are
-// tested with the wire layer (test/pluginapi/api_rules_test.cc).
+// The Manager's seams: what it asks of the OS seam, kdm::Env (boot id, stale sockets, directory
+// modes). The registration rules it applies are tested with the wire layer
+// (test/pluginapi/api_rules_test.cc); the clocks in test/base/clock_test.cc.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -18,59 +18,13 @@
 
 #include "kdm/base/env.h"
 #include "kdm/base/sync.h"
-#include "kdm/devicemanager/clock.h"
+#include "kdm/devicemanager/manager.h"
 
 namespace kdm::devicemanager {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-TEST(FakeClockTest, AdvanceRunsDueTimersInOrderOnTheCallingThread) {
-  FakeClock clock;
-  std::vector<int> order;
-  auto t0 = clock.Now();
-  clock.ScheduleAfter(std::chrono::seconds(3), [&] { order.push_back(3); });
-  clock.ScheduleAfter(std::chrono::seconds(1), [&] {
-    order.push_back(1);
-    // A timer scheduled by a callback inside the window runs in the same Advance.
-    clock.ScheduleAfter(std::chrono::seconds(1), [&] { order.push_back(2); });
-  });
-  auto late = clock.ScheduleAfter(std::chrono::seconds(10), [&] { order.push_back(10); });
-  EXPECT_EQ(clock.PendingTimers(), 3u);
-  clock.Advance(std::chrono::milliseconds(999));
-  EXPECT_TRUE(order.empty());
-  clock.Advance(std::chrono::seconds(3));
-  EXPECT_THAT(order, ElementsAre(1, 2, 3));
-  EXPECT_EQ(clock.Now() - t0, std::chrono::milliseconds(3999));
-  EXPECT_TRUE(clock.Cancel(late));
-  EXPECT_FALSE(clock.Cancel(late));
-  clock.Advance(std::chrono::hours(1));
-  EXPECT_THAT(order, ElementsAre(1, 2, 3));
-  EXPECT_EQ(clock.PendingTimers(), 0u);
-}
-
-TEST(FakeClockTest, CancelFromInsideItsOwnCallbackDoesNotWait) {
-  FakeClock clock;
-  Clock::TimerId id = 0;
-  bool ran = false;
-  id = clock.ScheduleAfter(std::chrono::seconds(1), [&] {
-    EXPECT_FALSE(clock.Cancel(id));
-    ran = true;
-  });
-  clock.Advance(std::chrono::seconds(1));
-  EXPECT_TRUE(ran);
-}
-
-TEST(RealClockTest, RunsATimerOnItsThreadAndCancelsPendingOnes) {
-  auto clock = NewRealClock();
-  kdm::Notification fired;
-  clock->ScheduleAfter(std::chrono::milliseconds(1), [&] { fired.Notify(); });
-  auto never = clock->ScheduleAfter(std::chrono::hours(1), [] { ADD_FAILURE() << "ran"; });
-  EXPECT_TRUE(fired.WaitForNotificationWithTimeout(absl::Seconds(10)));
-  EXPECT_TRUE(clock->Cancel(never));
-  EXPECT_EQ(clock->PendingTimers(), 0u);
-}
 
 class OsTest : public ::testing::Test {
  protected:
@@ -142,6 +96,36 @@ TEST_F(OsTest, TightenDirectoryModeRemovesOnlyExtraBits) {
   EXPECT_FALSE(Env::Default()->TightenDirectoryMode(dir_ + "/missing", 0750).ok());
   MakeFile(dir_ + "/plain");
   EXPECT_FALSE(Env::Default()->TightenDirectoryMode(dir_ + "/plain", 0750).ok());
+}
+
+// Options::env is the Manager's one way to the OS: with an in-memory Env, the
+// plugin directory, its stale sockets and the boot id are that Env's. Only
+// kubelet.sock itself is a real socket (gRPC binds it), in a real directory.
+TEST_F(OsTest, ManagerStartGoesThroughOptionsEnv) {
+  std::unique_ptr<MemoryEnv> env = NewMemoryEnv();
+  const std::string plugins = dir_ + "/plugins";
+  ASSERT_TRUE(std::filesystem::create_directory(plugins));
+  ASSERT_TRUE(env->CreateDirectories(plugins, 0777).ok());
+  ASSERT_TRUE(env->AddSocketForTest(plugins + "/stale.sock").ok());
+  MakeSocket(plugins + "/real.sock");
+  Manager::Options o;
+  o.plugin_dir = plugins;
+  o.env = env.get();
+  o.clock = std::make_shared<FakeClock>();
+  auto manager = Manager::Create(std::move(o));
+  ASSERT_TRUE(manager.ok()) << manager.status();
+  ASSERT_TRUE((*manager)->Start().ok());
+  EXPECT_EQ(env->Stat(plugins + "/stale.sock").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(env->Stat(plugins).value().mode, 0750u);             // tightened in the Env
+  EXPECT_TRUE(std::filesystem::exists(plugins + "/real.sock"));  // not the Env's
+  (*manager)->Stop();
+}
+
+TEST(ManagerOptionsTest, NullEnvIsRefused) {
+  Manager::Options o;
+  o.plugin_dir = "/tmp/kdm-unused";
+  o.env = nullptr;
+  EXPECT_EQ(Manager::Create(std::move(o)).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

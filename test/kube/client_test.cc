@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "kdm/test/kube/test_api_server.h"
@@ -69,13 +70,19 @@ class KubeClientTest : public ::testing::Test {
     return c;
   }
 
-  // A client whose waits between retries are recorded, not slept.
+  // A client on the fake clock, whose waits between retries pass at once
+  // (the clock advances itself) and are recorded: clock_->Sleeps().
   std::unique_ptr<Client> NewClient(ClientConfig config, RetryPolicy retry = {}) {
+    clock_->SetAdvanceOnSleep(true);
+    return NewClientOn(clock_, std::move(config), retry);
+  }
+  std::unique_ptr<Client> NewClientOn(std::shared_ptr<Clock> clock, ClientConfig config,
+                                      RetryPolicy retry = {}) {
     Client::Options options;
     options.config = std::move(config);
     options.retry = retry;
     options.jitter_seed = 42;
-    options.sleep_for = [this](milliseconds d) { sleeps_.push_back(d); };
+    options.clock = std::move(clock);
     StatusOr<std::unique_ptr<Client>> c = Client::Create(std::move(options));
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? std::move(*c) : nullptr;
@@ -91,7 +98,7 @@ class KubeClientTest : public ::testing::Test {
   static TestPki* pki_;
   std::string dir_;
   std::unique_ptr<TestApiServer> server_;
-  std::vector<milliseconds> sleeps_;  // the calling thread's only
+  std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
   // For calls made on a helper thread.
   std::unique_ptr<Client> client_;
   Cancellation cancel_;
@@ -117,7 +124,7 @@ TEST_F(KubeClientTest, MergePatchSendsBodyAndHeaders) {
   EXPECT_EQ(seen[0].headers["authorization"], "Bearer t0");
   EXPECT_EQ(seen[0].headers["accept"], "application/json");
   EXPECT_EQ(seen[0].headers["host"], "127.0.0.1:" + std::to_string(server_->port()));
-  EXPECT_TRUE(sleeps_.empty());
+  EXPECT_TRUE(clock_->Sleeps().empty());
 }
 
 TEST_F(KubeClientTest, HostNameIsSentAsSniAndVerifiedAgainstTheCertificate) {
@@ -191,7 +198,7 @@ TEST_F(KubeClientTest, UnauthorizedIsOneLineAndNotRetried) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(r.status().message(), "GET /api/v1/nodes: 401 Unauthorized: Unauthorized");
   EXPECT_EQ(server_->RequestCount(), 1u);
-  EXPECT_TRUE(sleeps_.empty());
+  EXPECT_TRUE(clock_->Sleeps().empty());
 }
 
 TEST_F(KubeClientTest, ForbiddenAndNotFoundNameThePathAndTheServerMessage) {
@@ -215,7 +222,7 @@ TEST_F(KubeClientTest, ForbiddenAndNotFoundNameThePathAndTheServerMessage) {
   StatusOr<std::string> plain = client->Get("/nope", kTimeout);
   EXPECT_EQ(plain.status().message(), "GET /nope: 404 Not Found: 404 page not found");
   EXPECT_EQ(server_->RequestCount(), 3u);
-  EXPECT_TRUE(sleeps_.empty());
+  EXPECT_TRUE(clock_->Sleeps().empty());
 }
 
 TEST_F(KubeClientTest, TooManyRequestsWaitsForRetryAfter) {
@@ -224,7 +231,7 @@ TEST_F(KubeClientTest, TooManyRequestsWaitsForRetryAfter) {
   auto client = NewClient();
   StatusOr<std::string> r = client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_THAT(sleeps_, ElementsAre(milliseconds(3000)));
+  EXPECT_THAT(clock_->Sleeps(), ElementsAre(milliseconds(3000)));
   EXPECT_EQ(server_->RequestCount(), 2u);
 }
 
@@ -236,7 +243,7 @@ TEST_F(KubeClientTest, RetryAfterPastTheDeadlineIsNotWaited) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_THAT(r.status().message(), HasSubstr("429 Too Many Requests: slow down"));
   EXPECT_THAT(r.status().message(), HasSubstr("no time left for a retry in 30s"));
-  EXPECT_TRUE(sleeps_.empty());
+  EXPECT_TRUE(clock_->Sleeps().empty());
   EXPECT_EQ(server_->RequestCount(), 1u);
 }
 
@@ -248,12 +255,44 @@ TEST_F(KubeClientTest, ServerErrorThenSuccessBacksOffWithJitter) {
   StatusOr<std::string> r = client->Get("/api/v1/nodes/n1", kTimeout);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, R"({"ok":true})");
-  ASSERT_EQ(sleeps_.size(), 2u);
+  ASSERT_EQ(clock_->Sleeps().size(), 2u);
   // 100 ms then 200 ms, each plus up to half of it as jitter.
-  EXPECT_GE(sleeps_[0], milliseconds(100));
-  EXPECT_LE(sleeps_[0], milliseconds(150));
-  EXPECT_GE(sleeps_[1], milliseconds(200));
-  EXPECT_LE(sleeps_[1], milliseconds(300));
+  EXPECT_GE(clock_->Sleeps()[0], milliseconds(100));
+  EXPECT_LE(clock_->Sleeps()[0], milliseconds(150));
+  EXPECT_GE(clock_->Sleeps()[1], milliseconds(200));
+  EXPECT_LE(clock_->Sleeps()[1], milliseconds(300));
+}
+
+TEST_F(KubeClientTest, RetryWaitsForTheClock) {
+  server_->Enqueue({.status = 503});
+  server_->Enqueue({.status = 200, .body = "{}"});
+  auto clock = std::make_shared<FakeClock>();  // moves only when told to
+  client_ = NewClientOn(clock, Config(server_->port()));
+  std::optional<StatusOr<std::string>> r;
+  std::thread caller([&] { r = client_->Get("/api/v1/nodes/n1", kTimeout); });
+  ASSERT_TRUE(clock->WaitForPendingTimers(1, milliseconds(10'000)));  // backing off
+  EXPECT_EQ(server_->RequestCount(), 1u);
+  ASSERT_EQ(clock->Sleeps().size(), 1u);
+  clock->Advance(clock->Sleeps()[0] - milliseconds(1));
+  EXPECT_EQ(clock->PendingTimers(), 1u);  // still waiting
+  clock->Advance(milliseconds(1));
+  caller.join();
+  ASSERT_TRUE(r->ok()) << r->status();
+  EXPECT_EQ(server_->RequestCount(), 2u);
+}
+
+TEST_F(KubeClientTest, CancelEndsARetryWaitAtOnce) {
+  server_->Enqueue({.status = 503});
+  auto clock = std::make_shared<FakeClock>();
+  client_ = NewClientOn(clock, Config(server_->port()));
+  std::optional<Status> status;
+  std::thread caller([&] { status = client_->Get("/api/v1/nodes", kTimeout, &cancel_).status(); });
+  ASSERT_TRUE(clock->WaitForPendingTimers(1, milliseconds(10'000)));
+  cancel_.Cancel();  // no time passes
+  caller.join();
+  EXPECT_EQ(status->code(), StatusCode::kCancelled) << *status;
+  EXPECT_EQ(server_->RequestCount(), 1u);
+  EXPECT_EQ(clock->PendingTimers(), 0u);
 }
 
 TEST_F(KubeClientTest, ConflictIsRetriedUpToMaxAttempts) {
@@ -266,7 +305,7 @@ TEST_F(KubeClientTest, ConflictIsRetriedUpToMaxAttempts) {
   EXPECT_THAT(r.status().message(), HasSubstr("409 Conflict: the object has been modified"));
   EXPECT_THAT(r.status().message(), HasSubstr("gave up after 3 attempts"));
   EXPECT_EQ(server_->RequestCount(), 3u);
-  EXPECT_EQ(sleeps_.size(), 2u);
+  EXPECT_EQ(clock_->Sleeps().size(), 2u);
 }
 
 TEST_F(KubeClientTest, DroppedConnectionIsRetried) {
@@ -278,7 +317,7 @@ TEST_F(KubeClientTest, DroppedConnectionIsRetried) {
   std::vector<test::RecordedRequest> seen = server_->Requests();
   ASSERT_EQ(seen.size(), 2u);
   EXPECT_EQ(seen[1].body, R"({"a":1})");
-  EXPECT_EQ(sleeps_.size(), 1u);
+  EXPECT_EQ(clock_->Sleeps().size(), 1u);
 }
 
 TEST_F(KubeClientTest, ConnectionRefusedGivesUpWithUnavailable) {
@@ -290,7 +329,7 @@ TEST_F(KubeClientTest, ConnectionRefusedGivesUpWithUnavailable) {
   EXPECT_THAT(r.status().message(), HasSubstr("GET /api/v1/nodes: https://127.0.0.1:"));
   EXPECT_THAT(r.status().message(), HasSubstr("connect"));
   EXPECT_THAT(r.status().message(), HasSubstr("gave up after 3 attempts"));
-  EXPECT_EQ(sleeps_.size(), 2u);
+  EXPECT_EQ(clock_->Sleeps().size(), 2u);
 }
 
 TEST_F(KubeClientTest, SlowServerPastTheDeadline) {
@@ -299,7 +338,7 @@ TEST_F(KubeClientTest, SlowServerPastTheDeadline) {
   StatusOr<std::string> r = client->Get("/api/v1/nodes", milliseconds(300));
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
   EXPECT_THAT(r.status().message(), HasSubstr("GET /api/v1/nodes"));
-  EXPECT_TRUE(sleeps_.empty());
+  EXPECT_TRUE(clock_->Sleeps().empty());
 }
 
 TEST_F(KubeClientTest, ServerCertificateFromAnotherCaIsRefused) {
@@ -311,7 +350,7 @@ TEST_F(KubeClientTest, ServerCertificateFromAnotherCaIsRefused) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_THAT(r.status().message(), HasSubstr("certificate was refused"));
   EXPECT_EQ(other->RequestCount(), 0u);
-  EXPECT_TRUE(sleeps_.empty());  // not retried: it would fail the same way
+  EXPECT_TRUE(clock_->Sleeps().empty());  // not retried: it would fail the same way
   EXPECT_TRUE(kdm::test::WaitUntil([&] { return other->FailedHandshakes() == 1; }));
   other->Stop();
 }

@@ -43,7 +43,9 @@ class NodeAnnotationWriterTest : public ::testing::Test {
     options.config.port = server_->port();
     options.config.ca = Pem{pki_->ca.cert_pem, "the test CA"};
     options.config.token = "t0";
-    options.sleep_for = [](milliseconds) {};  // retries at once
+    auto clock = std::make_shared<FakeClock>();
+    clock->SetAdvanceOnSleep(true);  // retries at once
+    options.clock = clock;
     auto c = Client::Create(std::move(options));
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = std::move(*c);

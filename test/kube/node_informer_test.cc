@@ -1,11 +1,13 @@
 // kube::NodeInformer against the in-tree HTTPS test server: LIST, a chunked
 // WATCH stream with bookmarks, 410 Gone and a relist, resuming after a
-// stream ends, and recovery from a failed LIST.
+// stream ends, and recovery from a failed LIST; its back-off sleeps on
+// kdm::FakeClock (which advances itself unless a test drives it).
 #include "kdm/kube/node_informer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "kdm/base/clock.h"
 #include "kdm/base/sync.h"
 #include "kdm/test/kube/test_api_server.h"
 #include "kdm/test/kube/test_pki.h"
@@ -61,11 +63,16 @@ class NodeInformerTest : public ::testing::Test {
     if (server_) server_->Stop();
   }
 
-  void StartInformer() {
+  // With `advance_on_sleep`, a back-off passes at once (the informer's
+  // thread advances the fake clock); without, only the test's Advance() ends
+  // it.
+  void StartInformer(bool advance_on_sleep = true) {
+    clock_->SetAdvanceOnSleep(advance_on_sleep);
     NodeInformer::Options o;
     o.client = client_.get();
-    o.initial_backoff = milliseconds(5);
-    o.max_backoff = milliseconds(20);
+    o.clock = clock_;
+    o.initial_backoff = milliseconds(500);
+    o.max_backoff = milliseconds(1000);
     o.on_list = [this](std::vector<NodeObject> nodes) {
       std::string names;
       for (const auto& n : nodes) names += (names.empty() ? "" : ",") + n.name;
@@ -91,6 +98,7 @@ class NodeInformerTest : public ::testing::Test {
 
   std::unique_ptr<TestApiServer> server_;
   std::unique_ptr<Client> client_;
+  std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
   std::unique_ptr<NodeInformer> informer_;
   Mutex mu_;
   std::vector<std::string> log_ ABSL_GUARDED_BY(mu_);
@@ -178,6 +186,41 @@ TEST_F(NodeInformerTest, FailedListAndGarbageLinesBackOffAndRecover) {
   EXPECT_EQ(stats.errors, 4u);
   EXPECT_THAT(stats.last_error, HasSubstr("not a JSON object"));
   EXPECT_EQ(stats.lists, 2u);
+}
+
+TEST_F(NodeInformerTest, BackOffEndsOnlyWhenTheClockAdvances) {
+  server_->Enqueue({.status = 503, .body = R"({"message":"not yet"})"});
+  server_->Enqueue({.status = 503, .body = R"({"message":"still not"})"});
+  server_->Enqueue({.body = List("2", {Node("a", "2")})});
+  auto feed = std::make_shared<WatchFeed>();
+  server_->Enqueue({.feed = feed});
+  StartInformer(/*advance_on_sleep=*/false);
+  ASSERT_TRUE(clock_->WaitForPendingTimers(1, milliseconds(10'000)));  // first back-off
+  EXPECT_EQ(server_->RequestCount(), 1u);
+  clock_->Advance(milliseconds(499));
+  EXPECT_EQ(clock_->PendingTimers(), 1u);  // still backing off: no new LIST
+  EXPECT_EQ(server_->RequestCount(), 1u);
+  clock_->Advance(milliseconds(1));
+  // The second LIST fails too: the back-off doubles.
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return clock_->Sleeps().size() == 2; }));
+  ASSERT_TRUE(clock_->WaitForPendingTimers(1, milliseconds(10'000)));
+  EXPECT_EQ(server_->RequestCount(), 2u);
+  EXPECT_THAT(clock_->Sleeps(), ElementsAre(milliseconds(500), milliseconds(1000)));
+  clock_->Advance(milliseconds(1000));
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return feed->attached(); }));
+  EXPECT_THAT(Log(), ElementsAre("list a"));
+  EXPECT_EQ(informer_->stats().errors, 2u);
+}
+
+TEST_F(NodeInformerTest, StopEndsABackOffWithoutTimePassing) {
+  server_->Enqueue({.status = 503});
+  StartInformer(/*advance_on_sleep=*/false);
+  ASSERT_TRUE(clock_->WaitForPendingTimers(1, milliseconds(10'000)));
+  const auto before = clock_->Now();
+  informer_->Stop();  // returns: the thread is joined
+  EXPECT_EQ(clock_->Now(), before);
+  EXPECT_EQ(clock_->PendingTimers(), 0u);
+  EXPECT_EQ(server_->RequestCount(), 1u);
 }
 
 TEST_F(NodeInformerTest, StartNeedsAClientAndCallbacks) {

@@ -1,6 +1,6 @@
 // The publish loop's rules (dedupe, min write interval, resync, failures)
-// with a fake source, a fake writer and a fake clock; Run/Stop with the real
-// clock and bounded waits.
+// with a fake source, a fake writer and kdm::FakeClock, which drives Run()'s
+// waits too; Stop() and the default (real) clock with bounded waits.
 #include "kdm/kube/publisher.h"
 
 #include <gmock/gmock.h>
@@ -23,17 +23,6 @@ using namespace std::chrono_literals;
 using Result = Publisher::StepResult;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-class FakeClock final : public PublishClock {
- public:
-  std::chrono::steady_clock::time_point Now() override { return now; }
-  std::chrono::system_clock::time_point WallNow() override {
-    return std::chrono::system_clock::time_point(std::chrono::seconds(1795561200)) +
-           (now - std::chrono::steady_clock::time_point());
-  }
-  void Advance(std::chrono::milliseconds d) { now += d; }
-  std::chrono::steady_clock::time_point now{};
-};
 
 // Eight GPUs GPU0..GPU7 (the dgx1-v100 preset's ids); `used` of them held.
 class FakeSource final : public DeviceSource {
@@ -81,15 +70,18 @@ class PublisherTest : public ::testing::Test {
     o.interval = 100ms;
     o.min_write_interval = 1s;
     o.resync = 5min;
+    o.clock = clock_;
     return o;
   }
-  FakeClock clock_;
+  // 2026-11-24T23:00:00Z.
+  std::shared_ptr<FakeClock> clock_ =
+      std::make_shared<FakeClock>(Clock::WallTime(std::chrono::seconds(1795561200)));
   FakeSource source_;
   FakeWriter writer_;
 };
 
 TEST_F(PublisherTest, FirstPollWritesAndAnUnchangedValueIsNotWrittenAgain) {
-  Publisher p(Opts(), &source_, &writer_, &clock_);
+  Publisher p(Opts(), &source_, &writer_);
   EXPECT_EQ(p.Step(), Result::kWritten);
   ASSERT_EQ(writer_.values.size(), 1u);
   EXPECT_EQ(writer_.nodes[0], "gpu-node-7");
@@ -99,38 +91,38 @@ TEST_F(PublisherTest, FirstPollWritesAndAnUnchangedValueIsNotWrittenAgain) {
   EXPECT_EQ(p.last_written(), writer_.values[0]);
   // Time passes (and `updated` would change) but the devices do not.
   for (int i = 0; i < 50; ++i) {
-    clock_.Advance(2s);
+    clock_->Advance(2s);
     EXPECT_EQ(p.Step(), Result::kUnchanged);
   }
   EXPECT_EQ(writer_.values.size(), 1u);
 }
 
 TEST_F(PublisherTest, ChangesAreWrittenAtMostOncePerMinWriteInterval) {
-  Publisher p(Opts(), &source_, &writer_, &clock_);
+  Publisher p(Opts(), &source_, &writer_);
   ASSERT_EQ(p.Step(), Result::kWritten);
   // A burst: 50 admissions, one poll every 10 ms, within 500 ms.
   for (int i = 1; i <= 50; ++i) {
     source_.used = 1 + i % 8;  // never the value written first
-    clock_.Advance(10ms);
+    clock_->Advance(10ms);
     EXPECT_EQ(p.Step(), Result::kRateLimited) << i;
   }
   EXPECT_EQ(writer_.values.size(), 1u);
   // Once the interval is over the newest value lands, once.
-  clock_.Advance(500ms);
+  clock_->Advance(500ms);
   EXPECT_EQ(p.Step(), Result::kWritten);
   EXPECT_EQ(writer_.Available(1), 8u - (1 + 50 % 8));
-  clock_.Advance(1s);
+  clock_->Advance(1s);
   EXPECT_EQ(p.Step(), Result::kUnchanged);
   EXPECT_EQ(writer_.values.size(), 2u);
 }
 
 TEST_F(PublisherTest, BurstWithRegularPollsGivesBoundedWrites) {
-  Publisher p(Opts(), &source_, &writer_, &clock_);
+  Publisher p(Opts(), &source_, &writer_);
   // 10 s of polls every 100 ms, the value changing at every poll.
   for (int i = 0; i < 100; ++i) {
     source_.used = i % 8;
     p.Step();
-    clock_.Advance(100ms);
+    clock_->Advance(100ms);
   }
   // One write per second at most (the first poll included).
   EXPECT_LE(writer_.values.size(), 10u);
@@ -138,35 +130,35 @@ TEST_F(PublisherTest, BurstWithRegularPollsGivesBoundedWrites) {
 }
 
 TEST_F(PublisherTest, ResyncRewritesAnUnchangedValue) {
-  Publisher p(Opts(), &source_, &writer_, &clock_);
+  Publisher p(Opts(), &source_, &writer_);
   ASSERT_EQ(p.Step(), Result::kWritten);
-  clock_.Advance(5min - 1ms);
+  clock_->Advance(5min - 1ms);
   EXPECT_EQ(p.Step(), Result::kUnchanged);
-  clock_.Advance(1ms);
+  clock_->Advance(1ms);
   EXPECT_EQ(p.Step(), Result::kWritten);
   ASSERT_EQ(writer_.values.size(), 2u);
   // Same content, a new `updated`.
   EXPECT_NE(writer_.values[0], writer_.values[1]);
   EXPECT_THAT(writer_.values[1], HasSubstr(R"("updated":"2026-11-24T23:05:00Z")"));
   // The resync period restarts from the last write.
-  clock_.Advance(4min);
+  clock_->Advance(4min);
   EXPECT_EQ(p.Step(), Result::kUnchanged);
 }
 
 TEST_F(PublisherTest, WriteFailuresAreRetriedWithTheNewestValue) {
-  Publisher p(Opts(), &source_, &writer_, &clock_);
+  Publisher p(Opts(), &source_, &writer_);
   writer_.fail = UnavailableError("connection refused");
   EXPECT_EQ(p.Step(), Result::kWriteFailed);
   // Retried at the next poll past the min write interval, not before.
-  clock_.Advance(500ms);
+  clock_->Advance(500ms);
   EXPECT_EQ(p.Step(), Result::kRateLimited);
-  clock_.Advance(500ms);
+  clock_->Advance(500ms);
   EXPECT_EQ(p.Step(), Result::kWriteFailed);
   EXPECT_EQ(writer_.attempts, 2);
   // The API server is down for 10 s while pods come and go.
   for (int i = 0; i < 100; ++i) {
     source_.used = (i % 3) + 1;
-    clock_.Advance(100ms);
+    clock_->Advance(100ms);
     p.Step();
   }
   EXPECT_LE(writer_.attempts, 12);
@@ -174,7 +166,7 @@ TEST_F(PublisherTest, WriteFailuresAreRetriedWithTheNewestValue) {
   // It comes back: the value of now lands.
   writer_.fail = OkStatus();
   source_.used = 5;
-  clock_.Advance(1s);
+  clock_->Advance(1s);
   EXPECT_EQ(p.Step(), Result::kWritten);
   ASSERT_EQ(writer_.values.size(), 1u);
   EXPECT_EQ(writer_.Available(0), 3u);
@@ -182,21 +174,46 @@ TEST_F(PublisherTest, WriteFailuresAreRetriedWithTheNewestValue) {
 }
 
 TEST_F(PublisherTest, ReadFailuresWriteNothing) {
-  Publisher p(Opts(), &source_, &writer_, &clock_);
+  Publisher p(Opts(), &source_, &writer_);
   source_.fail = UnavailableError("List on /x failed: connection refused");
   EXPECT_EQ(p.Step(), Result::kReadFailed);
-  clock_.Advance(10min);
+  clock_->Advance(10min);
   EXPECT_EQ(p.Step(), Result::kReadFailed);
   EXPECT_EQ(writer_.attempts, 0);
   source_.fail = OkStatus();
   EXPECT_EQ(p.Step(), Result::kWritten);
 }
 
-TEST_F(PublisherTest, RunPollsUntilStop) {
+TEST_F(PublisherTest, RunPollsOnceAnIntervalOfTheClockHasPassed) {
+  Publisher::Options o = Opts();
+  o.interval = 5s;
+  o.min_write_interval = 0ms;
+  Publisher p(o, &source_, &writer_);
+  std::thread loop([&p] { p.Run(); });
+  // The first poll at once, then Run sleeps on the fake clock.
+  ASSERT_TRUE(clock_->WaitForPendingTimers(1, 10s));
+  EXPECT_EQ(source_.reads, 1);
+  EXPECT_EQ(writer_.count, 1);
+  source_.used = 3;
+  clock_->Advance(4999ms);  // not yet: no poll
+  EXPECT_EQ(source_.reads, 1);
+  clock_->Advance(1ms);  // the interval is over: the next poll writes
+  ASSERT_TRUE(test::WaitUntil([this] { return writer_.count >= 2; }, 10s));
+  ASSERT_TRUE(clock_->WaitForPendingTimers(1, 10s));  // asleep again
+  EXPECT_EQ(source_.reads, 2);
+  p.Stop();  // ends the sleep without time passing
+  loop.join();
+  EXPECT_EQ(source_.reads, 2);
+  p.Stop();  // idempotent
+  EXPECT_EQ(clock_->PendingTimers(), 0u);
+}
+
+TEST_F(PublisherTest, RunPollsUntilStopOnTheRealClock) {
   Publisher::Options o = Opts();
   o.interval = 5ms;
   o.min_write_interval = 0ms;
-  auto p = std::make_unique<Publisher>(o, &source_, &writer_, RealPublishClock());
+  o.clock = NewRealClock();
+  auto p = std::make_unique<Publisher>(o, &source_, &writer_);
   std::thread loop([pub = p.get()] { pub->Run(); });
   ASSERT_TRUE(test::WaitUntil([this] { return writer_.count >= 1; }, 10s));
   source_.used = 3;
@@ -210,7 +227,9 @@ TEST_F(PublisherTest, RunPollsUntilStop) {
 }
 
 TEST_F(PublisherTest, StopBeforeRunReturnsAtOnce) {
-  Publisher p(Opts(), &source_, &writer_, RealPublishClock());
+  Publisher::Options o = Opts();
+  o.clock = nullptr;  // taken as the real clock
+  Publisher p(o, &source_, &writer_);
   p.Stop();
   p.Run();
   EXPECT_EQ(source_.reads, 0);

@@ -137,9 +137,7 @@ class HealthMonitorTest : public ::testing::Test {
   HealthMonitor::Options Opts() {
     HealthMonitor::Options o;
     o.wait_timeout = 20ms;
-    o.now = [this] {
-      return HealthMonitor::TimePoint() + std::chrono::nanoseconds(now_ns_.load());
-    };
+    o.clock = clock_;
     o.on_change = [this](const std::map<std::string, bool>& health,
                          const std::vector<HealthChange>& changes) {
       MutexLock lock(&seen_mu_);
@@ -174,7 +172,7 @@ class HealthMonitorTest : public ::testing::Test {
 
   FakeNvml fake_;
   Api api_;
-  std::atomic<int64_t> now_ns_{int64_t{1} << 40};
+  std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
   Mutex seen_mu_;
   std::vector<std::map<std::string, bool>> reports_ ABSL_GUARDED_BY(seen_mu_);
   std::vector<HealthChange> changes_ ABSL_GUARDED_BY(seen_mu_);
@@ -288,7 +286,7 @@ TEST_F(HealthMonitorTest, ALostGpuIsFoundByProbingAndNeverRecovers) {
   EXPECT_TRUE(HealthIs("GPU-0", true));
   EXPECT_TRUE(HealthIs("GPU-1", true));
   // Far past the window, after more waits: still lost.
-  now_ns_ += std::chrono::nanoseconds(1h).count();
+  clock_->Advance(1h);
   int waits = 0;
   {
     MutexLock lock(&fake_.mu);
@@ -321,7 +319,7 @@ TEST_F(HealthMonitorTest, RecoveryAfterTheWindowWithTheInjectedClock) {
   Xid(0, 79);
   ASSERT_TRUE(test::WaitUntil([&] { return HealthIs("GPU-0", false); }));
   // Just short of the window: several more waits, still unhealthy.
-  now_ns_ += std::chrono::nanoseconds(30s - 1ms).count();
+  clock_->Advance(30s - 1ms);
   int waits = 0;
   {
     MutexLock lock(&fake_.mu);
@@ -335,7 +333,7 @@ TEST_F(HealthMonitorTest, RecoveryAfterTheWindowWithTheInjectedClock) {
   // A new critical event restarts the window.
   Xid(0, 79);
   ASSERT_TRUE(WaitEventsSeen(2));
-  now_ns_ += std::chrono::nanoseconds(1ms).count();
+  clock_->Advance(1ms);
   {
     MutexLock lock(&fake_.mu);
     waits = fake_.waits;
@@ -345,7 +343,7 @@ TEST_F(HealthMonitorTest, RecoveryAfterTheWindowWithTheInjectedClock) {
     return fake_.waits >= waits + 2;
   }));
   EXPECT_TRUE(HealthIs("GPU-0", false));
-  now_ns_ += std::chrono::nanoseconds(30s).count();
+  clock_->Advance(30s);
   ASSERT_TRUE(test::WaitUntil([&] { return Changes().size() >= 2; }));
   EXPECT_TRUE(HealthIs("GPU-0", true));
   std::vector<HealthChange> c = Changes();

@@ -1,4 +1,4 @@
-#include "kdm/devicemanager/clock.h"
+#include "kdm/base/clock.h"
 
 #include <algorithm>
 #include <map>
@@ -10,7 +10,7 @@
 #include "absl/time/time.h"
 #include "kdm/base/sync.h"
 
-namespace kdm::devicemanager {
+namespace kdm {
 
 // The timers of one clock, ordered by (due time, id). Shared by the real and
 // the fake clock; only who calls RunDue() differs.
@@ -18,6 +18,8 @@ class TimerQueue {
  public:
   using TimePoint = Clock::TimePoint;
   using TimerId = Clock::TimerId;
+
+  explicit TimerQueue(TimePoint fake_start = TimePoint()) : fake_now_(fake_start) {}
 
   TimerId Schedule(TimePoint when, std::function<void()> fn) ABSL_LOCKS_EXCLUDED(mu_) {
     kdm::MutexLock lock(&mu_);
@@ -45,6 +47,14 @@ class TimerQueue {
   std::size_t Pending() const ABSL_LOCKS_EXCLUDED(mu_) {
     kdm::MutexLock lock(&mu_);
     return timers_.size();
+  }
+
+  bool AwaitPending(std::size_t count, std::chrono::milliseconds timeout) const
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    kdm::MutexLock lock(&mu_);
+    auto enough = [this, count]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return timers_.size() >= count; };
+    return mu_.AwaitWithTimeout(kdm::Condition(&enough), absl::FromChrono(timeout));
   }
 
   // Runs every timer due at or before `now`, one at a time, without the lock.
@@ -128,40 +138,89 @@ class TimerQueue {
   TimerId running_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread::id running_thread_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  // Starts at an arbitrary non-zero point so that Now() - grace never wraps.
-  TimePoint fake_now_ ABSL_GUARDED_BY(mu_) = TimePoint(std::chrono::hours(24 * 365));
+  TimePoint fake_now_ ABSL_GUARDED_BY(mu_);
 };
+
+Clock::WallTime Clock::WallNow() const { return std::chrono::system_clock::now(); }
+
+bool Clock::SleepUntil(TimePoint deadline, Wakeup& wakeup) {
+  if (wakeup.woken()) return true;
+  if (Now() >= deadline) return false;
+  bool due = false;  // guarded by wakeup.mu_
+  const TimerId id = ScheduleAt(deadline, [&wakeup, &due] {
+    kdm::MutexLock lock(&wakeup.mu_);
+    due = true;
+  });
+  bool woken;
+  {
+    kdm::MutexLock lock(&wakeup.mu_);
+    auto done = [&wakeup, &due]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(wakeup.mu_) { return due || wakeup.woken_; };
+    wakeup.mu_.Await(kdm::Condition(&done));
+    woken = wakeup.woken_;
+  }
+  // After Cancel the callback is not running, so `due` may go.
+  Cancel(id);
+  return woken;
+}
+
+bool Clock::SleepUntilSteady(TimePoint deadline, Wakeup& wakeup) {
+  kdm::MutexLock lock(&wakeup.mu_);
+  while (!wakeup.woken_) {
+    const Duration left = deadline - std::chrono::steady_clock::now();
+    if (left <= Duration::zero()) return false;
+    wakeup.mu_.AwaitWithTimeout(kdm::Condition(&wakeup.woken_), absl::FromChrono(left));
+  }
+  return true;
+}
 
 namespace {
 
-class RealClock : public Clock {
+class RealClock final : public Clock {
  public:
-  RealClock() : thread_([this] { queue_.RunUntilShutdown(); }) {}
   ~RealClock() override {
     queue_.Shutdown();
-    thread_.join();
+    kdm::MutexLock lock(&thread_mu_);
+    if (thread_.joinable()) thread_.join();
   }
 
   TimePoint Now() const override { return std::chrono::steady_clock::now(); }
   TimerId ScheduleAt(TimePoint when, std::function<void()> fn) override {
+    {
+      kdm::MutexLock lock(&thread_mu_);
+      if (!thread_.joinable()) thread_ = std::thread([this] { queue_.RunUntilShutdown(); });
+    }
     return queue_.Schedule(when, std::move(fn));
   }
   bool Cancel(TimerId id) override { return queue_.Cancel(id); }
   std::size_t PendingTimers() const override { return queue_.Pending(); }
+  bool SleepUntil(TimePoint deadline, Wakeup& wakeup) override {
+    return SleepUntilSteady(deadline, wakeup);
+  }
 
  private:
   TimerQueue queue_;
-  std::thread thread_;  // runs the timers; joined by the destructor
+  kdm::Mutex thread_mu_;  // a leaf: guards starting the thread
+  // Runs the timers, from the first ScheduleAt; joined by the destructor.
+  std::thread thread_ ABSL_GUARDED_BY(thread_mu_);
 };
 
 }  // namespace
 
 std::shared_ptr<Clock> NewRealClock() { return std::make_shared<RealClock>(); }
 
-FakeClock::FakeClock() : queue_(std::make_unique<TimerQueue>()) {}
+// The fake time starts at an arbitrary non-zero point so that Now() - grace
+// never wraps.
+FakeClock::FakeClock(WallTime wall_start)
+    : wall_start_(wall_start),
+      start_(TimePoint(std::chrono::hours(24 * 365))),
+      queue_(std::make_unique<TimerQueue>(start_)) {}
 FakeClock::~FakeClock() = default;
 
 Clock::TimePoint FakeClock::Now() const { return queue_->FakeNow(); }
+Clock::WallTime FakeClock::WallNow() const {
+  return wall_start_ + std::chrono::duration_cast<WallTime::duration>(Now() - start_);
+}
 Clock::TimerId FakeClock::ScheduleAt(TimePoint when, std::function<void()> fn) {
   return queue_->Schedule(when, std::move(fn));
 }
@@ -170,5 +229,29 @@ std::size_t FakeClock::PendingTimers() const { return queue_->Pending(); }
 void FakeClock::Advance(Duration d) {
   queue_->RunDue(queue_->FakeTarget(d), /*move_fake_time=*/true);
 }
+bool FakeClock::SleepUntil(TimePoint deadline, Wakeup& wakeup) {
+  const TimePoint now = Now();
+  bool advance;
+  {
+    kdm::MutexLock lock(&sleeps_mu_);
+    sleeps_.push_back(deadline - now);
+    advance = advance_on_sleep_;
+  }
+  if (!advance) return Clock::SleepUntil(deadline, wakeup);
+  if (wakeup.woken()) return true;
+  if (deadline > now) Advance(deadline - now);
+  return false;
+}
+void FakeClock::SetAdvanceOnSleep(bool on) {
+  kdm::MutexLock lock(&sleeps_mu_);
+  advance_on_sleep_ = on;
+}
+std::vector<Clock::Duration> FakeClock::Sleeps() const {
+  kdm::MutexLock lock(&sleeps_mu_);
+  return sleeps_;
+}
+bool FakeClock::WaitForPendingTimers(std::size_t count, std::chrono::milliseconds timeout) const {
+  return queue_->AwaitPending(count, timeout);
+}
 
-}  // namespace kdm::devicemanager
+}  // namespace kdm
