@@ -43,51 +43,60 @@ struct RawAnnotation {
   // The copy of the text that was read, when it had no padding: the raw
   // cells point into it.
   simdjson::padded_string copy;
-  std::string node;
-  std::string updated;
+  // Views into the parser's buffers, valid until it reads again.
+  std::string_view node;
+  std::string_view updated;
   std::map<std::string, RawResource, std::less<>> resources;
 };
 
-Status ReadString(od::value v, const std::string& where, std::string_view* out) {
-  if (v.get_string().get(*out)) return BadField(where, "must be a string");
-  return OkStatus();
+// Errors inside resource `resource`: the path is built only when one is
+// returned (the success path builds no strings).
+Status BadIn(std::string_view resource, const std::string& path, const std::string& what) {
+  return BadField(ResourceKey(resource) + path, what);
 }
 
-Status ReadDevices(od::value v, const std::string& where, RawResource* r) {
+std::string Index(size_t i) { return "[" + std::to_string(i) + "]"; }
+
+Status ReadDevices(od::value v, std::string_view resource, RawResource* r) {
   od::array a;
-  if (v.get_array().get(a)) return BadField(where, "must be an array");
+  if (v.get_array().get(a)) return BadIn(resource, ".devices", "must be an array");
   r->ids.clear();
   r->numa.clear();
   for (auto item : a) {
-    const std::string at = where + "[" + std::to_string(r->ids.size()) + "]";
+    const size_t i = r->ids.size();
     od::object d;
-    if (item.get_object().get(d)) return BadField(at, "must be an object");
+    if (item.get_object().get(d))
+      return BadIn(resource, ".devices" + Index(i), "must be an object");
     std::optional<std::string_view> id;
     std::optional<int> numa;
     for (auto f : d) {
       std::string_view key;
-      if (f.unescaped_key().get(key)) return BadField(at, "not JSON");
+      if (f.unescaped_key().get(key)) return BadIn(resource, ".devices" + Index(i), "not JSON");
       if (key == "id") {
         std::string_view s;
-        KDM_RETURN_IF_ERROR(ReadString(f.value(), at + ".id", &s));
+        if (f.value().get_string().get(s)) {
+          return BadIn(resource, ".devices" + Index(i) + ".id", "must be a string");
+        }
         id = s;
       } else if (key == "numa") {
         od::value nv;
-        if (f.value().get(nv)) return BadField(at + ".numa", "not JSON");
+        if (f.value().get(nv)) return BadIn(resource, ".devices" + Index(i) + ".numa", "not JSON");
         if (nv.is_null()) {
           numa.reset();
           continue;
         }
         int64_t n = 0;
         if (nv.get_int64().get(n) || n < 0 || n > std::numeric_limits<int>::max()) {
-          return BadField(at + ".numa", "must be a non-negative integer or null");
+          return BadIn(resource, ".devices" + Index(i) + ".numa",
+                       "must be a non-negative integer or null");
         }
         numa = static_cast<int>(n);
       }
     }
-    if (!id) return BadField(at, "missing key 'id'");
+    if (!id) return BadIn(resource, ".devices" + Index(i), "missing key 'id'");
     if (id->empty() || id->size() > kMaxNameBytes) {
-      return BadField(at + ".id", "must hold 1 to " + std::to_string(kMaxNameBytes) + " bytes");
+      return BadIn(resource, ".devices" + Index(i) + ".id",
+                   "must hold 1 to " + std::to_string(kMaxNameBytes) + " bytes");
     }
     r->ids.push_back(*id);
     r->numa.push_back(numa);
@@ -98,18 +107,18 @@ Status ReadDevices(od::value v, const std::string& where, RawResource* r) {
 // The position of every id; a duplicate is an error.
 class IdIndex {
  public:
-  Status Build(const std::vector<std::string_view>& ids, const std::string& where) {
+  Status Build(const std::vector<std::string_view>& ids, std::string_view resource) {
     ids_ = &ids;
     if (ids.size() > kLinearMax) {
       by_id_.reserve(ids.size());
       for (size_t i = 0; i < ids.size(); ++i) {
-        if (!by_id_.emplace(ids[i], static_cast<int>(i)).second) return Duplicate(where, i);
+        if (!by_id_.emplace(ids[i], static_cast<int>(i)).second) return Duplicate(resource, i);
       }
       return OkStatus();
     }
     for (size_t i = 0; i < ids.size(); ++i) {
       for (size_t j = 0; j < i; ++j) {
-        if (ids[j] == ids[i]) return Duplicate(where, i);
+        if (ids[j] == ids[i]) return Duplicate(resource, i);
       }
     }
     return OkStatus();
@@ -128,39 +137,39 @@ class IdIndex {
 
  private:
   static constexpr size_t kLinearMax = 32;
-  Status Duplicate(const std::string& where, size_t i) const {
-    return BadField(where + "[" + std::to_string(i) + "].id",
-                    "duplicate device " + ShowValue((*ids_)[i]));
+  Status Duplicate(std::string_view resource, size_t i) const {
+    return BadIn(resource, ".devices" + Index(i) + ".id",
+                 "duplicate device " + ShowValue((*ids_)[i]));
   }
   const std::vector<std::string_view>* ids_ = nullptr;
   std::unordered_map<std::string_view, int> by_id_;
 };
 
-Status ReadAvailable(od::value v, const std::string& where, std::vector<std::string_view>* out) {
+Status ReadAvailable(od::value v, std::string_view resource, std::vector<std::string_view>* out) {
   od::array a;
-  if (v.get_array().get(a)) return BadField(where, "must be an array");
+  if (v.get_array().get(a)) return BadIn(resource, ".available", "must be an array");
   out->clear();
   for (auto item : a) {
     std::string_view s;
     if (item.get_string().get(s)) {
-      return BadField(where + "[" + std::to_string(out->size()) + "]", "must be a string");
+      return BadIn(resource, ".available" + Index(out->size()), "must be a string");
     }
     out->push_back(s);
   }
   return OkStatus();
 }
 
-Status ReadAttributes(od::value v, const std::string& where, DeviceAttributes* out) {
+Status ReadAttributes(od::value v, std::string_view resource, DeviceAttributes* out) {
   od::object o;
-  if (v.get_object().get(o)) return BadField(where, "must be an object");
+  if (v.get_object().get(o)) return BadIn(resource, ".attributes", "must be an object");
   *out = DeviceAttributes();
   for (auto f : o) {
     std::string_view key;
-    if (f.unescaped_key().get(key)) return BadField(where, "not JSON");
+    if (f.unescaped_key().get(key)) return BadIn(resource, ".attributes", "not JSON");
     if (key == kAttrMemoryMib) {
       int64_t n = 0;
       if (f.value().get_int64().get(n) || n < 0) {
-        return BadField(where + ".memory_mib", "must be a non-negative integer");
+        return BadIn(resource, ".attributes.memory_mib", "must be a non-negative integer");
       }
       out->memory_mib = n;
       continue;
@@ -168,66 +177,77 @@ Status ReadAttributes(od::value v, const std::string& where, DeviceAttributes* o
     std::optional<std::string>* field = out->Field(key);
     if (field == nullptr) continue;  // a key this reader does not know
     std::string_view s;
-    KDM_RETURN_IF_ERROR(ReadString(f.value(), where + "." + std::string(key), &s));
+    if (f.value().get_string().get(s)) {
+      return BadIn(resource, ".attributes." + std::string(key), "must be a string");
+    }
     // Another writer may name a model in any UTF-8; the rest must have the
     // shape the requirement checks compare.
     if (key == kAttrModel) {
       if (s.size() > kMaxAttributeBytes) {
-        return BadField(where + ".model",
-                        "longer than " + std::to_string(kMaxAttributeBytes) + " bytes");
+        return BadIn(resource, ".attributes.model",
+                     "longer than " + std::to_string(kMaxAttributeBytes) + " bytes");
       }
     } else if (Status st = CheckAttributeValue(key, s); !st.ok()) {
-      return BadField(where, std::string(st.message()));
+      return BadIn(resource, ".attributes", std::string(st.message()));
     }
-    *field = std::string(s);
+    field->emplace(s);
   }
   return OkStatus();
 }
 
-Status ReadCellsText(od::value v, const std::string& where, std::string_view* raw) {
+Status ReadCellsText(od::value v, std::string_view resource, const char* key,
+                     std::string_view* raw) {
   od::array cells;
-  if (v.get_array().get(cells)) return BadField(where, "must be an array of rows");
-  if (cells.raw_json().get(*raw)) return BadField(where, "not JSON");
+  if (v.get_array().get(cells)) {
+    return BadIn(resource, std::string(".") + key, "must be an array of rows");
+  }
+  if (cells.raw_json().get(*raw)) return BadIn(resource, std::string(".") + key, "not JSON");
   return OkStatus();
 }
 
-Status ReadResource(od::value v, const std::string& where, RawResource* r) {
+Status ReadResource(od::value v, std::string_view resource, RawResource* r) {
   od::object o;
-  if (v.get_object().get(o)) return BadField(where, "must be an object");
+  if (v.get_object().get(o)) return BadIn(resource, "", "must be an object");
   bool has_devices = false;
   bool has_available = false;
   std::vector<std::string_view> available;
   for (auto f : o) {
     std::string_view key;
-    if (f.unescaped_key().get(key)) return BadField(where, "not JSON");
+    if (f.unescaped_key().get(key)) return BadIn(resource, "", "not JSON");
     if (key == "devices") {
-      KDM_RETURN_IF_ERROR(ReadDevices(f.value(), where + ".devices", r));
+      KDM_RETURN_IF_ERROR(ReadDevices(f.value(), resource, r));
       has_devices = true;
     } else if (key == "available") {
-      KDM_RETURN_IF_ERROR(ReadAvailable(f.value(), where + ".available", &available));
+      KDM_RETURN_IF_ERROR(ReadAvailable(f.value(), resource, &available));
       has_available = true;
     } else if (key == "matrix") {
-      KDM_RETURN_IF_ERROR(ReadCellsText(f.value(), where + ".matrix", &r->matrix));
+      KDM_RETURN_IF_ERROR(ReadCellsText(f.value(), resource, "matrix", &r->matrix));
       r->has_matrix = true;
     } else if (key == "pcie") {
-      KDM_RETURN_IF_ERROR(ReadCellsText(f.value(), where + ".pcie", &r->pcie));
+      KDM_RETURN_IF_ERROR(ReadCellsText(f.value(), resource, "pcie", &r->pcie));
       r->has_pcie = true;
     } else if (key == "attributes") {
       r->attributes.emplace();
-      KDM_RETURN_IF_ERROR(ReadAttributes(f.value(), where + ".attributes", &*r->attributes));
+      KDM_RETURN_IF_ERROR(ReadAttributes(f.value(), resource, &*r->attributes));
     }
   }
-  if (!has_devices) return BadField(where, "missing key 'devices'");
-  if (!has_available) return BadField(where, "missing key 'available'");
-  if (r->has_pcie && !r->has_matrix) return BadField(where, "'pcie' without 'matrix'");
+  if (!has_devices) return BadIn(resource, "", "missing key 'devices'");
+  if (!has_available) return BadIn(resource, "", "missing key 'available'");
+  if (r->has_pcie && !r->has_matrix) return BadIn(resource, "", "'pcie' without 'matrix'");
   IdIndex index;
-  KDM_RETURN_IF_ERROR(index.Build(r->ids, where + ".devices"));
+  KDM_RETURN_IF_ERROR(index.Build(r->ids, resource));
   std::vector<char> seen(r->ids.size(), 0);
+  r->available.reserve(available.size());
   for (size_t i = 0; i < available.size(); ++i) {
-    const std::string at = where + ".available[" + std::to_string(i) + "]";
     std::optional<int> pos = index.Find(available[i]);
-    if (!pos) return BadField(at, "device " + ShowValue(available[i]) + " is not in devices");
-    if (seen[*pos]) return BadField(at, "duplicate device " + ShowValue(available[i]));
+    if (!pos) {
+      return BadIn(resource, ".available" + Index(i),
+                   "device " + ShowValue(available[i]) + " is not in devices");
+    }
+    if (seen[*pos]) {
+      return BadIn(resource, ".available" + Index(i),
+                   "duplicate device " + ShowValue(available[i]));
+    }
     seen[*pos] = 1;
     r->available.push_back(*pos);
   }
@@ -294,8 +314,8 @@ StatusOr<RawAnnotation> ReadAnnotation(std::string_view text, size_t readable_pa
       has_version = true;
     } else if (key == "node" || key == "updated") {
       std::string_view s;
-      KDM_RETURN_IF_ERROR(ReadString(f.value(), std::string(key), &s));
-      (key == "node" ? out.node : out.updated) = std::string(s);
+      if (f.value().get_string().get(s)) return BadField(std::string(key), "must be a string");
+      (key == "node" ? out.node : out.updated) = s;
       if (key == "node") has_node = true;
     } else if (key == "resources") {
       od::object res;
@@ -304,14 +324,14 @@ StatusOr<RawAnnotation> ReadAnnotation(std::string_view text, size_t readable_pa
       for (auto rf : res) {
         std::string_view name;
         if (rf.unescaped_key().get(name)) return BadField("resources", "not JSON");
-        const std::string where = ResourceKey(name);
         if (name.empty() || name.size() > kMaxNameBytes) {
-          return BadField(
-              where, "a resource name must hold 1 to " + std::to_string(kMaxNameBytes) + " bytes");
+          return BadIn(
+              name, "",
+              "a resource name must hold 1 to " + std::to_string(kMaxNameBytes) + " bytes");
         }
         RawResource& r = out.resources[std::string(name)];
         r = RawResource();
-        KDM_RETURN_IF_ERROR(ReadResource(rf.value(), where, &r));
+        KDM_RETURN_IF_ERROR(ReadResource(rf.value(), name, &r));
       }
       has_resources = true;
     }
@@ -486,8 +506,8 @@ std::string EncodeDevicesAnnotation(const DevicesAnnotation& a) {
 StatusOr<DevicesAnnotation> DecodeDevicesAnnotation(std::string_view text) {
   KDM_ASSIGN_OR_RETURN(RawAnnotation raw, ReadAnnotation(text, 0));
   DevicesAnnotation out;
-  out.node = std::move(raw.node);
-  out.updated = std::move(raw.updated);
+  out.node = std::string(raw.node);
+  out.updated = std::string(raw.updated);
   for (auto& [name, r] : raw.resources) {
     ResourceDevices res;
     for (size_t i = 0; i < r.ids.size(); ++i)
