@@ -29,22 +29,11 @@
 
 #include "kdm/base/status.h"
 #include "kdm/devicemanager/manager.h"
+#include "kdm/devicemanager/pod_resources.h"
 
 namespace kdm::devicemanager {
 
 // One container of a List answer.
-struct ContainerResources {
-  std::string name;
-  std::vector<ContainerDevices> devices;  // in the server's order
-};
-
-// One pod of a List answer.
-struct PodResources {
-  std::string namespace_name;
-  std::string name;
-  std::vector<ContainerResources> containers;  // in the server's order
-};
-
 class PodResourcesClient {
  public:
   struct Options {

@@ -81,13 +81,15 @@ class Service final : public v1::PodResourcesLister::Service {
     return active_pods_();
   }
 
+  // The proto of the shared read path's answer (pod_resources.h).
   void Fill(const ActivePod& pod, v1::PodResources* out) const {
-    out->set_name(pod.name);
-    out->set_namespace_(pod.namespace_name);
-    for (const std::string& container : pod.containers) {
+    PodResources read = PodResourcesOf(*manager_, pod);
+    out->set_name(read.name);
+    out->set_namespace_(read.namespace_name);
+    for (const ContainerResources& container : read.containers) {
       v1::ContainerResources* c = out->add_containers();
-      c->set_name(container);
-      AppendDevices(manager_->GetDevices(pod.uid, container), c->mutable_devices());
+      c->set_name(container.name);
+      AppendDevices(container.devices, c->mutable_devices());
     }
   }
 
@@ -184,16 +186,6 @@ Status PrepareSocketPath(const std::string& socket_path) {
 }
 
 }  // namespace
-
-ActivePod ActivePodOf(const Pod& pod) {
-  ActivePod out{
-      .uid = pod.uid, .namespace_name = pod.namespace_name, .name = pod.name, .containers = {}};
-  for (const Container& c : pod.init_containers) {
-    if (c.restartable) out.containers.push_back(c.name);
-  }
-  for (const Container& c : pod.containers) out.containers.push_back(c.name);
-  return out;
-}
 
 StatusOr<std::unique_ptr<PodResourcesServer>> PodResourcesServer::Start(Options options) {
   if (options.socket_path.empty()) return InvalidArgumentError("socket_path must not be empty");

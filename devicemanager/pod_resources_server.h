@@ -37,23 +37,9 @@
 #include "kdm/base/status.h"
 #include "kdm/devicemanager/manager.h"
 #include "kdm/devicemanager/pod.h"
+#include "kdm/devicemanager/pod_resources.h"
 
 namespace kdm::devicemanager {
-
-// What the node agent knows of one active pod (the Manager only knows the
-// pods that hold devices).
-struct ActivePod {
-  std::string uid;
-  std::string namespace_name;
-  std::string name;
-  // App containers and restartable init containers (sidecars), in start
-  // order. Plain init containers are not listed.
-  std::vector<std::string> containers;
-};
-
-// The ActivePod of `pod`: its sidecars (restartable init containers) in
-// order, then its app containers; plain init containers are left out.
-ActivePod ActivePodOf(const Pod& pod);
 
 class PodResourcesServer {
  public:
