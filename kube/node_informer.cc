@@ -9,6 +9,7 @@
 
 #include "kdm/base/log_value.h"
 #include "kdm/base/sync.h"
+#include "kdm/k8s/devices_annotation.h"
 
 namespace kdm::kube {
 namespace {
@@ -26,13 +27,39 @@ std::string StringAt(const json& object, const char* a, const char* b) {
   return inner->get<std::string>();
 }
 
-StatusOr<NodeObject> ToNode(const json& object) {
+// The wanted annotations of `metadata` (an object), each copied once with
+// room for the annotation reader's padding.
+void ReadAnnotations(const json& metadata, const std::vector<std::string>& keys, NodeObject* node) {
+  if (keys.empty()) return;
+  auto annotations = metadata.find("annotations");
+  if (annotations == metadata.end() || annotations->is_null()) return;
+  if (!annotations->is_object()) {
+    node->annotations_error = "metadata.annotations: must be an object";
+    return;
+  }
+  for (const std::string& key : keys) {
+    auto value = annotations->find(key);
+    if (value == annotations->end()) continue;
+    if (!value->is_string()) {
+      node->annotations_error = "metadata.annotations['" + key + "']: must be a string";
+      continue;
+    }
+    const std::string& text = value->get_ref<const std::string&>();
+    std::string copy;
+    copy.reserve(text.size() + k8s::DecodePadding());
+    copy.assign(text);
+    node->annotations.emplace(key, std::move(copy));
+  }
+}
+
+StatusOr<NodeObject> ToNode(const json& object, const std::vector<std::string>& annotation_keys) {
   if (!object.is_object()) return InvalidArgumentError("the object is not a JSON object");
   NodeObject node;
   node.name = StringAt(object, "metadata", "name");
   if (node.name.empty()) return InvalidArgumentError("the object has no metadata.name");
   node.resource_version = StringAt(object, "metadata", "resourceVersion");
-  node.json = object.dump();
+  // A name was found: metadata is there and an object.
+  ReadAnnotations(*object.find("metadata"), annotation_keys, &node);
   return node;
 }
 
@@ -108,7 +135,7 @@ class NodeInformerImpl final : public NodeInformer {
     if (items != list.end() && !items->is_null()) {
       if (!items->is_array()) return DataLossError("GET " + options_.path + ": items: not a list");
       for (size_t i = 0; i < items->size(); ++i) {
-        StatusOr<NodeObject> node = ToNode((*items)[i]);
+        StatusOr<NodeObject> node = ToNode((*items)[i], options_.annotation_keys);
         if (!node.ok()) {
           return DataLossError("GET " + options_.path + ": items[" + std::to_string(i) +
                                "]: " + node.status().message());
@@ -167,7 +194,7 @@ class NodeInformerImpl final : public NodeInformer {
     } else {
       return bad("unknown event type");
     }
-    StatusOr<NodeObject> node = ToNode(*object_it);
+    StatusOr<NodeObject> node = ToNode(*object_it, options_.annotation_keys);
     if (!node.ok()) return bad(node.status().message());
     if (!node->resource_version.empty()) rv = node->resource_version;
     {

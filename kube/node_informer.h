@@ -21,6 +21,7 @@
 // Example:
 //   NodeInformer::Options o;
 //   o.client = client.get();
+//   o.annotation_keys = {"kdm.io/devices"};
 //   o.on_list = [&](std::vector<NodeObject> all) { cache.Replace(std::move(all)); };
 //   o.on_event = [&](NodeEventType t, const NodeObject& n) { cache.Apply(t, n); };
 //   KDM_ASSIGN_OR_RETURN(auto informer, NodeInformer::Start(std::move(o)));
@@ -30,6 +31,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,11 +42,21 @@
 
 namespace kdm::kube {
 
-// One Node: its name, resourceVersion and the whole object as JSON text.
+// One Node as the informer parsed it, once: its name, resourceVersion and
+// the annotations its user asked for (Options::annotation_keys). No JSON
+// text is kept or handed over: a user never parses a node again.
 struct NodeObject {
   std::string name;
   std::string resource_version;
-  std::string json;
+  // Each wanted annotation the node has, by key. Each value has
+  // k8s::DecodePadding() bytes of spare capacity, so that
+  // k8s::DecodeNodeDevices reads it in place.
+  std::map<std::string, std::string, std::less<>> annotations;
+  // Non-empty when the node's annotations could not be read: "metadata.
+  // annotations: must be an object", or "metadata.annotations['KEY']: must
+  // be a string" for a wanted KEY. The node is still handed over (a bad
+  // annotation is its user's to report, not a reason to LIST again).
+  std::string annotations_error;
 };
 
 enum class NodeEventType { kAdded, kModified, kDeleted };
@@ -62,6 +74,9 @@ class NodeInformer {
     // Back-off after a failed LIST or watch: initial, doubling, at most max.
     std::chrono::milliseconds initial_backoff{500};
     std::chrono::milliseconds max_backoff{30'000};
+    // The annotations to hand over in NodeObject::annotations; others are
+    // skipped unread. Empty: none.
+    std::vector<std::string> annotation_keys;
     // The time seam of the back-off waits (the client has its own, for its
     // retries). Null is taken as NewRealClock() too.
     std::shared_ptr<kdm::Clock> clock = NewRealClock();

@@ -343,23 +343,6 @@ StatusOr<ExtenderArgs> DecodeExtenderArgs(const std::string& body) {
   return args;
 }
 
-StatusOr<NodeItem> DecodeNode(const std::string& json) {
-  simdjson::padded_string padded(json);
-  thread_local od::parser parser;
-  od::document doc;
-  if (auto e = parser.iterate(padded).get(doc); e) {
-    return InvalidArgumentError(std::string("Node: not JSON: ") + simdjson::error_message(e));
-  }
-  od::value v;
-  if (auto e = doc.get_value().get(v); e) {
-    return InvalidArgumentError(std::string("Node: not JSON: ") + simdjson::error_message(e));
-  }
-  NodeItem item;
-  KDM_RETURN_IF_ERROR(ReadNode(v, "Node", &item));
-  item.raw = {};
-  return item;
-}
-
 void AppendJsonString(std::string_view s, std::string* out) {
   static constexpr char kHex[] = "0123456789abcdef";
   out->push_back('"');

@@ -50,10 +50,6 @@ struct ExtenderArgs {
 // malformed NVIDIA_REQUIRE_* value.
 StatusOr<ExtenderArgs> DecodeExtenderArgs(const std::string& body);
 
-// One Node object (a watch event's or a LIST item's JSON): its name and
-// annotation; `raw` is empty. Errors as DecodeExtenderArgs, naming "Node".
-StatusOr<NodeItem> DecodeNode(const std::string& json);
-
 struct FilterAnswer {
   std::optional<std::vector<std::string_view>> nodes;  // raw node objects
   std::optional<std::vector<std::string>> node_names;

@@ -5,17 +5,24 @@
 #include <utility>
 
 #include "kdm/base/log_value.h"
-#include "kdm/scheduler/extender_json.h"
 
 namespace kdm::scheduler {
 
 std::shared_ptr<const CachedNode> NodeCache::Read(const kube::NodeObject& node) {
   auto out = std::make_shared<CachedNode>();
   out->name = node.name;
-  StatusOr<NodeItem> item = DecodeNode(node.json);
-  Status s = item.status();
-  if (item.ok() && item->annotation) {
-    StatusOr<k8s::NodeDevices> d = k8s::DecodeNodeDevices(*item->annotation, topologies_);
+  Status s =
+      node.annotations_error.empty() ? OkStatus() : InvalidArgumentError(node.annotations_error);
+  auto a = node.annotations.find(k8s::kDevicesAnnotationKey);
+  if (s.ok() && a != node.annotations.end()) {
+    // The informer left room for the reader's padding: read in place.
+    const std::string& text = a->second;
+    StatusOr<k8s::NodeDevices> d =
+        k8s::DecodeNodeDevices(text, topologies_, text.capacity() - text.size());
+    {
+      MutexLock lock(&mu_);
+      ++annotation_decodes_;
+    }
     if (d.ok()) {
       out->devices = std::move(*d);
     } else {
@@ -85,9 +92,15 @@ uint64_t NodeCache::annotation_errors() const {
   return annotation_errors_;
 }
 
+uint64_t NodeCache::annotation_decodes() const {
+  MutexLock lock(&mu_);
+  return annotation_decodes_;
+}
+
 Status NodeCache::Start(kube::Client* client, kube::NodeInformer::Options options) {
   if (informer_) return FailedPreconditionError("the node cache is already started");
   options.client = client;
+  options.annotation_keys = {std::string(k8s::kDevicesAnnotationKey)};
   options.on_list = [this](std::vector<kube::NodeObject> nodes) { Replace(nodes); };
   options.on_event = [this](kube::NodeEventType t, const kube::NodeObject& n) { Apply(t, n); };
   KDM_ASSIGN_OR_RETURN(informer_, kube::NodeInformer::Start(std::move(options)));

@@ -1,6 +1,7 @@
 // NodeCache: the nodes the extender knows from the API server (LIST +
-// WATCH through kube::NodeInformer), each with its kdm.io/devices
-// annotation already read, so that requests carrying only NodeNames
+// WATCH through kube::NodeInformer, which hands over each node's name and
+// kdm.io/devices value, parsed once), each with that annotation already
+// decoded (k8s::DecodeNodeDevices), so that requests carrying only NodeNames
 // (nodeCacheCapable: true) are answered without Node objects. See
 // docs/extender.md, "Node cache".
 //
@@ -62,6 +63,10 @@ class NodeCache {
   size_t size() const;
   // Annotations that did not read, since the start.
   uint64_t annotation_errors() const;
+  // kdm.io/devices values decoded (k8s::DecodeNodeDevices), since the start:
+  // one per node of a LIST and per ADDED/MODIFIED event that carries one. A
+  // node's JSON is parsed once, by the informer; the cache never re-reads it.
+  uint64_t annotation_decodes() const;
   std::optional<kube::NodeInformer::Stats> informer_stats() const;
 
  private:
@@ -79,6 +84,7 @@ class NodeCache {
 
   NodeMap nodes_ ABSL_GUARDED_BY(mu_);
   uint64_t annotation_errors_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t annotation_decodes_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<kube::NodeInformer> informer_;  // owner's thread only
 };
 

@@ -157,8 +157,9 @@ struct Cluster {
   std::string pod;
   std::vector<std::string> names;
   std::vector<std::string> nodes;
-  std::string body;        // full Nodes
-  std::string names_body;  // NodeNames only
+  std::vector<std::string> annotations;  // each node's kdm.io/devices value
+  std::string body;                      // full Nodes
+  std::string names_body;                // NodeNames only
 };
 
 const Cluster& GetCluster() {
@@ -180,7 +181,8 @@ const Cluster& GetCluster() {
     for (int i = 0; i < kNodes; ++i) {
       std::string name = "gpu-node-" + std::to_string(i);
       kdm::topology::Topology t = Renamed(tops[i % tops.size()], name);
-      c->nodes.push_back(NodeJson(name, Annotation(name, t, rng), i));
+      c->annotations.push_back(Annotation(name, t, rng));
+      c->nodes.push_back(NodeJson(name, c->annotations.back(), i));
       c->names.push_back(name);
       if (i) {
         c->body += ",";
@@ -273,7 +275,11 @@ void BM_NodeNamesFromCache(benchmark::State& state) {
   kdm::k8s::TopologyCache topologies;
   kdm::scheduler::NodeCache cache(&topologies);
   std::vector<kdm::kube::NodeObject> objects;
-  for (int i = 0; i < kNodes; ++i) objects.push_back({c.names[i], "1", c.nodes[i]});
+  for (int i = 0; i < kNodes; ++i) {
+    kdm::kube::NodeObject o{.name = c.names[i], .resource_version = "1"};
+    o.annotations.emplace(std::string(kdm::k8s::kDevicesAnnotationKey), c.annotations[i]);
+    objects.push_back(std::move(o));
+  }
   cache.Replace(objects);
   kdm::scheduler::Extender extender({.cache = &cache, .topologies = &topologies});
   std::string body = c.names_body;

@@ -9,6 +9,7 @@
 
 #include "kdm/base/clock.h"
 #include "kdm/base/sync.h"
+#include "kdm/k8s/devices_annotation.h"
 #include "kdm/test/kube/test_api_server.h"
 #include "kdm/test/kube/test_pki.h"
 #include "kdm/test/wait_until.h"
@@ -221,6 +222,60 @@ TEST_F(NodeInformerTest, StopEndsABackOffWithoutTimePassing) {
   EXPECT_EQ(clock_->Now(), before);
   EXPECT_EQ(clock_->PendingTimers(), 0u);
   EXPECT_EQ(server_->RequestCount(), 1u);
+}
+
+// The informer hands over what it parsed, once: name, version and the
+// wanted annotation values (with the reader's padding), never JSON text. A
+// node whose annotations have the wrong type is still handed over, with
+// annotations_error set.
+TEST_F(NodeInformerTest, HandsOverWantedAnnotationsParsedOnce) {
+  server_->Enqueue(
+      {.body = List("7", {R"({"metadata":{"name":"a","resourceVersion":"5","annotations":)"
+                          R"({"kdm.io/devices":"{\"v\":1}","other":"x"}}})",
+                          R"({"metadata":{"name":"b","annotations":{"kdm.io/devices":3}}})",
+                          R"({"metadata":{"name":"c","annotations":[]}})",
+                          R"({"metadata":{"name":"d","annotations":null}})"})});
+  auto feed = std::make_shared<WatchFeed>();
+  server_->Enqueue({.feed = feed});
+  Mutex nodes_mu;
+  std::vector<NodeObject> nodes;
+  bool listed = false;
+  NodeInformer::Options o;
+  o.client = client_.get();
+  o.clock = clock_;
+  o.annotation_keys = {"kdm.io/devices"};
+  o.on_list = [&](std::vector<NodeObject> all) {
+    MutexLock lock(&nodes_mu);
+    nodes = std::move(all);
+    listed = true;
+  };
+  o.on_event = [](NodeEventType, const NodeObject&) {};
+  StatusOr<std::unique_ptr<NodeInformer>> i = NodeInformer::Start(std::move(o));
+  ASSERT_TRUE(i.ok()) << i.status();
+  informer_ = std::move(*i);
+  ASSERT_TRUE(kdm::test::WaitUntil([&] {
+    MutexLock lock(&nodes_mu);
+    return listed;
+  }));
+  // Stopped once its watch streams, as the other tests stop it (a Stop()
+  // while the watch is still connecting can be lost in the HTTPS client
+  // until the idle timeout).
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return feed->attached(); }));
+  informer_->Stop();
+  MutexLock lock(&nodes_mu);
+  ASSERT_EQ(nodes.size(), 4u);
+  EXPECT_EQ(nodes[0].name, "a");
+  EXPECT_EQ(nodes[0].resource_version, "5");
+  ASSERT_EQ(nodes[0].annotations.size(), 1u);  // "other" was not asked for
+  const std::string& value = nodes[0].annotations.at("kdm.io/devices");
+  EXPECT_EQ(value, R"({"v":1})");
+  EXPECT_GE(value.capacity() - value.size(), k8s::DecodePadding());
+  EXPECT_EQ(nodes[0].annotations_error, "");
+  EXPECT_TRUE(nodes[1].annotations.empty());
+  EXPECT_EQ(nodes[1].annotations_error, "metadata.annotations['kdm.io/devices']: must be a string");
+  EXPECT_EQ(nodes[2].annotations_error, "metadata.annotations: must be an object");
+  EXPECT_EQ(nodes[3].annotations_error, "");
+  EXPECT_TRUE(nodes[3].annotations.empty());
 }
 
 TEST_F(NodeInformerTest, StartNeedsAClientAndCallbacks) {

@@ -139,5 +139,45 @@ TEST_F(NodeCacheTest, ListThenWatchEventsChangeTheAnswers) {
   EXPECT_THAT(metrics_->Text(), HasSubstr("kdm_extender_node_cache_total{result=\"unknown\"} 2"));
 }
 
+// A LIST of N annotated nodes costs N annotation decodes and nothing else:
+// the informer parsed each node once and handed over its annotation value;
+// the cache decodes that value once and never parses a node's JSON again
+// (kube::NodeObject carries no JSON text to parse). A MODIFIED event is one
+// more decode; a DELETED one none.
+TEST_F(NodeCacheTest, ListOfNNodesIsNAnnotationDecodes) {
+  constexpr int kAnnotated = 7;
+  std::vector<std::string> items;
+  for (int i = 0; i < kAnnotated; ++i) items.push_back(GpuNode("gpu-" + std::to_string(i), {i}));
+  items.push_back(test::MakeNode("cpu-0", std::nullopt));
+  auto feed = std::make_shared<WatchFeed>();
+  server_->Enqueue({.body = List("100", items)});
+  server_->Enqueue({.feed = feed});
+  ASSERT_TRUE(cache_->Start(client_.get()).ok());
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return cache_->size() == kAnnotated + 1; }));
+  EXPECT_EQ(cache_->annotation_decodes(), static_cast<uint64_t>(kAnnotated));
+  EXPECT_EQ(cache_->annotation_errors(), 0u);
+  ASSERT_NE(cache_->Find("gpu-3"), nullptr);
+  ASSERT_TRUE(cache_->Find("gpu-3")->devices.has_value());
+  EXPECT_EQ(cache_->Find("gpu-3")->devices->resources.at(test::kGpu).available.size(), 1u);
+
+  feed->Send(Event("MODIFIED", GpuNode("gpu-0", {0, 1})));
+  feed->Send(Event("DELETED", GpuNode("gpu-1", {1})));
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return cache_->Find("gpu-1") == nullptr; }));
+  EXPECT_EQ(cache_->annotation_decodes(), static_cast<uint64_t>(kAnnotated + 1));
+}
+
+// The informer's bad input stays the cache's to report: an annotation that
+// is not a string marks the node unreadable; the node is still known.
+TEST_F(NodeCacheTest, AnnotationOfTheWrongTypeIsAnErrorNotADecode) {
+  server_->Enqueue({.body = List("100", {R"({"metadata":{"name":"odd","annotations":)"
+                                         R"({"kdm.io/devices":{"v":1}}}})"})});
+  server_->Enqueue({.feed = std::make_shared<WatchFeed>()});
+  ASSERT_TRUE(cache_->Start(client_.get()).ok());
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return cache_->size() == 1; }));
+  EXPECT_EQ(cache_->annotation_decodes(), 0u);
+  EXPECT_EQ(cache_->annotation_errors(), 1u);
+  EXPECT_THAT(cache_->Find("odd")->error, HasSubstr("must be a string"));
+}
+
 }  // namespace
 }  // namespace kdm::scheduler
