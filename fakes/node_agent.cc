@@ -91,6 +91,7 @@ class NodeAgentImpl final : public NodeAgent {
   Status Init();
   void Stop() override;
   int metrics_port() const override { return metrics_server_ ? metrics_server_->port() : 0; }
+  const dm::Manager& manager() const override { return *manager_; }
   std::vector<dm::ActivePod> ActivePods() const override {
     kdm::MutexLock lock(&active_mu_);
     std::vector<dm::ActivePod> out;

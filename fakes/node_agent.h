@@ -44,7 +44,8 @@
 // Stop() joins them all (a running admission first finishes, bounded by
 // the plugin RPC deadlines).
 //
-// Thread-safety: Start/Stop from one thread; ActivePods() from any thread.
+// Thread-safety: Start/Stop from one thread; ActivePods() and manager() from
+// any thread.
 //
 // Example:
 //   kdm::fakes::NodeAgent::Options o;
@@ -65,6 +66,7 @@
 
 #include "kdm/base/status.h"
 #include "kdm/checkpoint/paths.h"
+#include "kdm/devicemanager/manager.h"
 #include "kdm/devicemanager/pod.h"
 #include "kdm/devicemanager/pod_resources_server.h"
 #include "kdm/k8s/devices_annotation.h"
@@ -151,6 +153,13 @@ class NodeAgent {
   // The pods admitted now (and those waiting for their plugins after a
   // restart), as the pod-resources API reports them.
   virtual std::vector<devicemanager::ActivePod> ActivePods() const = 0;
+
+  // The agent's Manager, for in-process readers of its devices (the publish
+  // loop of `kdm kubelet --publish`: devicemanager::ListPodResources over
+  // it and ActivePods() answers what the pod-resources socket would, with
+  // no dial). Its query methods are thread-safe. Valid until the agent is
+  // destroyed; stop its readers before Stop().
+  virtual const devicemanager::Manager& manager() const = 0;
 };
 
 }  // namespace kdm::fakes

@@ -6,8 +6,10 @@
 // long for its sockets or not creatable, the message names --root), 2 usage.
 // --root may be relative; it is made absolute at once.
 //
-// `--publish` also runs the publish loop of `kdm publish` (publish_flags.h)
-// on the agent's own pod-resources socket, on a thread joined at shutdown.
+// `--publish` also runs the publish loop of `kdm publish` (kdm/publish/),
+// reading the agent's Manager in-process (publish::ManagerSource: the answers
+// its pod-resources socket gives, without dialling it), on a thread joined
+// at shutdown.
 #include <signal.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -24,9 +26,10 @@
 #include "commands.h"
 #include "duration_flag.h"
 #include "kdm/checkpoint/paths.h"
-#include "kdm/devicemanager/pod_resources_client.h"
 #include "kdm/fakes/node_agent.h"
 #include "kdm/kube/client.h"
+#include "kdm/publish/device_sources.h"
+#include "kdm/publish/publish_loop.h"
 #include "kube_flags.h"
 #include "publish_flags.h"
 
@@ -114,7 +117,7 @@ int RunKubelet(const KubeletFlags& flags) {
     for (const std::string& w : publish_setup.warnings) {
       std::cerr << "kdm kubelet: warning: " << w << "\n";
     }
-    options.attributes = publish_setup.attributes;
+    options.attributes = publish_setup.options.attributes;
     auto made = MakeKubeClient(flags.publish_loop.kube);
     if (!made.ok()) {
       std::cerr << "kdm kubelet: " << made.status().message() << "\n";
@@ -155,29 +158,26 @@ int RunKubelet(const KubeletFlags& flags) {
       options.metrics_addr.empty() ? "off" : options.metrics_addr);
   auto agent = fakes::NodeAgent::Start(options);
   if (!agent.ok()) return cannot_start(agent.status());
-  // The publish loop reads the agent through its own pod-resources socket,
-  // as `kdm publish` beside it would: one code path for the annotation.
-  std::unique_ptr<PublishLoop> publish_loop;
+  // The publish loop reads the agent's Manager in-process: the answers of
+  // its pod-resources socket (one read path, devicemanager::ListPodResources)
+  // without a dial, so a socket that can not be reached never stalls it.
+  std::unique_ptr<publish::PublishLoop> publish_loop;
   if (flags.publish) {
-    auto pod_resources = devicemanager::PodResourcesClient::Connect(
-        {.socket_path = options.root + "/pod-resources/kubelet.sock",
-         .timeout = publish_setup.timeout});
-    if (!pod_resources.ok()) {
-      (*agent)->Stop();
-      return cannot_start(pod_resources.status());
-    }
     spdlog::info("event=publish_starting node={} interval={}ms min_write_interval={}ms",
-                 publish_setup.node, publish_setup.interval.count(),
-                 publish_setup.min_write_interval.count());
-    publish_loop = PublishLoop::Start(
-        std::move(publish_setup), std::make_unique<PodResourcesSource>(std::move(*pod_resources)),
+                 publish_setup.options.node, publish_setup.options.interval.count(),
+                 publish_setup.options.min_write_interval.count());
+    fakes::NodeAgent* node_agent = agent->get();
+    publish_loop = publish::PublishLoop::Start(
+        std::move(publish_setup.options),
+        std::make_unique<publish::ManagerSource>(&node_agent->manager(),
+                                                 [node_agent] { return node_agent->ActivePods(); }),
         std::move(kube_client));
   }
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {
   }
   spdlog::info("event=stopping signal={}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  // The loop reads the agent's socket: it stops first.
+  // The loop reads the agent's Manager: it stops first.
   if (publish_loop) publish_loop->Stop();
   (*agent)->Stop();
   spdlog::info("event=stopped");

@@ -6,8 +6,8 @@
 // --in-cluster) until SIGTERM/SIGINT. An API server that is down or refuses
 // never stops it: writes are retried.
 //
-// The loop's flags, their checks and the loop itself are shared with `kdm
-// kubelet --publish` (publish_flags.h).
+// The loop's flags and their checks are shared with `kdm kubelet --publish`
+// (publish_flags.h); the loop and the pod-resources source are kdm/publish/'s.
 //
 // Exit codes: 0 ok (--dry-run printed, or stopped by a signal), 1 runtime
 // error (the socket cannot be read, a topology, ids or kubeconfig file cannot
@@ -27,6 +27,8 @@
 #include "kdm/k8s/devices_annotation.h"
 #include "kdm/kube/client.h"
 #include "kdm/kube/publisher.h"
+#include "kdm/publish/device_sources.h"
+#include "kdm/publish/publish_loop.h"
 #include "kube_flags.h"
 #include "publish_flags.h"
 
@@ -71,17 +73,17 @@ int RunPublish(const PublishFlags& flags) {
     kube_client = std::move(*made);
   }
   auto client = devicemanager::PodResourcesClient::Connect(
-      {.socket_path = *socket, .timeout = setup.timeout});
+      {.socket_path = *socket, .timeout = setup.options.timeout});
   if (!client.ok()) return fail({kPublishRuntimeError, client.status().message()});
-  auto source = std::make_unique<PodResourcesSource>(std::move(*client));
+  auto source = std::make_unique<publish::PodResourcesSource>(std::move(*client));
 
   if (flags.dry_run) {
     StatusOr<kube::NodeDevices> devices = source->Read();
     if (!devices.ok()) return fail({kPublishRuntimeError, devices.status().message()});
     std::vector<std::string> warnings;
     k8s::DevicesAnnotation a = kube::BuildDevicesAnnotation(
-        setup.node, k8s::FormatRfc3339(std::chrono::system_clock::now()), *devices,
-        setup.topologies, setup.attributes, &warnings);
+        setup.options.node, k8s::FormatRfc3339(std::chrono::system_clock::now()), *devices,
+        setup.options.topologies, setup.options.attributes, &warnings);
     for (const std::string& w : warnings) std::cerr << "kdm publish: warning: " << w << "\n";
     std::cout << k8s::EncodeDevicesAnnotation(a) << "\n";
     return kOk;
@@ -96,9 +98,10 @@ int RunPublish(const PublishFlags& flags) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   spdlog::info("event=publish_starting node={} interval={}ms min_write_interval={}ms resync={}ms",
-               setup.node, setup.interval.count(), setup.min_write_interval.count(),
-               setup.resync.count());
-  auto loop = PublishLoop::Start(std::move(setup), std::move(source), std::move(kube_client));
+               setup.options.node, setup.options.interval.count(),
+               setup.options.min_write_interval.count(), setup.options.resync.count());
+  auto loop = publish::PublishLoop::Start(std::move(setup.options), std::move(source),
+                                          std::move(kube_client));
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {
   }

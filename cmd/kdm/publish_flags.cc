@@ -6,20 +6,12 @@
 
 #include "cli_common.h"
 #include "duration_flag.h"
-#include "kdm/base/env.h"
 #include "kdm/base/log_value.h"
 #include "kdm/k8s/names.h"
-#include "kdm/nvml/discovery.h"
-#include "kdm/nvml/library.h"
-#include "kdm/pluginapi/api_rules.h"
-#include "kdm/topology/parse.h"
-#include "kdm/topology/presets.h"
+#include "kdm/publish/topology_sources.h"
 
 namespace kdm::cli {
 namespace {
-
-// The largest --ids file read (a few hundred GPUs are a few KiB).
-constexpr uint64_t kMaxIdsFileBytes = 1 << 20;
 
 std::string Show(const std::string& s) { return QuoteLogValue(s, kMaxLogValueBytes); }
 
@@ -39,94 +31,6 @@ std::optional<PublishFailure> SplitResource(const std::string& flag, const std::
                               " is not an extended resource name (domain/name)"};
   }
   return std::nullopt;
-}
-
-// Parses the CSV of `nvidia-smi --query-gpu=index,uuid --format=csv,noheader`
-// ("0, GPU-8f6c..."): row index -> device id, for `rows` rows.
-StatusOr<std::vector<std::string>> ParseIdsCsv(const std::string& text, int rows) {
-  std::vector<std::optional<std::string>> ids(rows);
-  int count = 0;
-  size_t start = 0;
-  int line_no = 0;
-  auto trim = [](std::string s) {
-    size_t a = s.find_first_not_of(" \t\r");
-    size_t b = s.find_last_not_of(" \t\r");
-    return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
-  };
-  while (start < text.size()) {
-    size_t nl = text.find('\n', start);
-    std::string line = text.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
-    start = nl == std::string::npos ? text.size() : nl + 1;
-    ++line_no;
-    if (trim(line).empty()) continue;
-    const std::string at = "line " + std::to_string(line_no) + ": ";
-    size_t comma = line.find(',');
-    if (comma == std::string::npos) {
-      return InvalidArgumentError(at + "expected INDEX, UUID, got " + Show(line));
-    }
-    std::string index_text = trim(line.substr(0, comma));
-    std::string id = trim(line.substr(comma + 1));
-    if (index_text.empty() || index_text.size() > 6 ||
-        index_text.find_first_not_of("0123456789") != std::string::npos) {
-      return InvalidArgumentError(at + "index " + Show(index_text) + " is not a number");
-    }
-    int index = std::stoi(index_text);
-    if (index >= rows) {
-      return InvalidArgumentError(at + "index " + index_text + " is past the topology's " +
-                                  std::to_string(rows) + " devices");
-    }
-    bool printable = std::all_of(id.begin(), id.end(), [](char c) {
-      return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f;
-    });
-    if (id.empty() || id.size() > k8s::kMaxNameBytes || !printable) {
-      return InvalidArgumentError(at + "bad device id " + Show(id) +
-                                  " (1 to 253 printable bytes, no blank)");
-    }
-    if (ids[index]) return InvalidArgumentError(at + "index " + index_text + " given twice");
-    ids[index] = id;
-    ++count;
-  }
-  if (count != rows) {
-    return InvalidArgumentError(std::to_string(count) + " rows, the topology has " +
-                                std::to_string(rows) + " devices");
-  }
-  std::vector<std::string> out;
-  for (auto& id : ids) out.push_back(*id);
-  return out;
-}
-
-// The topology with its device ids replaced, row by row.
-StatusOr<topology::Topology> Rename(const topology::Topology& t,
-                                    const std::vector<std::string>& ids) {
-  std::vector<topology::DeviceInfo> infos = t.devices();
-  std::vector<std::vector<topology::Link>> links(t.size());
-  for (int i = 0; i < t.size(); ++i) {
-    infos[i].id = ids[i];
-    for (int j = 0; j < t.size(); ++j) links[i].push_back(t.LinkBetween(i, j));
-  }
-  return topology::Topology::Create(std::move(infos), std::move(links));
-}
-
-// What NVML says of the node's GPUs: their topology (device ids are the
-// UUIDs, as NVIDIA's plugin and `kdm plugin --nvml` name them) and the
-// attributes of the first GPU (a node's GPUs are one model).
-struct NvmlResource {
-  topology::Topology topology;
-  k8s::DeviceAttributes attributes;
-  std::vector<std::string> warnings;
-};
-
-StatusOr<NvmlResource> ReadNvml(const nvml::Library* library, const PublishLoopFlags& flags) {
-  nvml::DiscoveryOptions options;
-  if (!flags.sysfs_root.empty()) options.sysfs_root = flags.sysfs_root;
-  KDM_ASSIGN_OR_RETURN(nvml::NodeInfo node, nvml::Discover(*library, options));
-  KDM_ASSIGN_OR_RETURN(nvml::NvmlTopology t, nvml::DiscoverTopology(*library, node));
-  NvmlResource out{std::move(t.topology), {}, std::move(t.ignored)};
-  if (node.gpus.empty()) return out;
-  // Discovery already put each value through the attribute checks.
-  out.attributes = node.gpus.front().attributes;
-  for (const std::string& w : node.gpus.front().attribute_warnings) out.warnings.push_back(w);
-  return out;
 }
 
 // Loads every --topology (with its --ids).
@@ -152,57 +56,32 @@ std::optional<PublishFailure> LoadTopologies(
       return PublishFailure{kPublishUsageError,
                             "--topology: resource " + resource + " given twice"};
     }
-    StatusOr<topology::Topology> t = InvalidArgumentError("");
-    if (source == "nvml") {
-      // A machine without NVML is a usage error (exit 2), as for `kdm plugin
-      // --nvml` and `kdm topo --nvml`: the one line says what is missing.
-      StatusOr<std::unique_ptr<nvml::Library>> library = nvml::Library::Load(flags.nvml_library);
-      if (!library.ok()) {
-        return PublishFailure{library.status().code() == StatusCode::kNotFound
-                                  ? kPublishUsageError
-                                  : kPublishRuntimeError,
-                              "--topology " + Show(value) + ": " + library.status().message()};
-      }
-      StatusOr<NvmlResource> n = ReadNvml(library->get(), flags);
-      if (!n.ok()) {
-        return PublishFailure{kPublishRuntimeError,
-                              "--topology " + Show(value) + ": " + n.status().message()};
-      }
-      for (const std::string& line : n->warnings) warnings->push_back(resource + ": " + line);
-      (*nvml_attributes)[resource] = n->attributes;
-      t = std::move(n->topology);
-    } else if (source.rfind("preset:", 0) == 0) {
-      t = topology::Preset(source.substr(7));
-      if (!t.ok()) {
-        return PublishFailure{kPublishUsageError,
-                              "--topology " + Show(value) + ": " + t.status().message()};
-      }
-    } else {
+    publish::TopologySource parsed = publish::ParseTopologySource(source);
+    if (parsed.kind == publish::TopologySource::Kind::kFile) {
       auto abs = AbsolutePathFlag("--topology", source);
       if (!abs.ok()) return PublishFailure{kPublishUsageError, abs.status().message()};
-      t = topology::LoadTopologyFile(*abs);
+      parsed.name = *abs;
+    }
+    bool usage = false;
+    StatusOr<publish::LoadedTopology> loaded = publish::LoadTopology(
+        parsed, {.library = flags.nvml_library, .sysfs_root = flags.sysfs_root}, &usage);
+    if (!loaded.ok()) {
+      // A file's error names the resource; a preset's or NVML's the value.
+      return PublishFailure{
+          usage ? kPublishUsageError : kPublishRuntimeError,
+          "--topology " +
+              (parsed.kind == publish::TopologySource::Kind::kFile ? resource : Show(value)) +
+              ": " + loaded.status().message()};
+    }
+    for (const std::string& line : loaded->warnings) warnings->push_back(resource + ": " + line);
+    if (loaded->nvml_attributes) (*nvml_attributes)[resource] = *loaded->nvml_attributes;
+    StatusOr<topology::Topology> t = std::move(loaded->topology);
+    if (auto it = ids_files.find(resource); it != ids_files.end()) {
+      t = publish::ApplyIdsFile(*t, it->second);
       if (!t.ok()) {
         return PublishFailure{kPublishRuntimeError,
-                              "--topology " + resource + ": " + t.status().message()};
+                              "--ids " + resource + ": " + t.status().message()};
       }
-    }
-    if (auto it = ids_files.find(resource); it != ids_files.end()) {
-      StatusOr<std::string> text = Env::Default()->ReadFile(it->second, kMaxIdsFileBytes);
-      if (!text.ok()) {
-        return PublishFailure{kPublishRuntimeError,
-                              "--ids " + resource + ": " + text.status().message()};
-      }
-      StatusOr<std::vector<std::string>> ids = ParseIdsCsv(*text, t->size());
-      if (!ids.ok()) {
-        return PublishFailure{kPublishRuntimeError, "--ids " + resource + ": " + it->second + ": " +
-                                                        ids.status().message()};
-      }
-      StatusOr<topology::Topology> renamed = Rename(*t, *ids);
-      if (!renamed.ok()) {
-        return PublishFailure{kPublishRuntimeError, "--ids " + resource + ": " + it->second + ": " +
-                                                        renamed.status().message()};
-      }
-      t = std::move(renamed);
     }
     out->emplace(resource, *std::move(t));
   }
@@ -216,32 +95,6 @@ std::optional<PublishFailure> LoadTopologies(
 }
 
 }  // namespace
-
-StatusOr<kube::NodeDevices> PodResourcesSource::Read() {
-  kube::NodeDevices out;
-  KDM_ASSIGN_OR_RETURN(std::vector<devicemanager::ContainerDevices> allocatable,
-                       client_->GetAllocatableResources());
-  for (const auto& d : allocatable) {
-    auto& ids = out.allocatable[d.resource_name];
-    std::optional<int> numa;
-    if (d.numa_node && *d.numa_node >= 0 && *d.numa_node <= 1 << 20) {
-      numa = static_cast<int>(*d.numa_node);
-    }
-    for (const std::string& id : d.device_ids) {
-      // A device on several NUMA nodes is listed once per node: the first wins.
-      ids.emplace(id, numa);
-    }
-  }
-  KDM_ASSIGN_OR_RETURN(std::vector<devicemanager::PodResources> pods, client_->List());
-  for (const auto& pod : pods) {
-    for (const auto& c : pod.containers) {
-      for (const auto& d : c.devices) {
-        out.in_use[d.resource_name].insert(d.device_ids.begin(), d.device_ids.end());
-      }
-    }
-  }
-  return out;
-}
 
 bool PublishLoopFlags::any_given() const {
   const PublishLoopFlags defaults;
@@ -301,10 +154,10 @@ std::optional<PublishFailure> LoadPublishFlags(const PublishLoopFlags& flags,
   }
   for (const auto& [name, text, field] :
        std::vector<std::tuple<std::string, std::string, std::chrono::milliseconds*>>{
-           {"--interval", flags.interval, &out->interval},
-           {"--min-write-interval", flags.min_write_interval, &out->min_write_interval},
-           {"--resync", flags.resync, &out->resync},
-           {"--timeout", flags.timeout, &out->timeout}}) {
+           {"--interval", flags.interval, &out->options.interval},
+           {"--min-write-interval", flags.min_write_interval, &out->options.min_write_interval},
+           {"--resync", flags.resync, &out->options.resync},
+           {"--timeout", flags.timeout, &out->options.timeout}}) {
     auto d = ParseDurationFlag(text);
     if (!d.ok()) return usage(name + ": " + d.status().message());
     if (d->count() <= 0 && name != "--min-write-interval") {
@@ -315,43 +168,18 @@ std::optional<PublishFailure> LoadPublishFlags(const PublishLoopFlags& flags,
   auto attributes = ParseResourceAttributes(attribute_values);
   if (!attributes.ok()) return usage(attributes.status().message());
   std::map<std::string, k8s::DeviceAttributes> nvml_attributes;
-  if (auto f = LoadTopologies(flags, &out->topologies, &nvml_attributes, &out->warnings)) return f;
+  if (auto f = LoadTopologies(flags, &out->options.topologies, &nvml_attributes, &out->warnings))
+    return f;
   if ((!flags.nvml_library.empty() || !flags.sysfs_root.empty()) && nvml_attributes.empty()) {
     return usage("--nvml-library and --sysfs-root need a --topology RESOURCE=nvml");
   }
-  out->node = flags.node_name;
-  out->attributes = *std::move(attributes);
+  out->options.node = flags.node_name;
+  out->options.attributes = *std::move(attributes);
   // --attributes wins over NVML, resource by resource.
   for (auto& [resource, a] : nvml_attributes) {
-    if (!a.empty()) out->attributes.emplace(resource, std::move(a));
+    if (!a.empty()) out->options.attributes.emplace(resource, std::move(a));
   }
   return std::nullopt;
-}
-
-std::unique_ptr<PublishLoop> PublishLoop::Start(PublishSetup setup,
-                                                std::unique_ptr<kube::DeviceSource> source,
-                                                std::unique_ptr<kube::Client> client) {
-  std::unique_ptr<PublishLoop> loop(new PublishLoop());
-  loop->client_ = std::move(client);
-  loop->writer_ = std::make_unique<kube::NodeAnnotationWriter>(loop->client_.get(), setup.timeout);
-  loop->source_ = std::move(source);
-  kube::Publisher::Options options;
-  options.node = setup.node;
-  options.topologies = std::move(setup.topologies);
-  options.attributes = std::move(setup.attributes);
-  options.interval = setup.interval;
-  options.min_write_interval = setup.min_write_interval;
-  options.resync = setup.resync;
-  loop->publisher_ = std::make_unique<kube::Publisher>(std::move(options), loop->source_.get(),
-                                                       loop->writer_.get());
-  kube::Publisher* publisher = loop->publisher_.get();
-  loop->thread_ = std::thread([publisher] { publisher->Run(); });
-  return loop;
-}
-
-void PublishLoop::Stop() {
-  if (publisher_) publisher_->Stop();
-  if (thread_.joinable()) thread_.join();
 }
 
 }  // namespace kdm::cli

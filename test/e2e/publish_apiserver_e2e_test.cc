@@ -21,6 +21,7 @@
 #include <chrono>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -365,6 +366,51 @@ TEST_F(PublishApiServerE2eTest, KubeletPublishPatchesItsOwnNode) {
   EXPECT_EQ(old.value("reason", ""), "UnmetDeviceRequirement") << old.dump();
 
   // SIGTERM: the loop's thread is joined and the agent exits cleanly.
+  kubelet_->Signal(SIGTERM);
+  EXPECT_EQ(kubelet_->Wait(), 0) << kubelet_->Log();
+}
+
+// Connections accepted on the unix socket bound at `path` and open now: the
+// server's side of each shows in /proc/net/unix with the socket's path and
+// state 03 (connected); the listening socket itself is state 01.
+int OpenConnectionsTo(const std::string& path) {
+  std::ifstream in("/proc/net/unix");
+  std::string line;
+  std::getline(in, line);  // header
+  int count = 0;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string num, refs, protocol, flags, type, state, inode, name;
+    if (!(fields >> num >> refs >> protocol >> flags >> type >> state >> inode >> name)) continue;
+    if (name == path && state == "03") ++count;
+  }
+  return count;
+}
+
+// `kdm kubelet --publish` reads its Manager in-process: the annotation
+// lands and follows an admission while nothing ever connects to the
+// agent's own pod-resources socket. (The loop of earlier releases dialled
+// it at start and kept its gRPC connection open: one connection here.)
+TEST_F(PublishApiServerE2eTest, KubeletPublishNeverDialsItsOwnPodResourcesSocket) {
+  StartKubelet({"--publish", "--node-name", kNode, "--topology", "nvidia.com/gpu=preset:dgx1-v100",
+                "--kubeconfig", Kubeconfig(), "--interval", "100ms", "--min-write-interval",
+                "100ms"});
+  ASSERT_TRUE(WaitUntil([&] { return fs::exists(Socket()); }, kWaitBound)) << kubelet_->Log();
+  StartGpuPlugin();
+  ASSERT_TRUE(WaitUntil([&] { return LastShows(kGpu, 8); }, kWaitBound)) << LastValue() << "\n"
+                                                                         << kubelet_->Log();
+  WriteFileAtomically(Manifests() + "/train.yaml", PodYaml("train", 2));
+  std::vector<std::string> held = Gpus(WaitPhase("default_train", "Admitted"));
+  ASSERT_EQ(held.size(), 2u);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return LastShows(kGpu, 6, {held.begin(), held.end()});
+      },
+      kWaitBound))
+      << LastValue() << "\n"
+      << kubelet_->Log();
+  EXPECT_EQ(OpenConnectionsTo(Socket()), 0) << "something dialled " << Socket();
+
   kubelet_->Signal(SIGTERM);
   EXPECT_EQ(kubelet_->Wait(), 0) << kubelet_->Log();
 }
