@@ -20,14 +20,12 @@
 #include <boost/beast/ssl.hpp>
 #include <limits>
 
+#include "kdm/http/asio_names.h"
+
 namespace kdm::http {
 namespace {
 
-namespace net = boost::asio;
-namespace ssl = boost::asio::ssl;
-namespace beast = boost::beast;
-namespace bhttp = boost::beast::http;
-using tcp = boost::asio::ip::tcp;
+using namespace asio_names;  // NOLINT(build/namespaces): http/'s own short names
 using SteadyClock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
