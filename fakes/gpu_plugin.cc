@@ -60,7 +60,7 @@ void AddSpec(v1beta1::ContainerAllocateResponse& r, const std::string& path) {
 }
 
 // The fake plugin's answers as the SDK serves them.
-class FakeHandler final : public plugin::DevicePluginHandler {
+class FakeHandler final : public plugin::PerContainerHandler {
  public:
   explicit FakeHandler(const FakeDevicePlugin* plugin) : plugin_(plugin) {}
 
@@ -71,23 +71,13 @@ class FakeHandler final : public plugin::DevicePluginHandler {
     return o;
   }
 
-  StatusOr<v1beta1::AllocateResponse> Allocate(const v1beta1::AllocateRequest& request,
-                                               plugin::CallContext&) override {
-    return plugin::AllocateEachContainer(
-        request,
-        [this](const v1beta1::ContainerAllocateRequest& c) { return plugin_->Allocate(c); });
-  }
-
   StatusOr<v1beta1::PreferredAllocationResponse> GetPreferredAllocation(
-      const v1beta1::PreferredAllocationRequest& request, plugin::CallContext&) override {
+      const v1beta1::PreferredAllocationRequest& request, plugin::CallContext& call) override {
     if (!plugin_->config().policy) {
       return UnimplementedError("GetPreferredAllocation is not offered by " +
                                 plugin_->config().resource_name);
     }
-    return plugin::PreferEachContainer(
-        request, [this](const v1beta1::ContainerPreferredAllocationRequest& c) {
-          return plugin_->PreferredAllocation(c);
-        });
+    return PerContainerHandler::GetPreferredAllocation(request, call);
   }
 
   Status PreStartContainer(const std::vector<std::string>& ids, plugin::CallContext&) override {
@@ -96,6 +86,16 @@ class FakeHandler final : public plugin::DevicePluginHandler {
                    plugin_->config().resource_name, Join(ids));
     }
     return OkStatus();
+  }
+
+ protected:
+  StatusOr<v1beta1::ContainerAllocateResponse> AllocateContainer(
+      const v1beta1::ContainerAllocateRequest& request) override {
+    return plugin_->Allocate(request);
+  }
+  StatusOr<v1beta1::ContainerPreferredAllocationResponse> PreferContainer(
+      const v1beta1::ContainerPreferredAllocationRequest& request) override {
+    return plugin_->PreferredAllocation(request);
   }
 
  private:

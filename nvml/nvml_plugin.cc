@@ -22,7 +22,7 @@ std::string Join(const std::vector<std::string>& items) {
 
 std::string Quoted(std::string_view text) { return QuoteLogValue(text, kMaxLogValueBytes); }
 
-class NvmlHandler final : public plugin::DevicePluginHandler {
+class NvmlHandler final : public plugin::PerContainerHandler {
  public:
   explicit NvmlHandler(const NvmlPlugin* plugin) : plugin_(plugin) {}
 
@@ -31,18 +31,15 @@ class NvmlHandler final : public plugin::DevicePluginHandler {
     o.set_get_preferred_allocation_available(true);
     return o;
   }
-  StatusOr<v1beta1::AllocateResponse> Allocate(const v1beta1::AllocateRequest& request,
-                                               plugin::CallContext&) override {
-    return plugin::AllocateEachContainer(
-        request,
-        [this](const v1beta1::ContainerAllocateRequest& c) { return plugin_->Allocate(c); });
+
+ protected:
+  StatusOr<v1beta1::ContainerAllocateResponse> AllocateContainer(
+      const v1beta1::ContainerAllocateRequest& request) override {
+    return plugin_->Allocate(request);
   }
-  StatusOr<v1beta1::PreferredAllocationResponse> GetPreferredAllocation(
-      const v1beta1::PreferredAllocationRequest& request, plugin::CallContext&) override {
-    return plugin::PreferEachContainer(
-        request, [this](const v1beta1::ContainerPreferredAllocationRequest& c) {
-          return plugin_->PreferredAllocation(c);
-        });
+  StatusOr<v1beta1::ContainerPreferredAllocationResponse> PreferContainer(
+      const v1beta1::ContainerPreferredAllocationRequest& request) override {
+    return plugin_->PreferredAllocation(request);
   }
 
  private:
