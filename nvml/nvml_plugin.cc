@@ -22,28 +22,15 @@ std::string Join(const std::vector<std::string>& items) {
 
 std::string Quoted(std::string_view text) { return QuoteLogValue(text, kMaxLogValueBytes); }
 
-class NvmlHandler final : public plugin::PerContainerHandler {
+class NvmlHandler final : public plugin::PluginPerContainerHandler<NvmlPlugin> {
  public:
-  explicit NvmlHandler(const NvmlPlugin* plugin) : plugin_(plugin) {}
+  using PluginPerContainerHandler::PluginPerContainerHandler;
 
   StatusOr<v1beta1::DevicePluginOptions> GetDevicePluginOptions() override {
     v1beta1::DevicePluginOptions o;
     o.set_get_preferred_allocation_available(true);
     return o;
   }
-
- protected:
-  StatusOr<v1beta1::ContainerAllocateResponse> AllocateContainer(
-      const v1beta1::ContainerAllocateRequest& request) override {
-    return plugin_->Allocate(request);
-  }
-  StatusOr<v1beta1::ContainerPreferredAllocationResponse> PreferContainer(
-      const v1beta1::ContainerPreferredAllocationRequest& request) override {
-    return plugin_->PreferredAllocation(request);
-  }
-
- private:
-  const NvmlPlugin* const plugin_;
 };
 
 }  // namespace

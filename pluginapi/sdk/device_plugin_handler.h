@@ -226,6 +226,29 @@ class PerContainerHandler : public DevicePluginHandler {
       const v1beta1::ContainerPreferredAllocationRequest& request) = 0;
 };
 
+// A PerContainerHandler whose per-container answers are `Plugin`'s:
+// plugin->Allocate(container request) and plugin->PreferredAllocation(container
+// request), both const. `plugin` is not owned and must outlive the handler.
+template <typename Plugin>
+class PluginPerContainerHandler : public PerContainerHandler {
+ public:
+  explicit PluginPerContainerHandler(const Plugin* plugin) : plugin_(plugin) {}
+
+ protected:
+  const Plugin& plugin() const { return *plugin_; }
+  StatusOr<v1beta1::ContainerAllocateResponse> AllocateContainer(
+      const v1beta1::ContainerAllocateRequest& request) override {
+    return plugin_->Allocate(request);
+  }
+  StatusOr<v1beta1::ContainerPreferredAllocationResponse> PreferContainer(
+      const v1beta1::ContainerPreferredAllocationRequest& request) override {
+    return plugin_->PreferredAllocation(request);
+  }
+
+ private:
+  const Plugin* const plugin_;
+};
+
 // Answers each container request of `request` with `answer`, in order; the
 // first error is the call's.
 StatusOr<v1beta1::AllocateResponse> AllocateEachContainer(
