@@ -65,6 +65,10 @@ class Attempt {
   // timer or a cancel closes the connection) and returns its error.
   template <typename Initiate>
   beast::error_code Await(Initiate&& initiate) {
+    // A deadline or Cancel() that ran between two steps closed nothing the
+    // next step uses (a resolve already answered, a socket not yet open):
+    // no step starts after either.
+    if (cancelled_ || timed_out_) return net::error::operation_aborted;
     bool done = false;
     beast::error_code result;
     initiate([&done, &result](beast::error_code ec, auto&&...) {
