@@ -3,9 +3,9 @@
 // the Manager's grace period and checkpoint retries, the kube Client's
 // deadline and retry back-off, the NodeInformer's re-list waits, the
 // Publisher's polls and its `updated` stamp, the NVML health monitor's
-// recovery times. (Still on the real clock: gRPC and Asio deadlines of real
-// I/O, latency metrics, and the plugin SDK's supervisor, whose waits are
-// directory-watch waits.)
+// recovery times, the plugin SDK's registration back-off and watch interval.
+// (Still on the real clock: gRPC and Asio deadlines of real I/O, the SDK's
+// liveness poll of gRPC calls, and latency metrics.)
 //
 // NewRealClock() is the system's clocks: Now() is std::chrono::steady_clock,
 // WallNow() std::chrono::system_clock, waits really block, and timers run on

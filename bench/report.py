@@ -27,16 +27,22 @@ import subprocess
 import sys
 
 
-def load_gbench(path):
-    """Google Benchmark JSON -> {name: benchmark entry} (iterations only)."""
+def read_benchmarks(path):
+    """The entries of a Google Benchmark JSON file that did not fail (none
+    when the file is missing or not JSON)."""
     try:
         with open(path) as f:
             data = json.load(f)
     except (OSError, ValueError):
-        return {}
+        return []
+    return [b for b in data.get("benchmarks", []) if not b.get("error_occurred")]
+
+
+def load_gbench(path):
+    """Google Benchmark JSON -> {name: benchmark entry} (iterations only)."""
     out = {}
-    for b in data.get("benchmarks", []):
-        if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
+    for b in read_benchmarks(path):
+        if b.get("run_type", "iteration") != "iteration":
             continue
         out[b["name"]] = b
     return out
@@ -47,14 +53,9 @@ def load_aggregates(path):
 
     run_name is the case's name up to its options, e.g. "BM_Filter/cold:0"
     for "BM_Filter/cold:0/iterations:1/repeats:30/real_time"."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
     out = {}
-    for b in data.get("benchmarks", []):
-        if b.get("run_type") != "aggregate" or b.get("error_occurred"):
+    for b in read_benchmarks(path):
+        if b.get("run_type") != "aggregate":
             continue
         parts = [p for p in b.get("run_name", b["name"]).split("/")
                  if not p.startswith(("iterations:", "repeats:", "real_time", "min_time:"))]

@@ -60,46 +60,33 @@ void AddSpec(v1beta1::ContainerAllocateResponse& r, const std::string& path) {
 }
 
 // The fake plugin's answers as the SDK serves them.
-class FakeHandler final : public plugin::DevicePluginHandler {
+class FakeHandler final : public plugin::PluginPerContainerHandler<FakeDevicePlugin> {
  public:
-  explicit FakeHandler(const FakeDevicePlugin* plugin) : plugin_(plugin) {}
+  using PluginPerContainerHandler::PluginPerContainerHandler;
 
   StatusOr<v1beta1::DevicePluginOptions> GetDevicePluginOptions() override {
     v1beta1::DevicePluginOptions o;
-    o.set_pre_start_required(plugin_->config().pre_start);
-    o.set_get_preferred_allocation_available(plugin_->config().policy.has_value());
+    o.set_pre_start_required(plugin().config().pre_start);
+    o.set_get_preferred_allocation_available(plugin().config().policy.has_value());
     return o;
   }
 
-  StatusOr<v1beta1::AllocateResponse> Allocate(const v1beta1::AllocateRequest& request,
-                                               plugin::CallContext&) override {
-    return plugin::AllocateEachContainer(
-        request,
-        [this](const v1beta1::ContainerAllocateRequest& c) { return plugin_->Allocate(c); });
-  }
-
   StatusOr<v1beta1::PreferredAllocationResponse> GetPreferredAllocation(
-      const v1beta1::PreferredAllocationRequest& request, plugin::CallContext&) override {
-    if (!plugin_->config().policy) {
+      const v1beta1::PreferredAllocationRequest& request, plugin::CallContext& call) override {
+    if (!plugin().config().policy) {
       return UnimplementedError("GetPreferredAllocation is not offered by " +
-                                plugin_->config().resource_name);
+                                plugin().config().resource_name);
     }
-    return plugin::PreferEachContainer(
-        request, [this](const v1beta1::ContainerPreferredAllocationRequest& c) {
-          return plugin_->PreferredAllocation(c);
-        });
+    return PluginPerContainerHandler::GetPreferredAllocation(request, call);
   }
 
   Status PreStartContainer(const std::vector<std::string>& ids, plugin::CallContext&) override {
-    if (plugin_->config().pre_start) {
+    if (plugin().config().pre_start) {
       spdlog::info("event=pre_start_container resource={} devices={}",
-                   plugin_->config().resource_name, Join(ids));
+                   plugin().config().resource_name, Join(ids));
     }
     return OkStatus();
   }
-
- private:
-  const FakeDevicePlugin* const plugin_;
 };
 
 }  // namespace

@@ -1,6 +1,10 @@
-// Fuzz target: the kdm.io/devices annotation decoder (kube/annotation.h).
+// Fuzz target: the kdm.io/devices annotation reader (k8s/devices_annotation.h).
 //
 // Properties of every input:
+// - the extender's reader (DecodeNodeDevices) gives the same verdict as
+//   DecodeDevicesAnnotation, with an empty topology cache and with the one
+//   cache every input of the run shares (a verdict never depends on what
+//   was read before), and the same free devices;
 // - a refusal is INVALID_ARGUMENT (OUT_OF_RANGE above the size bound) and
 //   starts with "kdm.io/devices: ";
 // - an accepted value has unique device ids, `available` within `devices`,
@@ -18,6 +22,34 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
   kdm::StatusOr<kdm::k8s::DevicesAnnotation> a = kdm::k8s::DecodeDevicesAnnotation(text);
+  static kdm::k8s::TopologyCache* shared = new kdm::k8s::TopologyCache(64);
+  kdm::k8s::TopologyCache fresh;
+  for (kdm::k8s::TopologyCache* cache : {&fresh, shared}) {
+    kdm::StatusOr<kdm::k8s::NodeDevices> view = kdm::k8s::DecodeNodeDevices(text, cache);
+    FUZZ_CHECK(view.ok() == a.ok(), "verdicts differ: " << view.status() << " vs " << a.status());
+    if (!a.ok()) {
+      FUZZ_CHECK(view.status() == a.status(),
+                 "messages differ: " << view.status() << " vs " << a.status());
+      continue;
+    }
+    for (const auto& [name, r] : a->resources) {
+      auto it = view->resources.find(name);
+      FUZZ_CHECK(it != view->resources.end(), "resource " << name << " missing");
+      FUZZ_CHECK(it->second.device_count == static_cast<int>(r.devices.size()), "count");
+      FUZZ_CHECK(it->second.available.size() == r.available.size(), "available");
+      FUZZ_CHECK((it->second.topology != nullptr) == r.topology.has_value(), "topology");
+      if (r.topology) {
+        const kdm::topology::Topology& t = it->second.topology->topology;
+        FUZZ_CHECK(t.size() == r.topology->size(), "topology size");
+        for (int i = 0; i < t.size(); ++i) {
+          FUZZ_CHECK(t.Device(i).numa == r.topology->Device(i).numa, "numa " << i);
+          for (int j = 0; j < t.size(); ++j) {
+            FUZZ_CHECK(t.LinkBetween(i, j) == r.topology->LinkBetween(i, j), "link");
+          }
+        }
+      }
+    }
+  }
   if (!a.ok()) {
     FUZZ_CHECK(a.status().code() == kdm::StatusCode::kInvalidArgument ||
                    a.status().code() == kdm::StatusCode::kOutOfRange,

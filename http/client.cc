@@ -20,14 +20,12 @@
 #include <boost/beast/ssl.hpp>
 #include <limits>
 
+#include "kdm/http/asio_names.h"
+
 namespace kdm::http {
 namespace {
 
-namespace net = boost::asio;
-namespace ssl = boost::asio::ssl;
-namespace beast = boost::beast;
-namespace bhttp = boost::beast::http;
-using tcp = boost::asio::ip::tcp;
+using namespace asio_names;  // NOLINT(build/namespaces): http/'s own short names
 using SteadyClock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -67,6 +65,10 @@ class Attempt {
   // timer or a cancel closes the connection) and returns its error.
   template <typename Initiate>
   beast::error_code Await(Initiate&& initiate) {
+    // A deadline or Cancel() that ran between two steps closed nothing the
+    // next step uses (a resolve already answered, a socket not yet open):
+    // no step starts after either.
+    if (cancelled_ || timed_out_) return net::error::operation_aborted;
     bool done = false;
     beast::error_code result;
     initiate([&done, &result](beast::error_code ec, auto&&...) {

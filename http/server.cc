@@ -23,16 +23,13 @@
 #include <type_traits>
 
 #include "kdm/base/sync.h"
+#include "kdm/http/asio_names.h"
 #include "kdm/http/listen_address.h"
 
 namespace kdm::http {
 namespace {
 
-namespace net = boost::asio;
-namespace ssl = boost::asio::ssl;
-namespace beast = boost::beast;
-namespace bhttp = boost::beast::http;
-using tcp = boost::asio::ip::tcp;
+using namespace asio_names;  // NOLINT(build/namespaces): http/'s own short names
 using PlainStream = beast::tcp_stream;
 using TlsStream = ssl::stream<beast::tcp_stream>;
 

@@ -534,12 +534,10 @@ uint64_t TopologyCache::Hash(std::string_view matrix, std::string_view pcie,
   return h;
 }
 
-std::shared_ptr<const SharedTopology> TopologyCache::Find(
-    std::string_view matrix, std::string_view pcie,
+std::shared_ptr<const SharedTopology> TopologyCache::FindLocked(
+    uint64_t hash, std::string_view matrix, std::string_view pcie,
     const std::vector<std::optional<int>>& numa) const {
-  const uint64_t h = Hash(matrix, pcie, numa);
-  MutexLock lock(&mu_);
-  auto [begin, end] = by_key_.equal_range(h);
+  auto [begin, end] = by_key_.equal_range(hash);
   for (auto it = begin; it != end; ++it) {
     const Entry& e = it->second;
     if (e.matrix == matrix && e.pcie == pcie && e.numa == numa) return e.topology;
@@ -547,16 +545,20 @@ std::shared_ptr<const SharedTopology> TopologyCache::Find(
   return nullptr;
 }
 
+std::shared_ptr<const SharedTopology> TopologyCache::Find(
+    std::string_view matrix, std::string_view pcie,
+    const std::vector<std::optional<int>>& numa) const {
+  const uint64_t h = Hash(matrix, pcie, numa);
+  MutexLock lock(&mu_);
+  return FindLocked(h, matrix, pcie, numa);
+}
+
 std::shared_ptr<const SharedTopology> TopologyCache::Insert(
     std::string_view matrix, std::string_view pcie, const std::vector<std::optional<int>>& numa,
     topology::Topology t) {
   const uint64_t h = Hash(matrix, pcie, numa);
   MutexLock lock(&mu_);
-  auto [begin, end] = by_key_.equal_range(h);
-  for (auto it = begin; it != end; ++it) {
-    const Entry& e = it->second;
-    if (e.matrix == matrix && e.pcie == pcie && e.numa == numa) return e.topology;
-  }
+  if (auto kept = FindLocked(h, matrix, pcie, numa)) return kept;
   if (by_key_.size() >= max_entries_) {
     return std::make_shared<const SharedTopology>(SharedTopology{0, std::move(t)});
   }

@@ -151,6 +151,9 @@ class TopologyCache {
   };
   static uint64_t Hash(std::string_view matrix, std::string_view pcie,
                        const std::vector<std::optional<int>>& numa);
+  std::shared_ptr<const SharedTopology> FindLocked(
+      uint64_t hash, std::string_view matrix, std::string_view pcie,
+      const std::vector<std::optional<int>>& numa) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t max_entries_;
   mutable Mutex mu_;

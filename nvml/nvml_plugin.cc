@@ -22,31 +22,15 @@ std::string Join(const std::vector<std::string>& items) {
 
 std::string Quoted(std::string_view text) { return QuoteLogValue(text, kMaxLogValueBytes); }
 
-class NvmlHandler final : public plugin::DevicePluginHandler {
+class NvmlHandler final : public plugin::PluginPerContainerHandler<NvmlPlugin> {
  public:
-  explicit NvmlHandler(const NvmlPlugin* plugin) : plugin_(plugin) {}
+  using PluginPerContainerHandler::PluginPerContainerHandler;
 
   StatusOr<v1beta1::DevicePluginOptions> GetDevicePluginOptions() override {
     v1beta1::DevicePluginOptions o;
     o.set_get_preferred_allocation_available(true);
     return o;
   }
-  StatusOr<v1beta1::AllocateResponse> Allocate(const v1beta1::AllocateRequest& request,
-                                               plugin::CallContext&) override {
-    return plugin::AllocateEachContainer(
-        request,
-        [this](const v1beta1::ContainerAllocateRequest& c) { return plugin_->Allocate(c); });
-  }
-  StatusOr<v1beta1::PreferredAllocationResponse> GetPreferredAllocation(
-      const v1beta1::PreferredAllocationRequest& request, plugin::CallContext&) override {
-    return plugin::PreferEachContainer(
-        request, [this](const v1beta1::ContainerPreferredAllocationRequest& c) {
-          return plugin_->PreferredAllocation(c);
-        });
-  }
-
- private:
-  const NvmlPlugin* const plugin_;
 };
 
 }  // namespace

@@ -200,30 +200,36 @@ int64_t Search::GroupBound(const Frame& f, int64_t score, int64_t hs, int64_t bs
   return score * 2 * scale_ + std::min(hub, bub);
 }
 
+template <typename Start>
+void Search::ForEachFirstGroup(Frame& f, uint64_t mask, Start&& start) {
+  InitFrame(f, mask);
+  const int k = std::popcount(mask);
+  const int low = f.members[0];
+  if (k >= size_) {
+    f.full = true;
+    start(size_ - 1, low);
+  }
+  if (k % size_ != 0) {
+    f.full = false;
+    start(k % size_ - 1, low);
+  }
+}
+
+void Search::AllocateFlatMemo() { flat_.assign(size_t{1} << n_, Pack{-1, 0}); }
+
 Search::Pack Search::Best(uint64_t mask) {
   if (mask == 0) return {0, kNoGroup};
   if (expired_) return {0, kNoGroup};
   if (n_ <= kFlatMemoBits) {
-    if (flat_.empty()) flat_.assign(size_t{1} << n_, Pack{-1, 0});
+    if (flat_.empty()) AllocateFlatMemo();
     if (flat_[mask].sum >= 0) return flat_[mask];
   } else if (auto it = hashed_.find(mask); it != hashed_.end()) {
     return it->second;
   }
   Frame f;
-  InitFrame(f, mask);
-  const int k = std::popcount(mask);
-  const int low = f.members[0];
-  const uint64_t low_bit = uint64_t{1} << low;
-  // The group holding `low` is a full group, or the smaller remainder group
-  // when one is still left in the mask.
-  if (k >= size_) {
-    f.full = true;
-    EnumGroups(f, 0, size_ - 1, low_bit, 0, h_[low], b_[low]);
-  }
-  if (k % size_ != 0) {
-    f.full = false;
-    EnumGroups(f, 0, k % size_ - 1, low_bit, 0, h_[low], b_[low]);
-  }
+  ForEachFirstGroup(f, mask, [&](int need, int low) {
+    EnumGroups(f, 0, need, uint64_t{1} << low, 0, h_[low], b_[low]);
+  });
   if (expired_) return {0, kNoGroup};
   if (n_ <= kFlatMemoBits) {
     flat_[mask] = f.best;
@@ -389,18 +395,9 @@ void Search::Walk(uint64_t mask) {
   }
   const Pack here = Best(mask);
   Frame f;
-  InitFrame(f, mask);
-  const int k = std::popcount(mask);
-  const int low = f.members[0];
-  const uint64_t low_bit = uint64_t{1} << low;
-  if (k >= size_) {
-    f.full = true;
-    WalkGroups(f, 0, size_ - 1, low_bit, 0, h_[low], b_[low], here);
-  }
-  if (k % size_ != 0) {
-    f.full = false;
-    WalkGroups(f, 0, k % size_ - 1, low_bit, 0, h_[low], b_[low], here);
-  }
+  ForEachFirstGroup(f, mask, [&](int need, int low) {
+    WalkGroups(f, 0, need, uint64_t{1} << low, 0, h_[low], b_[low], here);
+  });
 }
 
 void Search::WalkGroups(Frame& f, int start, int need, uint64_t gmask, int64_t gscore,

@@ -96,6 +96,10 @@ class Search {
   // indices.
   void ConsiderPackedGroup(uint64_t g, int64_t own);
   Pack Best(uint64_t mask);
+  // Best()'s memo when n_ <= kFlatMemoBits: every mask unsolved. Out of line
+  // so that the fill loop's code placement does not move with every change
+  // to Best() (a 1 MiB fill whose speed depended on it).
+  [[gnu::noinline]] void AllocateFlatMemo();
   void EnumGroups(Frame& f, int start, int need, uint64_t gmask, int64_t gscore, int64_t ghsum,
                   int64_t gbsum);
   // The one step both group walks take: adds each device f.pos[i] that can
@@ -104,6 +108,13 @@ class Search {
   // Stops when the budget has run out.
   template <typename Visit>
   void ForEachNextMember(Frame& f, int start, int need, Visit&& visit);
+  // The first step of both group walks: fills f for `mask`, then calls
+  // start(need, low) once for each kind of group that can hold the mask's
+  // lowest device `low` (already f's first member), with f.full set: a full
+  // group (need = size_ - 1 more members), and the smaller remainder group
+  // when one is still left in the mask.
+  template <typename Start>
+  void ForEachFirstGroup(Frame& f, uint64_t mask, Start&& start);
   // An upper bound on Best(mask).sum: every device links to at most size_-1
   // others in its group (h_), and the r0_ devices of the remainder group to
   // at most r0_-1 (h_ - d_), so half of: the sum of h_ over the mask, less

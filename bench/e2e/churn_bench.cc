@@ -63,14 +63,8 @@ std::unique_ptr<dm::Manager> StartManager(const std::string& dir) {
 std::unique_ptr<plugin::PluginServer> StartPlugin(const std::string& dir,
                                                   const std::string& resource,
                                                   std::vector<plugin::Device> devices) {
-  plugin::PluginServer::Options o;
-  o.resource_name = resource;
-  o.plugin_dir = dir;
-  o.devices = std::move(devices);
-  o.allocate =
-      [](const v1beta1::ContainerAllocateRequest&) -> StatusOr<v1beta1::ContainerAllocateResponse> {
-    return v1beta1::ContainerAllocateResponse();
-  };
+  plugin::PluginServer::Options o =
+      plugin::AllocateNothingOptions(resource, dir, std::move(devices));
   auto server = plugin::PluginServer::Create(std::move(o));
   if (!server.ok()) Die("PluginServer::Create: " + server.status().ToString());
   if (Status s = (*server)->Start(); !s.ok()) Die("PluginServer::Start: " + s.ToString());

@@ -85,4 +85,17 @@ StatusOr<v1beta1::PreferredAllocationResponse> PreferEachContainer(
   return response;
 }
 
+StatusOr<v1beta1::AllocateResponse> PerContainerHandler::Allocate(
+    const v1beta1::AllocateRequest& request, CallContext&) {
+  return AllocateEachContainer(
+      request, [this](const v1beta1::ContainerAllocateRequest& c) { return AllocateContainer(c); });
+}
+
+StatusOr<v1beta1::PreferredAllocationResponse> PerContainerHandler::GetPreferredAllocation(
+    const v1beta1::PreferredAllocationRequest& request, CallContext&) {
+  return PreferEachContainer(
+      request,
+      [this](const v1beta1::ContainerPreferredAllocationRequest& c) { return PreferContainer(c); });
+}
+
 }  // namespace kdm::plugin

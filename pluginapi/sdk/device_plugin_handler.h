@@ -203,6 +203,52 @@ class ForwardingHandler : public DevicePluginHandler {
   const std::shared_ptr<DevicePluginHandler> inner_;
 };
 
+// A handler whose Allocate and GetPreferredAllocation answers are per
+// container: a plugin derives from it and writes AllocateContainer and
+// PreferContainer, which the two RPCs call for each container request in
+// order (AllocateEachContainer, PreferEachContainer; the first error is the
+// call's). GetDevicePluginOptions is still the plugin's to write; a plugin
+// that does not always offer preferred allocations overrides
+// GetPreferredAllocation to refuse first and then calls this one.
+class PerContainerHandler : public DevicePluginHandler {
+ public:
+  StatusOr<v1beta1::AllocateResponse> Allocate(const v1beta1::AllocateRequest& request,
+                                               CallContext& call) override;
+  StatusOr<v1beta1::PreferredAllocationResponse> GetPreferredAllocation(
+      const v1beta1::PreferredAllocationRequest& request, CallContext& call) override;
+
+ protected:
+  // One container's Allocate answer.
+  virtual StatusOr<v1beta1::ContainerAllocateResponse> AllocateContainer(
+      const v1beta1::ContainerAllocateRequest& request) = 0;
+  // One container's preferred devices.
+  virtual StatusOr<v1beta1::ContainerPreferredAllocationResponse> PreferContainer(
+      const v1beta1::ContainerPreferredAllocationRequest& request) = 0;
+};
+
+// A PerContainerHandler whose per-container answers are `Plugin`'s:
+// plugin->Allocate(container request) and plugin->PreferredAllocation(container
+// request), both const. `plugin` is not owned and must outlive the handler.
+template <typename Plugin>
+class PluginPerContainerHandler : public PerContainerHandler {
+ public:
+  explicit PluginPerContainerHandler(const Plugin* plugin) : plugin_(plugin) {}
+
+ protected:
+  const Plugin& plugin() const { return *plugin_; }
+  StatusOr<v1beta1::ContainerAllocateResponse> AllocateContainer(
+      const v1beta1::ContainerAllocateRequest& request) override {
+    return plugin_->Allocate(request);
+  }
+  StatusOr<v1beta1::ContainerPreferredAllocationResponse> PreferContainer(
+      const v1beta1::ContainerPreferredAllocationRequest& request) override {
+    return plugin_->PreferredAllocation(request);
+  }
+
+ private:
+  const Plugin* const plugin_;
+};
+
 // Answers each container request of `request` with `answer`, in order; the
 // first error is the call's.
 StatusOr<v1beta1::AllocateResponse> AllocateEachContainer(

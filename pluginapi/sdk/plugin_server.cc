@@ -35,11 +35,24 @@ std::string DefaultSocketName(const std::string& resource_name) {
   return name + ".sock";
 }
 
+PluginServer::Options AllocateNothingOptions(std::string resource_name, std::string plugin_dir,
+                                             std::vector<Device> devices) {
+  PluginServer::Options o;
+  o.resource_name = std::move(resource_name);
+  o.plugin_dir = std::move(plugin_dir);
+  o.devices = std::move(devices);
+  o.allocate = [](const v1beta1::ContainerAllocateRequest&) {
+    return StatusOr<v1beta1::ContainerAllocateResponse>(v1beta1::ContainerAllocateResponse());
+  };
+  return o;
+}
+
 namespace {
 
 namespace fs = std::filesystem;
-// gRPC deadlines take system_clock time points only.
-using Clock = std::chrono::system_clock;
+// gRPC deadlines take system_clock time points only; they bound real I/O, so
+// they stay on real time whatever Options::clock is.
+using GrpcClock = std::chrono::system_clock;
 
 // Identity of a file, to notice that it was removed and created again.
 struct FileId {
@@ -57,7 +70,7 @@ std::optional<FileId> StatFile(const std::string& path) {
 // The handler the server builds from Options' functions (allocate,
 // get_preferred_allocation, pre_start_container): the options advertise
 // exactly the functions that are set.
-class FunctionHandler final : public DevicePluginHandler {
+class FunctionHandler final : public PerContainerHandler {
  public:
   FunctionHandler(std::string resource_name, PluginServer::AllocateHandler allocate,
                   PluginServer::PreferredAllocationHandler preferred,
@@ -74,21 +87,26 @@ class FunctionHandler final : public DevicePluginHandler {
     return o;
   }
 
-  StatusOr<v1beta1::AllocateResponse> Allocate(const v1beta1::AllocateRequest& request,
-                                               CallContext&) override {
-    return AllocateEachContainer(request, allocate_);
-  }
-
   StatusOr<v1beta1::PreferredAllocationResponse> GetPreferredAllocation(
-      const v1beta1::PreferredAllocationRequest& request, CallContext&) override {
+      const v1beta1::PreferredAllocationRequest& request, CallContext& call) override {
     if (!preferred_) {
       return UnimplementedError("GetPreferredAllocation is not offered by " + resource_name_);
     }
-    return PreferEachContainer(request, preferred_);
+    return PerContainerHandler::GetPreferredAllocation(request, call);
   }
 
   Status PreStartContainer(const std::vector<std::string>& device_ids, CallContext&) override {
     return pre_start_ ? pre_start_(device_ids) : OkStatus();
+  }
+
+ protected:
+  StatusOr<v1beta1::ContainerAllocateResponse> AllocateContainer(
+      const v1beta1::ContainerAllocateRequest& request) override {
+    return allocate_(request);
+  }
+  StatusOr<v1beta1::ContainerPreferredAllocationResponse> PreferContainer(
+      const v1beta1::ContainerPreferredAllocationRequest& request) override {
+    return preferred_(request);
   }
 
  private:
@@ -286,7 +304,10 @@ class PluginServerImpl final : public PluginServer {
       };
       while (true) {
         // The one bounded part: gRPC's sync API cannot tell us when the
-        // client cancels, so look at it every cancel_check_interval.
+        // client cancels, so look at it every cancel_check_interval. This
+        // and the caller's deadline stay on real time, not Options::clock:
+        // they are a liveness poll of a real gRPC call, and the deadline a
+        // handler's bound on holding one.
         TimePoint until = std::chrono::steady_clock::now() + s->options_.cancel_check_interval;
         if (deadline) until = std::min(until, *deadline);
         {
@@ -397,7 +418,7 @@ class PluginServerImpl final : public PluginServer {
     }
     // The generation bump woke every stream and held call; the deadline
     // cancels anything still in flight (e.g. a hung handler).
-    server->Shutdown(Clock::now() + std::chrono::seconds(2));
+    server->Shutdown(GrpcClock::now() + std::chrono::seconds(2));
     server->Wait();
   }
 
@@ -412,14 +433,49 @@ class PluginServerImpl final : public PluginServer {
     if (watcher.ok()) watcher_ = std::move(*watcher);
   }
 
-  // Waits up to `d` for a directory event or Stop(). Returns false when stopping.
+  // Waits until options_.clock has moved on by `d`, a directory event or
+  // Stop(), whichever comes first. Returns false when stopping.
+  //
+  // The clock's deadline is a timer that ends the wait (waking the watcher),
+  // so a FakeClock's Advance() ends it at once. Each real wait below is also
+  // bounded by `d` in real time, after which the loop looks at the clock
+  // again: with the real clock the deadline has passed by then, with a fake
+  // one nothing has changed and it waits again. A stale Wake() (the timer
+  // firing just as an event ended the wait) only makes a later round return
+  // early, and the loop waits again.
   bool SleepFor(std::chrono::milliseconds d) {
-    if (watcher_) {
-      NoteDirectoryEvents(watcher_->Wait(d));
-    } else {
+    const Clock::TimePoint deadline = options_.clock->Now() + d;
+    {
       kdm::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(kdm::Condition(&stopping_), absl::FromChrono(d));
+      sleep_due_ = false;
     }
+    const Clock::TimerId timer = options_.clock->ScheduleAt(deadline, [this] {
+      {
+        kdm::MutexLock lock(&mu_);
+        sleep_due_ = true;
+      }
+      if (watcher_) watcher_->Wake();
+    });
+    auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || sleep_due_; };
+    while (true) {
+      {
+        kdm::MutexLock lock(&mu_);
+        if (ended()) break;
+      }
+      if (options_.clock->Now() >= deadline) break;
+      if (watcher_) {
+        std::vector<DirectoryWatcher::Event> events = watcher_->Wait(d);
+        if (!events.empty()) {
+          NoteDirectoryEvents(events);
+          break;
+        }
+      } else {
+        kdm::MutexLock lock(&mu_);
+        mu_.AwaitWithTimeout(kdm::Condition(&ended), absl::FromChrono(d));
+      }
+    }
+    // After Cancel the timer's callback is not running and never will.
+    options_.clock->Cancel(timer);
     kdm::MutexLock lock(&mu_);
     return !stopping_;
   }
@@ -461,7 +517,7 @@ class PluginServerImpl final : public PluginServer {
     auto channel = grpc::CreateChannel(*target, grpc::InsecureChannelCredentials());
     auto stub = v1beta1::Registration::NewStub(channel);
     grpc::ClientContext context;
-    context.set_deadline(Clock::now() + options_.register_timeout);
+    context.set_deadline(GrpcClock::now() + options_.register_timeout);
     {
       kdm::MutexLock lock(&mu_);
       if (stopping_) return CancelledError("plugin server stopping");
@@ -573,6 +629,8 @@ class PluginServerImpl final : public PluginServer {
   // The rewrite hook withheld the registration with the current kubelet.
   bool withheld_ ABSL_GUARDED_BY(mu_) = false;
   int registration_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // The supervisor's current SleepFor reached its deadline on the clock.
+  bool sleep_due_ ABSL_GUARDED_BY(mu_) = false;
   int open_streams_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t stream_wakeups_ ABSL_GUARDED_BY(mu_) = 0;
   Status last_registration_error_ ABSL_GUARDED_BY(mu_);
@@ -653,6 +711,9 @@ StatusOr<std::unique_ptr<PluginServer>> PluginServer::Create(Options options) {
   if (!options.handler && !options.allocate) {
     return InvalidArgumentError("plugin options for " + options.resource_name +
                                 ": no Allocate handler");
+  }
+  if (!options.clock) {
+    return InvalidArgumentError("plugin options for " + options.resource_name + ": clock is null");
   }
   if (options.plugin_dir.empty()) {
     return InvalidArgumentError("plugin options for " + options.resource_name +

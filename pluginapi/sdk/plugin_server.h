@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "deviceplugin/v1beta1/api.pb.h"
+#include "kdm/base/clock.h"
 #include "kdm/base/env.h"
 #include "kdm/base/status.h"
 #include "kdm/pluginapi/constants.h"
@@ -104,13 +105,21 @@ class PluginServer {
     // Back-off between registration attempts: starts at initial, doubles up to max.
     std::chrono::milliseconds register_backoff_initial{100};
     std::chrono::milliseconds register_backoff_max{5'000};
-    // How often the socket files are checked for a kubelet restart.
+    // How often the socket files are checked for a kubelet restart (a
+    // directory event checks them at once).
     std::chrono::milliseconds watch_interval{200};
     // How often a waiting stream (or a call its handler holds) looks whether
     // its client has gone. gRPC's synchronous server has no callback for a
     // cancelled call, so this one check is a bounded poll; everything else a
     // stream waits for (a new snapshot, Stop, a new socket) wakes it at once.
     std::chrono::milliseconds cancel_check_interval{1'000};
+    // The supervisor's time: the registration back-off and watch_interval
+    // are waits on this clock (each also ends at once on a directory event or
+    // Stop), so a FakeClock's Advance() drives them. gRPC deadlines
+    // (register_timeout, the shutdown grace) and cancel_check_interval, a
+    // liveness poll of gRPC's calls, stay on real time: they bound real I/O.
+    // Never null.
+    std::shared_ptr<Clock> clock = NewRealClock();
     // Test seam: runs after the socket is bound and before its identity is
     // recorded (a restarting kubelet may delete the socket in that window).
     std::function<void()> after_bind_for_test;
@@ -160,6 +169,13 @@ class PluginServer {
   // view that an idle stream does not wake.
   virtual uint64_t StreamWakeupsForTest() const = 0;
 };
+
+// Options for the simplest plugin: `devices` of `resource_name` served in
+// `plugin_dir`, every container's Allocate answered with an empty
+// ContainerAllocateResponse (no environment, mounts or device nodes), e.g. a
+// counted resource; the other options keep their defaults.
+PluginServer::Options AllocateNothingOptions(std::string resource_name, std::string plugin_dir,
+                                             std::vector<Device> devices);
 
 // Socket file name derived from a resource name (see Options::socket_name).
 std::string DefaultSocketName(const std::string& resource_name);

@@ -78,14 +78,8 @@ Container MakeContainer(const std::string& name, std::map<std::string, int64_t> 
 std::unique_ptr<plugin::PluginServer> StartPlugin(const std::string& dir,
                                                   const std::string& resource,
                                                   std::vector<plugin::Device> devices) {
-  plugin::PluginServer::Options o;
-  o.resource_name = resource;
-  o.plugin_dir = dir;
-  o.devices = std::move(devices);
-  o.allocate =
-      [](const v1beta1::ContainerAllocateRequest&) -> StatusOr<v1beta1::ContainerAllocateResponse> {
-    return v1beta1::ContainerAllocateResponse();
-  };
+  plugin::PluginServer::Options o =
+      plugin::AllocateNothingOptions(resource, dir, std::move(devices));
   o.register_backoff_initial = 10ms;
   auto server = plugin::PluginServer::Create(std::move(o));
   EXPECT_TRUE(server.ok()) << server.status();

@@ -130,6 +130,39 @@ TEST_F(PluginServerTest, RefusalSurfacesKubeletErrorThenRetries) {
   server->Stop();
 }
 
+// The registration back-off is a wait on Options::clock: after a refusal the
+// supervisor tries again only once the FakeClock has moved by the back-off,
+// however long that takes in real time. Stop() then ends its watch_interval
+// wait on a clock that never moves.
+TEST_F(PluginServerTest, RegistrationBackoffMovesOnlyWithTheClock) {
+  kubelet_->SetRefusal("not yet");
+  auto clock = std::make_shared<FakeClock>();
+  auto o = BaseOptions(dir_.path());
+  o.clock = clock;
+  o.register_backoff_initial = 30s;
+  o.register_backoff_max = 30s;
+  o.watch_interval = 10min;
+  auto server = MustCreate(std::move(o));
+  ASSERT_TRUE(server->Start().ok());
+  // Refused once; the supervisor then sleeps on the clock (its one timer).
+  ASSERT_TRUE(WaitUntil([&] { return kubelet_->Requests().size() >= 1; }, 10s));
+  ASSERT_TRUE(clock->WaitForPendingTimers(1, 10s));
+  kubelet_->SetRefusal(std::nullopt);
+
+  clock->Advance(29s);  // not due yet: still sleeping, no second attempt
+  ASSERT_TRUE(clock->WaitForPendingTimers(1, 10s));
+  EXPECT_EQ(kubelet_->Requests().size(), 1u);
+  EXPECT_EQ(server->RegistrationCount(), 0);
+  EXPECT_FALSE(server->LastRegistrationError().ok());
+
+  clock->Advance(1s);
+  ASSERT_TRUE(server->WaitForRegistrationCount(1, 10s));
+  EXPECT_EQ(kubelet_->Requests().size(), 2u);
+  EXPECT_TRUE(server->LastRegistrationError().ok());
+  server->Stop();
+  EXPECT_EQ(clock->PendingTimers(), 0u);
+}
+
 TEST_F(PluginServerTest, ListAndWatchSendsFirstSnapshotThenUpdates) {
   auto server = MustCreate(BaseOptions(dir_.path()));
   ASSERT_TRUE(server->Start().ok());
@@ -454,6 +487,13 @@ TEST(PluginServerBadInput, EmptyResourceName) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find("resource_name is empty"), std::string::npos);
+}
+
+TEST(PluginServerBadInput, NullClock) {
+  PluginServer::Options o = AllocateNothingOptions(kResource, "/tmp", {});
+  o.clock = nullptr;
+  auto server = PluginServer::Create(std::move(o));
+  EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(PluginServerBadInput, MissingAllocateHandler) {
