@@ -30,6 +30,7 @@
 #include "kdm/checkpoint/store.h"
 #include "kdm/devicemanager/pod_resources_client.h"
 #include "kdm/test/soak/child_process.h"
+#include "kdm/test/soak/soak_extender.h"
 
 namespace kdm::soak {
 
@@ -187,6 +188,10 @@ class Soak {
   bool kubelet_baseline_taken_ = false;
   int base_fds_ = 0, base_threads_ = 0;
   int min_fds_ = 1 << 30, max_fds_ = 0, min_threads_ = 1 << 30, max_threads_ = 0;
+
+  // The cluster half: `kdm extender` under a hostile node and API server.
+  std::unique_ptr<ExtenderUnderAttack> extender_;
+  std::mt19937_64 extender_rng_{flags_.seed + 1};  // its own: node faults keep their order
 
   std::map<std::string, PodRecord> pods_;  // by name
   int next_pod_ = 0;

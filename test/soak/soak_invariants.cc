@@ -462,6 +462,7 @@ void Soak::SampleFdsThreads() {
 }
 
 void Soak::Settle() {
+  if (extender_) extender_->Settle();
   if (kubelet_restart_at_) kubelet_restart_at_ = Clock::now();
   for (auto& p : plugins_) {
     if (p.restart_at) p.restart_at = Clock::now();

@@ -13,7 +13,10 @@
 // example.com/hung hangs in Allocate until the kubelet's deadline (a few
 // pods ask for it). A duplicate-uid action writes a second manifest with
 // the uid of an admitted pod: it must be rejected (DuplicatePod), and
-// removing it must free nothing.
+// removing it must free nothing. Beside the node, a real `kdm extender
+// --kubeconfig` runs against an in-process hostile API server with a hostile
+// node in its cache (soak_extender.h lists those attacks and the
+// extender-* invariants checked after each step and at every settle).
 //
 // Invariants, read through the pod-resources API (List,
 // GetAllocatableResources), the SQLite checkpoint (read-only use of the
@@ -241,6 +244,7 @@ void Soak::PrintReport(bool interrupted) {
   int64_t plugin_starts = 0;
   for (const auto& p : plugins_) plugin_starts += p.child->starts();
   faults_["plugin starts"] = plugin_starts;
+  for (const auto& [k, v] : extender_->Report()) outcomes_[k] = v;
 
   auto row = [](const std::string& k, int64_t v) {
     std::printf("  %-48s %10lld\n", k.c_str(), static_cast<long long>(v));
@@ -286,6 +290,8 @@ int Soak::Run() {
   while (Clock::now() < deadline && !Stopping()) {
     if (!InjectFault()) ++since_settle;  // quiet: a pause below
     if (Stopping()) break;
+    if (extender_rng_() % 100 < 12) Bump(faults_, "extender " + extender_->Attack());
+    extender_->Check();
     CheckPods();
     if (++since_settle >= 10 || Pick(100) < 8) {
       Settle();
@@ -302,6 +308,7 @@ int Soak::Run() {
       Violation("process", "kdm kubelet at the end, after SIGTERM: " + DescribeWaitStatus(status));
     }
   }
+  extender_->Stop(/*check=*/!interrupted);
   for (auto& p : plugins_) {
     if (p.child->running()) {
       int status = p.child->Stop(SIGTERM, 30s);

@@ -136,6 +136,16 @@ Status Soak::Setup() {
       root + "/logs/kubelet.log");
   StartKubelet();
   for (auto& p : plugins_) StartPlugin(p);
+  KDM_ASSIGN_OR_RETURN(
+      extender_, ExtenderUnderAttack::Start(
+                     {.kdm = kdm,
+                      .dir = root + "/logs",
+                      .seed = flags_.seed + 2,
+                      .log = [this](const std::string& line) { Log(line); },
+                      .violation = [this](const std::string& kind,
+                                          const std::string& detail) { Violation(kind, detail); },
+                      .count = [this](const std::string& check) { Count(check); }}));
+  Log("start extender");
   return OkStatus();
 }
 
@@ -159,6 +169,7 @@ void Soak::StartPlugin(Plugin& p) {
 }
 
 void Soak::Cleanup() {
+  extender_.reset();  // SIGKILLs it if still running
   for (auto& p : plugins_) {
     if (p.child) (void)p.child->Stop(SIGKILL, 10s);
   }
