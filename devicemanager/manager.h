@@ -218,10 +218,19 @@ class Manager {
     // period runs, as for any stream end. At least 4096.
     int max_plugin_message_bytes = 4 << 20;
     // Register calls handled at once (each may wait for its plugin up to
-    // registration_timeout); one more is answered RESOURCE_EXHAUSTED `too
-    // many Register calls in flight (16, the limit); try again later`, and
-    // the plugin retries. At least 1.
+    // registration_timeout). A call beyond them waits for a slot, holding no
+    // thread. At least 1.
     int max_registrations_in_flight = 16;
+    // Register calls waiting for one of those slots (a node agent restart
+    // makes every plugin register at once); one more is answered
+    // RESOURCE_EXHAUSTED `too many Register calls (16 in flight, 256
+    // waiting, the limits); try again later` at once. At least 0.
+    int max_registrations_waiting = 256;
+    // The longest a Register call waits for a slot (less when its own
+    // deadline is sooner); then RESOURCE_EXHAUSTED `waited 5000ms for one of
+    // 16 Register slots (all held by calls in flight); try again later`.
+    // Shorter than the SDK's Register deadline (10 s). Positive.
+    std::chrono::milliseconds registration_wait{5'000};
     // Admission restrictions: resource name -> the namespaces whose pods may
     // use it. Allocate() refuses (PERMISSION_DENIED, before any device is
     // reserved) every container of a pod outside the list when any container

@@ -258,7 +258,9 @@ Status ManagerImpl::Start() {
                            [this](const Status&) {
                              UpdateStats([](ManagerStats& s) { s.registrations_rejected++; });
                            },
-                           {.max_in_flight = options_.max_registrations_in_flight}));
+                           {.max_in_flight = options_.max_registrations_in_flight,
+                            .max_waiting = options_.max_registrations_waiting,
+                            .max_wait = options_.registration_wait}));
   return OkStatus();
 }
 

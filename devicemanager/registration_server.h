@@ -11,17 +11,27 @@
 // with the fake kubelet and `kdm conform`.
 //
 // Bounds: a Register call may take as long as its plugin takes to answer
-// (the Handler's deadlines), so calls in flight are capped
-// (Limits::max_in_flight): one more is answered RESOURCE_EXHAUSTED at once,
-// without reaching the Handler, and the server's threads are capped by a
-// gRPC ResourceQuota (beyond them gRPC itself answers RESOURCE_EXHAUSTED
-// "Server Threadpool Exhausted"). Without the caps 200 Register calls naming
-// a plugin that never answered held 213 threads and 422 fds until their
-// deadlines passed.
+// (the Handler's deadlines), so at most Limits::max_in_flight calls are in
+// the Handler at once, each on one of at most that many worker threads of
+// the server's own. A call beyond them waits for a slot in a FIFO queue
+// (Limits::max_waiting calls, each for at most Limits::max_wait or until
+// its own deadline) holding no thread: the service is gRPC's callback API.
+// Only a call finding the queue full is answered RESOURCE_EXHAUSTED at once,
+// and one that waited max_wait in vain is answered RESOURCE_EXHAUSTED then;
+// neither reaches the Handler. Validation runs before the queue, so a bad
+// request is answered at once and takes no slot, and a request that passes
+// it may be at most kMaxQueuedRequestBytes (a real one is under 1 KiB), so
+// the queue holds at most max_waiting of those.
+// Why: without a cap 200 Register calls naming a plugin that never answered
+// held 213 threads and 422 fds until their deadlines passed (issue 16); with
+// a cap that refused at once, a burst of 100 honest plugins starting
+// together was refused beyond 16 and NVIDIA's plugin exits on a failed
+// Register (issue 28).
 //
-// Thread-safety: Start/Stop from one owner thread; the Handler runs on gRPC
-// server threads, possibly concurrently, and must be thread-safe. Stop()
-// waits for running Register calls, so the Handler must not wait for Stop().
+// Thread-safety: Start/Stop from one owner thread; the Handler runs on the
+// server's worker threads, possibly concurrently, and must be thread-safe.
+// Stop() answers waiting calls UNAVAILABLE and waits for running Register
+// calls, so the Handler must not wait for Stop().
 //
 // Example:
 //   KDM_ASSIGN_OR_RETURN(auto server, RegistrationServer::Start(dir,
@@ -33,6 +43,8 @@
 #ifndef KDM_DEVICEMANAGER_REGISTRATION_SERVER_H_
 #define KDM_DEVICEMANAGER_REGISTRATION_SERVER_H_
 
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -48,11 +60,20 @@ namespace kdm::devicemanager {
 // RegistrationServer::Limits (at namespace scope so that it can be a
 // default argument inside the class).
 struct RegistrationLimits {
-  // Register calls in the Handler at once; one more is answered
-  // RESOURCE_EXHAUSTED `too many Register calls in flight (16, the limit);
-  // try again later`. A real node has a handful of plugins, each registering
-  // once per start. At least 1.
+  // Register calls in the Handler at once (and the server's worker
+  // threads). A real node has a handful of plugins, each registering once
+  // per start; a node agent restart makes them all register together. At
+  // least 1.
   int max_in_flight = 16;
+  // Calls waiting for one of those slots; one more is answered
+  // RESOURCE_EXHAUSTED `too many Register calls (16 in flight, 256 waiting,
+  // the limits); try again later`. At least 0.
+  int max_waiting = 256;
+  // The longest a call waits for a slot (less if its own deadline is
+  // sooner); then it is answered RESOURCE_EXHAUSTED `waited 5000ms for one
+  // of 16 Register slots (all held by calls in flight); try again later`.
+  // Shorter than the SDK's Register deadline (10 s). Positive.
+  std::chrono::milliseconds max_wait{5000};
 };
 
 class RegistrationServer {
@@ -68,6 +89,12 @@ class RegistrationServer {
 
   using Limits = RegistrationLimits;
 
+  // The largest RegisterRequest that passes validation and is handled or
+  // queued (INVALID_ARGUMENT beyond it): a valid one is a version, a
+  // resource name, a socket name and a few flags, under 1 KiB; only unknown
+  // fields make one larger.
+  static constexpr std::size_t kMaxQueuedRequestBytes = 64 * 1024;
+
   // Removes a stale <dir>/kubelet.sock and serves Registration there, the
   // socket made mode 0600. REQUIRES: `dir` exists. Errors: INVALID_ARGUMENT
   // for limits out of range, the socket path is too long, the server cannot
@@ -81,8 +108,9 @@ class RegistrationServer {
   RegistrationServer(const RegistrationServer&) = delete;
   RegistrationServer& operator=(const RegistrationServer&) = delete;
 
-  // Stops serving, waits for running Register calls, removes the socket.
-  // Idempotent.
+  // Stops serving, answers waiting calls UNAVAILABLE `registration server
+  // stopping`, waits for running Register calls, joins the workers, removes
+  // the socket. Idempotent.
   void Stop();
 
   const std::string& socket_path() const { return socket_path_; }

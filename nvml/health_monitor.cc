@@ -121,7 +121,16 @@ void HealthMonitor::Run() {
     }
     EventData data{};
     const Return ret = api_.EventSetWait_v2(set_, &data, timeout_ms);
-    std::vector<HealthChange> changes = OnWait(ret, data, Now());
+    const TimePoint now = Now();
+    std::vector<HealthChange> changes = OnWait(ret, data, now);
+    for (const auto& [key, suppressed] : skipped_log_.Flush(now)) {
+      if (key == kUnknownGpuKey) {
+        spdlog::warn("event=health_event_unknown_gpu_suppressed suppressed={}", suppressed);
+      } else {
+        spdlog::info("event=health_event_skipped_suppressed gpu={} suppressed={}",
+                     QuoteLogValue(key), suppressed);
+      }
+    }
     if (ret != kSuccess && ret != kErrorTimeout) {
       if (ret != last_error && ret != kErrorGpuIsLost) {
         spdlog::warn("event=health_wait_failed error={} action=retry",
@@ -163,12 +172,20 @@ std::vector<HealthChange> HealthMonitor::OnWait(Return ret, const EventData& dat
       if (g.handle == data.device) gpu = &g;
     }
     HealthVerdict v = ClassifyEvent(options_.checks, data.event_type, data.event_data);
+    // A workload causes application Xids at will: both lines are
+    // rate-limited, and what they leave out is counted.
     if (gpu == nullptr) {
-      spdlog::warn("event=health_event_unknown_gpu type={} data={} verdict={} action=ignore",
-                   Hex(data.event_type), data.event_data, QuoteLogValue(v.reason));
+      if (std::optional<int64_t> suppressed = skipped_log_.Admit(kUnknownGpuKey, now)) {
+        spdlog::warn(
+            "event=health_event_unknown_gpu type={} data={} verdict={} action=ignore "
+            "suppressed={}",
+            Hex(data.event_type), data.event_data, QuoteLogValue(v.reason), *suppressed);
+      }
     } else if (!v.unhealthy) {
-      spdlog::info("event=health_event_skipped gpu={} reason={}", QuoteLogValue(gpu->uuid),
-                   QuoteLogValue(v.reason));
+      if (std::optional<int64_t> suppressed = skipped_log_.Admit(gpu->uuid, now)) {
+        spdlog::info("event=health_event_skipped gpu={} reason={} suppressed={}",
+                     QuoteLogValue(gpu->uuid), QuoteLogValue(v.reason), *suppressed);
+      }
     } else {
       MutexLock lock(&mu_);
       StatusOr<bool> changed = state_.MarkUnhealthy(gpu->uuid, now);

@@ -22,6 +22,14 @@
 //    (once per distinct code in a row); after any answer but an event or a
 //    timeout the thread pauses one timeout, so it never spins.
 //
+// Events that change nothing (application Xids such as 13, which a
+// workload can cause at will, skipped Xids, events of an unknown handle) are
+// logged through a LogRateLimiter per GPU: at most kSkippedLogBurst lines in
+// each kSkippedLogWindow of Options::clock, the rest counted as
+// `suppressed=N` on the next line let through, or on an
+// `event=health_event_skipped_suppressed gpu=... suppressed=N` line once the
+// window is over (checked after every wait).
+//
 // Each change of health is reported at once, on the monitor's thread, to
 // `on_change` with every GPU's health and what changed. The callback must not
 // call Stop().
@@ -54,6 +62,7 @@
 #include <vector>
 
 #include "kdm/base/clock.h"
+#include "kdm/base/log_rate_limiter.h"
 #include "kdm/base/status.h"
 #include "kdm/base/sync.h"
 #include "kdm/nvml/health_rules.h"
@@ -119,6 +128,12 @@ class HealthMonitor {
  private:
   HealthMonitor(const Api& api, std::vector<MonitoredGpu> gpus, Options options);
 
+  // Lines of events that change nothing, per GPU and window.
+  static constexpr int kSkippedLogBurst = 5;
+  static constexpr std::chrono::seconds kSkippedLogWindow{1};
+  // The key of events whose handle is none of ours.
+  static constexpr char kUnknownGpuKey[] = "*unknown*";
+
   void Run();
   // Handles one wait's answer at `now`; returns the changes.
   std::vector<HealthChange> OnWait(Return ret, const EventData& data, TimePoint now);
@@ -132,6 +147,8 @@ class HealthMonitor {
   EventSetHandle set_ = nullptr;
   std::vector<std::string> unmonitored_;
   std::atomic<uint64_t> events_seen_{0};
+  // Touched by the monitor's thread only.
+  LogRateLimiter skipped_log_{kSkippedLogBurst, kSkippedLogWindow};
 
   mutable Mutex mu_;
   HealthState state_ ABSL_GUARDED_BY(mu_);

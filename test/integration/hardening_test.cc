@@ -755,10 +755,14 @@ int WaitUntilClosedByPeer(const std::vector<int>& fds) {
 // Issue 16: Registration had no cap on calls in flight. 200 Register calls
 // naming a plugin that never answers each held a gRPC thread (and the dial's
 // fds) until registration_timeout: 213 threads, 422 fds. Now at most 16 are
-// in the Handler; the others are answered RESOURCE_EXHAUSTED at once.
+// in the Handler, on the server's own workers. Issue 28: the others wait
+// for a slot instead of being refused at once, holding no thread; at most
+// 256 wait (the rest are refused at once) and each for at most
+// registration_wait.
 TEST_F(HardeningTest, HangingRegisterCallsAreCappedAndThreadsAndFdsStayBounded) {
   Manager::Options o = BaseOptions();
   o.registration_timeout = std::chrono::milliseconds(3000 * kWaitScale);
+  o.registration_wait = std::chrono::milliseconds(1000 * kWaitScale);
   StartManager(o);
   const int silent = ListenSilently(dir_ + "/silent.sock");
   ASSERT_GE(silent, 0);
@@ -768,12 +772,15 @@ TEST_F(HardeningTest, HangingRegisterCallsAreCappedAndThreadsAndFdsStayBounded) 
       channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
   auto stub = v1beta1::Registration::NewStub(channel);
 
-  constexpr int kCalls = 200;
-  constexpr int kCap = 16;  // Manager::Options::max_registrations_in_flight
+  constexpr int kCalls = 300;
+  constexpr int kCap = 16;       // Manager::Options::max_registrations_in_flight
+  constexpr int kWaiting = 256;  // Manager::Options::max_registrations_waiting
   struct Calls {
     kdm::Mutex mu;
     int done ABSL_GUARDED_BY(mu) = 0;
     int exhausted ABSL_GUARDED_BY(mu) = 0;
+    int queue_full ABSL_GUARDED_BY(mu) = 0;
+    int waited ABSL_GUARDED_BY(mu) = 0;
     std::string busy_message ABSL_GUARDED_BY(mu);
     v1beta1::RegisterRequest request;
     grpc::ClientContext contexts[kCalls];
@@ -793,8 +800,11 @@ TEST_F(HardeningTest, HangingRegisterCallsAreCappedAndThreadsAndFdsStayBounded) 
                               ++calls->done;
                               if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
                                 ++calls->exhausted;
-                                if (s.error_message().find("in flight") != std::string::npos) {
+                                if (s.error_message().rfind("too many", 0) == 0) {
+                                  ++calls->queue_full;
                                   calls->busy_message = s.error_message();
+                                } else if (s.error_message().rfind("waited", 0) == 0) {
+                                  ++calls->waited;
                                 }
                               }
                             });
@@ -817,13 +827,16 @@ TEST_F(HardeningTest, HangingRegisterCallsAreCappedAndThreadsAndFdsStayBounded) 
   {
     kdm::MutexLock l(&calls->mu);
     EXPECT_EQ(calls->exhausted, kCalls - kCap);
+    EXPECT_EQ(calls->queue_full, kCalls - kCap - kWaiting);
+    EXPECT_EQ(calls->waited, kWaiting);
     EXPECT_EQ(calls->busy_message,
-              "too many Register calls in flight (16, the limit); try again later");
+              "too many Register calls (16 in flight, 256 waiting, the limits); try again later");
   }
-  // Every refusal came while the admitted calls were still hanging.
+  // Every refusal came while the admitted calls were still hanging (the
+  // waiting ones after registration_wait, before registration_timeout).
   EXPECT_EQ(refused_while_hanging, kCalls - kCap);
-  // A thread per call in flight, the server's spare threads (8) and the
-  // client side's (measured: +20..26 in all); the dial of each call.
+  // A worker per call in flight and the client side's threads (measured:
+  // +20..26 in all; waiting calls hold none); the dial of each call.
   EXPECT_LE(peak_threads - threads_before, kCap + 24);
   EXPECT_LE(peak_fds - fds_before, 3 * kCap + 16);
   close(silent);

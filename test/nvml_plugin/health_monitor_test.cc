@@ -10,10 +10,14 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <set>
+#include <string>
 
 #include "kdm/base/sync.h"
 #include "kdm/test/wait_until.h"
+#include "spdlog/sinks/base_sink.h"
+#include "spdlog/spdlog.h"
 
 namespace kdm::nvml {
 namespace {
@@ -350,6 +354,84 @@ TEST_F(HealthMonitorTest, RecoveryAfterTheWindowWithTheInjectedClock) {
   ASSERT_EQ(c.size(), 2u);
   EXPECT_TRUE(c[1].healthy);
   EXPECT_EQ(c[1].reason, "recovered after 30000ms without a critical event");
+}
+
+// Counts the lines of one event and the sum of their suppressed= values
+// (installed as the default logger for its lifetime; keeps no line).
+class SkippedLineCounter : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  struct Counts {
+    int64_t lines = 0;       // event=health_event_skipped
+    int64_t summaries = 0;   // event=health_event_skipped_suppressed
+    int64_t suppressed = 0;  // the sum of suppressed=N over both
+  };
+  Counts Get() {
+    std::lock_guard<std::mutex> l(counts_mu_);
+    return counts_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    const std::string text(msg.payload.data(), msg.payload.size());
+    const bool summary = text.rfind("event=health_event_skipped_suppressed ", 0) == 0;
+    const bool line = text.rfind("event=health_event_skipped ", 0) == 0;
+    if (!summary && !line) return;
+    int64_t n = 0;
+    if (std::size_t at = text.find(" suppressed="); at != std::string::npos) {
+      n = std::stoll(text.substr(at + 12));
+    }
+    std::lock_guard<std::mutex> l(counts_mu_);
+    ++(summary ? counts_.summaries : counts_.lines);
+    counts_.suppressed += n;
+  }
+  void flush_() override {}
+
+ private:
+  std::mutex counts_mu_;
+  Counts counts_;
+};
+
+// Issue 28: a workload causes application Xids (13) at will, and each was
+// logged as event=health_event_skipped: 100,000 of them wrote 100,000 lines
+// (14 MB). Now a few lines per GPU per second, and the rest counted
+// (suppressed=N on the next line let through, or on an
+// event=health_event_skipped_suppressed line once the window is over).
+TEST_F(HealthMonitorTest, RegressionApplicationXidFloodLogsBoundedLinesWithSuppressedCount) {
+  auto counter = std::make_shared<SkippedLineCounter>();
+  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  auto logger = std::make_shared<spdlog::logger>("capture", counter);
+  logger->set_level(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+  struct Restore {
+    std::shared_ptr<spdlog::logger> logger;
+    ~Restore() { spdlog::set_default_logger(logger); }
+  } restore{previous};
+
+  StartMonitor(2, Opts());
+  constexpr int64_t kXids = 100'000;
+  {
+    MutexLock lock(&fake_.mu);
+    for (int64_t i = 0; i < kXids; ++i) {
+      fake_.events.push_back({Handle(static_cast<int>(i % 2)), kEventTypeXidCriticalError, 13,
+                              kNoInstanceId, kNoInstanceId});
+    }
+  }
+  ASSERT_TRUE(WaitEventsSeen(kXids));
+  // The window is over: what was held back is summarised without another
+  // event having to come.
+  clock_->Advance(2s);
+  const bool all_accounted = test::WaitUntil([&] {
+    SkippedLineCounter::Counts c = counter->Get();
+    return c.lines + c.suppressed == kXids;
+  });
+  SkippedLineCounter::Counts c = counter->Get();
+  EXPECT_TRUE(all_accounted) << "lines " << c.lines << " suppressed " << c.suppressed;
+  EXPECT_LE(c.lines, 20) << "one line per Xid floods the log";
+  EXPECT_GE(c.lines, 2);  // the first of each GPU is logged
+  EXPECT_GE(c.summaries, 1);
+  EXPECT_EQ(c.lines + c.suppressed, kXids);
+  EXPECT_TRUE(HealthIs("GPU-0", true));
+  EXPECT_TRUE(HealthIs("GPU-1", true));
 }
 
 TEST_F(HealthMonitorTest, AnEventOfAnUnknownHandleIsIgnored) {
