@@ -189,5 +189,58 @@ TEST_F(PublishHardeningE2eTest, AnnotationOverTheApiServersLimitIsRefusedAndNeve
   (*server)->Stop();
 }
 
+TEST_F(PublishHardeningE2eTest, DevicesAloneOverTheLimitAreNeverSent) {
+  // Two resources of 1,024 devices with 60-byte names and no topology: the
+  // check at start passes, the value (about 350 KB) is made by the loop.
+  const std::string a = "example.com/" + std::string(60, 'a');
+  const std::string b = "example.com/" + std::string(60, 'b');
+  StartKubelet();
+  StartPlugin({"--resource", a, "--count", "1024", "--socket-name", "a.sock"});
+  StartPlugin({"--resource", b, "--count", "1024", "--socket-name", "b.sock"});
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(a, 1024) && Allocatable(b, 1024); }, kWaitBound));
+
+  EXPECT_EQ(Run({"publish", "--node-name", "gpu-node-7", "--pod-resources-socket", Socket(),
+                 "--dry-run"}),
+            1)
+      << err_;
+  EXPECT_EQ(out_.size(), 0u) << out_.size() << " bytes printed";
+  EXPECT_THAT(err_, HasSubstr("over the limit of 262144 bytes")) << err_;
+
+  StatusOr<kube::test::TestPki> pki = kube::test::MakeTestPki();
+  ASSERT_TRUE(pki.ok()) << pki.status();
+  auto server = kube::test::TestApiServer::Start(
+      {.cert_pem = pki->server.cert_pem, .key_pem = pki->server.key_pem});
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->SetHandler([](const kube::test::RecordedRequest&) {
+    return kube::test::Reply{.status = 200, .body = "{}"};
+  });
+  std::ofstream(root_ + "/ca.pem") << pki->ca.cert_pem;
+  const std::string kubeconfig = root_ + "/kubeconfig";
+  std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+                               "clusters:\n- name: test\n  cluster:\n    server: "
+                            << (*server)->url()
+                            << "\n    certificate-authority: ca.pem\n"
+                               "users:\n- name: kdm\n  user:\n    token: secret-token\n"
+                               "contexts:\n- name: test\n  context:\n    cluster: test\n"
+                               "    user: kdm\n";
+  Process publish(
+      {"publish", "--node-name", "gpu-node-7", "--pod-resources-socket", Socket(), "--kubeconfig",
+       kubeconfig, "--interval", "100ms", "--min-write-interval", "100ms"},
+      root_ + "/publish.log");
+  ASSERT_TRUE(WaitUntil(
+      [&] { return publish.Log().find("event=publish_annotation_too_large") != std::string::npos; },
+      kWaitBound))
+      << publish.Log();
+  // Several polls later: still no request, one line for all of them.
+  ASSERT_TRUE(WaitUntil(
+      [&] { return publish.Log().find("event=publish_write_failed") != std::string::npos; },
+      kWaitBound))
+      << publish.Log();
+  EXPECT_EQ((*server)->RequestCount(), 0u) << publish.Log();
+  const std::string log = publish.Log();
+  EXPECT_THAT(log, HasSubstr("limit=262144 total=1 ")) << log;
+  (*server)->Stop();
+}
+
 }  // namespace
 }  // namespace kdm::e2e
