@@ -501,6 +501,31 @@ std::string EncodeDevicesAnnotation(const DevicesAnnotation& a) {
   return doc.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
+StatusOr<std::string> EncodeDevicesAnnotationWithin(const DevicesAnnotation& a, size_t max_bytes) {
+  auto too_large = [max_bytes](const std::string& size) {
+    return OutOfRangeError("kdm.io/devices: the value would be " + size +
+                           " bytes, over the limit of " + std::to_string(max_bytes) + " bytes (" +
+                           std::to_string(max_bytes / 1024) +
+                           " KiB, the API server's bound on all annotations of a Node together)");
+  };
+  // Each device is at least {"id":"ID","numa":0}, each free one "ID", each
+  // cell of `matrix` and `pcie` "X" and a separator: escaping only grows.
+  uint64_t least = a.node.size() + a.updated.size();
+  for (const auto& [name, r] : a.resources) {
+    least += name.size();
+    for (const PublishedDevice& d : r.devices) least += 18 + d.id.size();
+    for (const std::string& id : r.available) least += 3 + id.size();
+    if (r.topology) {
+      const uint64_t n = r.topology->size();
+      least += 2 * (4 * n * n);
+    }
+    if (least > max_bytes) return too_large("at least " + std::to_string(least));
+  }
+  std::string value = EncodeDevicesAnnotation(a);
+  if (value.size() > max_bytes) return too_large(std::to_string(value.size()));
+  return value;
+}
+
 // ---------------------------------------------------------------- decoding
 
 StatusOr<DevicesAnnotation> DecodeDevicesAnnotation(std::string_view text) {

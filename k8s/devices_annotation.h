@@ -115,6 +115,16 @@ std::string FormatRfc3339(std::chrono::system_clock::time_point t);
 // when set, has the ids and NUMA nodes of its `devices` (as built above).
 std::string EncodeDevicesAnnotation(const DevicesAnnotation& annotation);
 
+// As EncodeDevicesAnnotation, for a value that is to be sent: never longer
+// than `max_bytes`. Past it, OUT_OF_RANGE naming the size and the limit
+// ("kdm.io/devices: the value would be at least 786944 bytes, over the limit
+// of 262144 bytes (256 KiB) ..."). Memory stays bounded by the limit: a value
+// whose lower bound (ids and matrix cells at their shortest) is already past
+// it is refused before any cell is rendered, so a 1,024-GPU matrix costs no
+// 13 MB string and no JSON tree of two million cells.
+StatusOr<std::string> EncodeDevicesAnnotationWithin(const DevicesAnnotation& annotation,
+                                                    size_t max_bytes = kMaxAnnotationBytes);
+
 // Parses a value written by any version-1 writer. INVALID_ARGUMENT naming the
 // field ("kdm.io/devices: resources['nvidia.com/gpu'].devices[2].numa: must
 // be a non-negative integer or null"), OUT_OF_RANGE above kMaxAnnotationBytes.

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <utility>
 
+#include "kdm/base/log_value.h"
+
 namespace kdm::nvml {
 namespace {
 
@@ -19,7 +21,8 @@ constexpr std::array<std::string_view, 17> kBrandNames = {
 
 std::string GpuWhat(const char* call, int index, const std::string& uuid) {
   std::string what = std::string(call) + "(GPU " + std::to_string(index);
-  if (!uuid.empty()) what += " " + uuid;
+  // The UUID is the driver's text: quoted, so a newline in it forges no line.
+  if (!uuid.empty()) what += " " + QuoteLogValue(uuid, kMaxLogValueBytes);
   return what + ")";
 }
 

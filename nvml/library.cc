@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -11,9 +12,21 @@ namespace {
 // dlerror's text on one line (it never holds a newline in glibc, but the
 // promise of one line is ours to keep).
 std::string OneLine(const char* text) {
-  std::string out = text != nullptr ? text : "unknown dlopen error";
-  for (char& c : out) {
-    if (c == '\n' || c == '\r') c = ' ';
+  std::string in = text != nullptr ? text : "unknown dlopen error";
+  // The loader's and the driver's text: one line, other control bytes shown
+  // as \xNN (an escape sequence in an error string reaches a terminal).
+  std::string out;
+  for (char c : in) {
+    auto u = static_cast<unsigned char>(c);
+    if (c == '\n' || c == '\r') {
+      out += ' ';
+    } else if (u < 0x20 || u == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", u);
+      out += hex;
+    } else {
+      out += c;
+    }
   }
   return out;
 }

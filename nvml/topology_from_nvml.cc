@@ -7,6 +7,8 @@
 #include <map>
 #include <utility>
 
+#include "kdm/base/log_value.h"
+
 namespace kdm::nvml {
 namespace {
 
@@ -22,8 +24,12 @@ std::optional<unsigned> Hex(std::string_view s, size_t max_digits) {
   return v;
 }
 
+// A GPU's UUID or a bus id as NVML gave it, quoted: driver text may hold a
+// newline or an escape sequence, and these messages end up as log lines.
+std::string NvmlText(const std::string& s) { return QuoteLogValue(s, kMaxLogValueBytes); }
+
 std::string LinkWhat(const RawGpu& gpu, size_t link) {
-  return "GPU " + gpu.id + " link " + std::to_string(link);
+  return "GPU " + NvmlText(gpu.id) + " link " + std::to_string(link);
 }
 
 // Whether an answer ends a GPU's link scan without being an error.
@@ -89,12 +95,14 @@ StatusOr<NvmlTopology> TopologyFromNvml(const RawTopology& raw) {
   for (size_t i = 0; i < n; ++i) {
     auto bus = CanonicalBusId(raw.gpus[i].bus_id);
     if (!bus) {
-      return InvalidArgumentError("NVML topology: GPU " + raw.gpus[i].id + " has PCI bus id '" +
-                                  raw.gpus[i].bus_id + "', which is not dddd:bb:dd.f");
+      return InvalidArgumentError("NVML topology: GPU " + NvmlText(raw.gpus[i].id) +
+                                  " has PCI bus id " + NvmlText(raw.gpus[i].bus_id) +
+                                  ", which is not dddd:bb:dd.f");
     }
     if (!index_by_bus.emplace(*bus, i).second) {
-      return InvalidArgumentError("NVML topology: GPUs " + raw.gpus[index_by_bus[*bus]].id +
-                                  " and " + raw.gpus[i].id + " share PCI bus id " + *bus);
+      return InvalidArgumentError("NVML topology: GPUs " +
+                                  NvmlText(raw.gpus[index_by_bus[*bus]].id) + " and " +
+                                  NvmlText(raw.gpus[i].id) + " share PCI bus id " + *bus);
     }
   }
 
@@ -130,7 +138,8 @@ StatusOr<NvmlTopology> TopologyFromNvml(const RawTopology& raw) {
       auto bus = CanonicalBusId(link.remote_bus_id);
       auto it = bus ? index_by_bus.find(*bus) : index_by_bus.end();
       if (it == index_by_bus.end() || it->second == i) {
-        ignored.push_back(LinkWhat(gpu, l) + ": remote bus id '" + link.remote_bus_id + "' " +
+        ignored.push_back(LinkWhat(gpu, l) + ": remote bus id " + NvmlText(link.remote_bus_id) +
+                          " " +
                           (it == index_by_bus.end() ? "matches no GPU" : "is the GPU itself"));
         continue;
       }
@@ -143,9 +152,9 @@ StatusOr<NvmlTopology> TopologyFromNvml(const RawTopology& raw) {
   for (size_t i = 0; i < n; ++i) {
     devices.push_back({raw.gpus[i].id, static_cast<int>(i), raw.gpus[i].numa});
     if (raw.ancestors[i].size() != n) {
-      return InvalidArgumentError("NVML topology: common-ancestor row of GPU " + raw.gpus[i].id +
-                                  " has " + std::to_string(raw.ancestors[i].size()) +
-                                  " entries, not " + std::to_string(n));
+      return InvalidArgumentError(
+          "NVML topology: common-ancestor row of GPU " + NvmlText(raw.gpus[i].id) + " has " +
+          std::to_string(raw.ancestors[i].size()) + " entries, not " + std::to_string(n));
     }
     for (size_t j = 0; j < n; ++j) {
       if (i == j) continue;
@@ -158,8 +167,8 @@ StatusOr<NvmlTopology> TopologyFromNvml(const RawTopology& raw) {
       // The pair's PCIe relation, from the lower-indexed GPU's question, so
       // the matrix is symmetric whatever NVML answers.
       const RawAncestor& a = raw.ancestors[std::min(i, j)][std::max(i, j)];
-      std::string pair =
-          "GPUs " + raw.gpus[std::min(i, j)].id + " and " + raw.gpus[std::max(i, j)].id;
+      std::string pair = "GPUs " + NvmlText(raw.gpus[std::min(i, j)].id) + " and " +
+                         NvmlText(raw.gpus[std::max(i, j)].id);
       if (a.ret == kErrorNotSupported) {
         cell.pcie = PcieLink::kNone;
       } else if (a.ret != kSuccess) {

@@ -1,7 +1,9 @@
 // publish::PublishLoop: kube::Publisher on a thread of its own, writing the
 // kdm.io/devices annotation through kube::NodeAnnotationWriter and a
 // kube::Client (docs/publish.md). The owner of the thread: Stop() (or the
-// destructor) stops the publisher and joins it.
+// destructor) stops the publisher and joins it. A value over the API
+// server's bound on annotations (k8s::kMaxAnnotationBytes) is never sent:
+// the write fails without a request, is logged and counted.
 //
 // Thread-safety: Start and Stop from the owner's thread.
 //
@@ -14,6 +16,7 @@
 #define KDM_PUBLISH_PUBLISH_LOOP_H_
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -47,7 +50,7 @@ class PublishLoop {
   static std::unique_ptr<PublishLoop> Start(PublishOptions options,
                                             std::unique_ptr<kube::DeviceSource> source,
                                             std::unique_ptr<kube::Client> client);
-  ~PublishLoop() { Stop(); }
+  ~PublishLoop();
   PublishLoop(const PublishLoop&) = delete;
   PublishLoop& operator=(const PublishLoop&) = delete;
 
@@ -55,10 +58,16 @@ class PublishLoop {
   // source and one write). Idempotent; from the owner's thread.
   void Stop();
 
+  // Values never sent because they were over k8s::kMaxAnnotationBytes (each
+  // logged as event=publish_annotation_too_large). Any thread.
+  uint64_t annotations_too_large() const;
+
  private:
+  class SizeCheckingWriter;
   PublishLoop() = default;
   std::unique_ptr<kube::Client> client_;
   std::unique_ptr<kube::NodeAnnotationWriter> writer_;
+  std::unique_ptr<SizeCheckingWriter> checked_writer_;
   std::unique_ptr<kube::DeviceSource> source_;
   std::unique_ptr<kube::Publisher> publisher_;
   std::thread thread_;

@@ -145,4 +145,23 @@ StatusOr<topology::Topology> ApplyIdsFile(const topology::Topology& t, const std
   return renamed;
 }
 
+Status CheckAnnotationFits(const std::string& node,
+                           const std::map<std::string, topology::Topology>& topologies,
+                           const std::map<std::string, k8s::DeviceAttributes>& attributes) {
+  k8s::DevicesAnnotation a;
+  a.node = node;
+  a.updated = "2006-01-02T15:04:05Z";  // as long as any time written
+  for (const auto& [resource, t] : topologies) {
+    k8s::ResourceDevices& r = a.resources[resource];
+    for (const topology::DeviceInfo& d : t.devices()) {
+      r.devices.push_back({d.id, d.numa});
+      r.available.push_back(d.id);
+    }
+    r.topology = t;
+  }
+  for (const auto& [resource, attrs] : attributes) a.resources[resource].attributes = attrs;
+  StatusOr<std::string> value = k8s::EncodeDevicesAnnotationWithin(a);
+  return value.ok() ? OkStatus() : value.status();
+}
+
 }  // namespace kdm::publish

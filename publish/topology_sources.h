@@ -15,6 +15,7 @@
 #ifndef KDM_PUBLISH_TOPOLOGY_SOURCES_H_
 #define KDM_PUBLISH_TOPOLOGY_SOURCES_H_
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -70,6 +71,16 @@ StatusOr<std::vector<std::string>> ParseIdsCsv(const std::string& text, int rows
 // row by row. Errors: the file's read error as is; a parse or topology
 // error prefixed "<path>: ".
 StatusOr<topology::Topology> ApplyIdsFile(const topology::Topology& t, const std::string& path);
+
+// Whether the annotation fits the API server's bound (k8s::kMaxAnnotationBytes)
+// on the day every device of `topologies` is healthy and free: the largest
+// value these topologies and attributes can make, for Node `node`. OK, or
+// OUT_OF_RANGE from k8s::EncodeDevicesAnnotationWithin naming the size and
+// the limit; memory stays bounded by the limit (a 1,024-GPU matrix is refused
+// from its size alone).
+Status CheckAnnotationFits(const std::string& node,
+                           const std::map<std::string, topology::Topology>& topologies,
+                           const std::map<std::string, k8s::DeviceAttributes>& attributes);
 
 }  // namespace kdm::publish
 

@@ -4,7 +4,9 @@
 // annotation once and exits; otherwise kube::Publisher polls and writes it to
 // the Node object through the API server client (--kubeconfig or
 // --in-cluster) until SIGTERM/SIGINT. An API server that is down or refuses
-// never stops it: writes are retried.
+// never stops it: writes are retried. A value over the API server's 256 KiB
+// is never printed nor sent (docs/publish.md, "How large the annotation may
+// be").
 //
 // The loop's flags and their checks are shared with `kdm kubelet --publish`
 // (publish_flags.h); the loop and the pod-resources source are kdm/publish/'s.
@@ -85,7 +87,10 @@ int RunPublish(const PublishFlags& flags) {
         setup.options.node, k8s::FormatRfc3339(std::chrono::system_clock::now()), *devices,
         setup.options.topologies, setup.options.attributes, &warnings);
     for (const std::string& w : warnings) std::cerr << "kdm publish: warning: " << w << "\n";
-    std::cout << k8s::EncodeDevicesAnnotation(a) << "\n";
+    // What the loop would send, so what the API server would take.
+    StatusOr<std::string> value = k8s::EncodeDevicesAnnotationWithin(a);
+    if (!value.ok()) return fail({kPublishRuntimeError, value.status().message()});
+    std::cout << *value << "\n";
     return kOk;
   }
 

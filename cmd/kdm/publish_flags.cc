@@ -179,6 +179,16 @@ std::optional<PublishFailure> LoadPublishFlags(const PublishLoopFlags& flags,
   for (auto& [resource, a] : nvml_attributes) {
     if (!a.empty()) out->options.attributes.emplace(resource, std::move(a));
   }
+  // A value the API server refuses is never built at each poll, nor sent:
+  // the topologies known now decide whether the node can be published.
+  if (Status fits = publish::CheckAnnotationFits(out->options.node, out->options.topologies,
+                                                 out->options.attributes);
+      !fits.ok()) {
+    return PublishFailure{kPublishRuntimeError,
+                          "--topology: " + fits.message() +
+                              "; nothing is sent: publish this node without --topology (its "
+                              "devices and free devices only)"};
+  }
   return std::nullopt;
 }
 

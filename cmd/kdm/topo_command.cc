@@ -25,6 +25,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "kdm/base/log_value.h"
 #include "kdm/k8s/attributes.h"
 #include "kdm/nvml/discovery.h"
 #include "kdm/nvml/library.h"
@@ -66,6 +67,18 @@ std::optional<int> ParseNonNegative(std::string_view s) {
 
 bool AllDigits(std::string_view s) {
   return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+// A value from the driver (a UUID, a bus id, a version) in the table: as it is
+// when it is one word of printable ASCII, else quoted with its control bytes
+// escaped (QuoteLogValue), so a UUID holding a newline or an escape sequence
+// neither starts a line of its own nor reaches the terminal raw.
+std::string TableText(const std::string& s) {
+  bool plain = std::all_of(s.begin(), s.end(), [](char c) {
+    auto u = static_cast<unsigned char>(c);
+    return u > 0x20 && u < 0x7f && c != '"' && c != '\\';
+  });
+  return plain ? s : QuoteLogValue(s, kMaxLogValueBytes);
 }
 
 struct Source {
@@ -181,7 +194,7 @@ std::string Join(const std::vector<int>& v) {
 
 std::string Ids(const Topology& t, const std::vector<int>& v) {
   std::string out;
-  for (int i : v) out += (out.empty() ? "" : ", ") + t.Device(i).id;
+  for (int i : v) out += (out.empty() ? "" : ", ") + TableText(t.Device(i).id);
   return out;
 }
 
@@ -328,16 +341,19 @@ int RunNvmlShow(const Source& source, bool json) {
     return 0;
   }
   std::vector<std::string> cpus;
-  for (const nvml::GpuInfo& g : node.gpus) cpus.push_back(g.cpu_affinity);
-  std::cout << topology::RenderNvidiaSmi(t, cpus) << "\nDriver " << node.driver_version << ", CUDA "
-            << node.cuda_driver_version << "\n";
+  for (const nvml::GpuInfo& g : node.gpus) cpus.push_back(TableText(g.cpu_affinity));
+  std::cout << topology::RenderNvidiaSmi(t, cpus) << "\nDriver " << TableText(node.driver_version)
+            << ", CUDA " << TableText(node.cuda_driver_version) << "\n";
   for (const nvml::GpuInfo& g : node.gpus) {
-    auto attr = [&g](std::string_view key) { return g.attributes.Get(key).value_or(""); };
-    std::cout << "GPU" << g.index << "\t" << g.uuid << "\tmodel=\"" << attr(k8s::kAttrModel)
-              << "\" memory_mib=" << g.attributes.memory_mib.value_or(0)
+    auto attr = [&g](std::string_view key) {
+      return TableText(g.attributes.Get(key).value_or(""));
+    };
+    std::cout << "GPU" << g.index << "\t" << TableText(g.uuid) << "\tmodel="
+              << QuoteLogValue(g.attributes.Get(k8s::kAttrModel).value_or(""), kMaxLogValueBytes)
+              << " memory_mib=" << g.attributes.memory_mib.value_or(0)
               << " arch=" << attr(k8s::kAttrArch) << " brand=" << attr(k8s::kAttrBrand)
               << " driver=" << attr(k8s::kAttrDriver) << " cuda=" << attr(k8s::kAttrCuda)
-              << " minor=" << g.minor << " pci_bus_id=" << g.pci_bus_id
+              << " minor=" << g.minor << " pci_bus_id=" << TableText(g.pci_bus_id)
               << " numa=" << (g.numa ? std::to_string(*g.numa) : std::string("N/A")) << "\n";
   }
   return 0;

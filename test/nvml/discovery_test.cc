@@ -84,7 +84,7 @@ TEST_F(DiscoveryTest, FailureNamesTheCallAndTheGpu) {
   ASSERT_FALSE(node.ok());
   EXPECT_EQ(node.status().code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(node.status().message(),
-            "nvmlDeviceGetMemoryInfo(GPU 0 GPU-aaaa): Insufficient Permissions (NVML error 4)");
+            "nvmlDeviceGetMemoryInfo(GPU 0 \"GPU-aaaa\"): Insufficient Permissions (NVML error 4)");
 }
 
 TEST_F(DiscoveryTest, UuidFailureNamesTheIndex) {

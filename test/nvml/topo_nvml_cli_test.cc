@@ -212,11 +212,11 @@ TEST_F(TopoNvmlCliTest, CudaFallbackAndDiscoveryErrors) {
   r = Kdm(node, "topo --nvml" + lib);
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err,
-            "kdm topo: nvmlDeviceGetPciInfo_v3(GPU 0 GPU-aaaa): GPU is lost (NVML error 15)\n");
+            "kdm topo: nvmlDeviceGetPciInfo_v3(GPU 0 \"GPU-aaaa\"): GPU is lost (NVML error 15)\n");
   node = dir_.Write("state.json", test::TwoGpuNode("", R"(, "fail": {"nvlink_state": 4})"));
   r = Kdm(node, "topo --nvml" + lib);
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "kdm topo: GPU GPU-aaaa link 0: nvmlDeviceGetNvLinkState answered 4\n");
+  EXPECT_EQ(r.err, "kdm topo: GPU \"GPU-aaaa\" link 0: nvmlDeviceGetNvLinkState answered 4\n");
 }
 
 TEST_F(TopoNvmlCliTest, ALinkToAHiddenGpuIsAWarning) {
@@ -228,9 +228,10 @@ TEST_F(TopoNvmlCliTest, ALinkToAHiddenGpuIsAWarning) {
   // nlohmann's parser, so this node's GPU 0 has the list above.
   CliRun r = Kdm(node, "topo --nvml" + lib);
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.err,
-            "kdm topo: warning: GPU GPU-aaaa link 2: remote bus id '00000000:99:00.0' matches "
-            "no GPU\n");
+  EXPECT_EQ(
+      r.err,
+      "kdm topo: warning: GPU \"GPU-aaaa\" link 2: remote bus id \"00000000:99:00.0\" matches "
+      "no GPU\n");
   EXPECT_THAT(r.out, HasSubstr("GPU0\t X \tNV2\t"));
 }
 

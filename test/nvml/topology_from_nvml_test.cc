@@ -120,7 +120,7 @@ TEST(TopologyFromNvmlTest, OtherLinkStateFailureIsAnError) {
   auto t = TopologyFromNvml(raw);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(t.status().message(), "GPU GPU-0 link 1: nvmlDeviceGetNvLinkState answered 15");
+  EXPECT_EQ(t.status().message(), "GPU \"GPU-0\" link 1: nvmlDeviceGetNvLinkState answered 15");
 }
 
 TEST(TopologyFromNvmlTest, RemoteTypeAndPciFailuresAreErrors) {
@@ -139,7 +139,7 @@ TEST(TopologyFromNvmlTest, RemoteTypeAndPciFailuresAreErrors) {
   t = TopologyFromNvml(raw);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().message(),
-            "GPU GPU-1 link 0: nvmlDeviceGetNvLinkRemotePciInfo_v2 answered 4");
+            "GPU \"GPU-1\" link 0: nvmlDeviceGetNvLinkRemotePciInfo_v2 answered 4");
 }
 
 TEST(TopologyFromNvmlTest, DisabledLinksAndOtherFarEndsCountNothing) {
@@ -172,8 +172,9 @@ TEST(TopologyFromNvmlTest, RemoteBusIdMatchingNoGpuIsIgnoredAndNamed) {
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->topology.LinkBetween(0, 1).nvlinks, 0);
   ASSERT_EQ(t->ignored.size(), 3u);
-  EXPECT_EQ(t->ignored[0], "GPU GPU-0 link 0: remote bus id '00000000:99:00.0' matches no GPU");
-  EXPECT_EQ(t->ignored[2], "GPU GPU-1 link 0: remote bus id 'not a bus id' matches no GPU");
+  EXPECT_EQ(t->ignored[0],
+            "GPU \"GPU-0\" link 0: remote bus id \"00000000:99:00.0\" matches no GPU");
+  EXPECT_EQ(t->ignored[2], "GPU \"GPU-1\" link 0: remote bus id \"not a bus id\" matches no GPU");
 }
 
 TEST(TopologyFromNvmlTest, RemoteBusIdMatchesWhateverItsSpelling) {
@@ -206,13 +207,13 @@ TEST(TopologyFromNvmlTest, PcieFromEveryAncestorLevel) {
 TEST(TopologyFromNvmlTest, UnknownLevelAndFailedAncestorAreErrors) {
   auto t = TopologyFromNvml(Node(2, 60));
   ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.status().message(), "GPUs GPU-0 and GPU-1: unknown common-ancestor level 60");
+  EXPECT_EQ(t.status().message(), "GPUs \"GPU-0\" and \"GPU-1\": unknown common-ancestor level 60");
   RawTopology raw = Node(2);
   raw.ancestors[0][1].ret = kErrorNoPermission;
   t = TopologyFromNvml(raw);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().message(),
-            "GPUs GPU-0 and GPU-1: nvmlDeviceGetTopologyCommonAncestor answered 4");
+            "GPUs \"GPU-0\" and \"GPU-1\": nvmlDeviceGetTopologyCommonAncestor answered 4");
 }
 
 TEST(TopologyFromNvmlTest, NotSupportedAncestorIsNoKnownRelation) {
@@ -239,7 +240,7 @@ TEST(TopologyFromNvmlTest, BadShapesAndIdsAreErrors) {
             std::string::npos);
   raw = Node(2);
   raw.gpus[1].bus_id = "zz";
-  EXPECT_NE(TopologyFromNvml(raw).status().message().find("'zz'"), std::string::npos);
+  EXPECT_NE(TopologyFromNvml(raw).status().message().find("\"zz\""), std::string::npos);
   raw = Node(2);
   raw.gpus[1].id = raw.gpus[0].id;
   EXPECT_EQ(TopologyFromNvml(raw).status().code(), StatusCode::kInvalidArgument);
