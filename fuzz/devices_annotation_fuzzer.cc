@@ -22,7 +22,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
   kdm::StatusOr<kdm::k8s::DevicesAnnotation> a = kdm::k8s::DecodeDevicesAnnotation(text);
-  static kdm::k8s::TopologyCache* shared = new kdm::k8s::TopologyCache(64);
+  static kdm::k8s::TopologyCache* shared = new kdm::k8s::TopologyCache(size_t{256} << 10);
   kdm::k8s::TopologyCache fresh;
   for (kdm::k8s::TopologyCache* cache : {&fresh, shared}) {
     kdm::StatusOr<kdm::k8s::NodeDevices> view = kdm::k8s::DecodeNodeDevices(text, cache);

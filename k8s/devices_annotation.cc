@@ -559,42 +559,116 @@ uint64_t TopologyCache::Hash(std::string_view matrix, std::string_view pcie,
   return h;
 }
 
-std::shared_ptr<const SharedTopology> TopologyCache::FindLocked(
-    uint64_t hash, std::string_view matrix, std::string_view pcie,
-    const std::vector<std::optional<int>>& numa) const {
-  auto [begin, end] = by_key_.equal_range(hash);
-  for (auto it = begin; it != end; ++it) {
-    const Entry& e = it->second;
-    if (e.matrix == matrix && e.pcie == pcie && e.numa == numa) return e.topology;
+size_t EstimateTopologyBytes(const topology::Topology& t) {
+  const size_t n = static_cast<size_t>(t.size());
+  // The link and score matrices, row-major n x n.
+  size_t bytes = n * n * (sizeof(topology::Link) + sizeof(int));
+  // The device list, each id's heap text beyond the small-string buffer.
+  bytes += n * sizeof(topology::DeviceInfo);
+  for (const topology::DeviceInfo& d : t.devices()) {
+    if (d.id.size() >= sizeof(std::string)) bytes += d.id.size() + 1;
   }
-  return nullptr;
+  // The id index: one node per device (its key, its value, the next
+  // pointer and the cached hash) and about one bucket pointer per device;
+  // its keys are copies of the ids.
+  bytes += n * (sizeof(std::pair<const std::string, int>) + 2 * sizeof(void*) + sizeof(void*));
+  for (const topology::DeviceInfo& d : t.devices()) {
+    if (d.id.size() >= sizeof(std::string)) bytes += d.id.size() + 1;
+  }
+  return bytes;
+}
+
+namespace {
+
+// What an entry holds on the heap besides its bookkeeping: its key texts,
+// its NUMA nodes and the topology's contents.
+size_t EntryPayloadBytes(std::string_view matrix, std::string_view pcie, size_t devices,
+                         const topology::Topology& t) {
+  return matrix.size() + pcie.size() + devices * sizeof(std::optional<int>) +
+         EstimateTopologyBytes(t);
+}
+
+}  // namespace
+
+TopologyCache::List::iterator TopologyCache::FindLocked(
+    uint64_t hash, std::string_view matrix, std::string_view pcie,
+    const std::vector<std::optional<int>>& numa) {
+  auto [begin, end] = by_hash_.equal_range(hash);
+  for (auto it = begin; it != end; ++it) {
+    const Entry& e = *it->second;
+    if (e.matrix == matrix && e.pcie == pcie && e.numa == numa) return it->second;
+  }
+  return lru_.end();
+}
+
+void TopologyCache::EvictOldestLocked() {
+  const Entry& oldest = lru_.back();
+  auto [begin, end] = by_hash_.equal_range(oldest.hash);
+  for (auto it = begin; it != end; ++it) {
+    if (&*it->second == &oldest) {
+      by_hash_.erase(it);
+      break;
+    }
+  }
+  bytes_ -= oldest.bytes;
+  ++evictions_;
+  lru_.pop_back();
 }
 
 std::shared_ptr<const SharedTopology> TopologyCache::Find(
-    std::string_view matrix, std::string_view pcie,
-    const std::vector<std::optional<int>>& numa) const {
+    std::string_view matrix, std::string_view pcie, const std::vector<std::optional<int>>& numa) {
   const uint64_t h = Hash(matrix, pcie, numa);
   MutexLock lock(&mu_);
-  return FindLocked(h, matrix, pcie, numa);
+  auto it = FindLocked(h, matrix, pcie, numa);
+  if (it == lru_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it);
+  return it->topology;
 }
 
 std::shared_ptr<const SharedTopology> TopologyCache::Insert(
     std::string_view matrix, std::string_view pcie, const std::vector<std::optional<int>>& numa,
     topology::Topology t) {
   const uint64_t h = Hash(matrix, pcie, numa);
-  MutexLock lock(&mu_);
-  if (auto kept = FindLocked(h, matrix, pcie, numa)) return kept;
-  if (by_key_.size() >= max_entries_) {
+  // Estimated (and the key copied) before the lock: only the list work is
+  // done under it.
+  // The bookkeeping: the list node (two pointers and the Entry), the index
+  // node (its next pointer, cached hash and value, and a bucket), the
+  // shared object with its control block (two counts and a vtable).
+  constexpr size_t kBookkeeping = 2 * sizeof(void*) + sizeof(Entry) + 3 * sizeof(void*) +
+                                  sizeof(std::pair<const uint64_t, List::iterator>) +
+                                  3 * sizeof(void*) + sizeof(SharedTopology);
+  const size_t bytes = EntryPayloadBytes(matrix, pcie, numa.size(), t) + kBookkeeping;
+  if (bytes > max_bytes_) {
+    MutexLock lock(&mu_);
+    ++not_kept_;
     return std::make_shared<const SharedTopology>(SharedTopology{0, std::move(t)});
   }
-  auto shared = std::make_shared<const SharedTopology>(SharedTopology{next_id_++, std::move(t)});
-  by_key_.emplace(h, Entry{std::string(matrix), std::string(pcie), numa, shared});
-  return shared;
+  Entry entry{h, std::string(matrix), std::string(pcie), numa, nullptr, bytes};
+  MutexLock lock(&mu_);
+  if (auto it = FindLocked(h, matrix, pcie, numa); it != lru_.end()) {
+    lru_.splice(lru_.begin(), lru_, it);
+    return it->topology;
+  }
+  while (!lru_.empty() && bytes_ + bytes > max_bytes_) EvictOldestLocked();
+  entry.topology = std::make_shared<const SharedTopology>(SharedTopology{next_id_++, std::move(t)});
+  lru_.push_front(std::move(entry));
+  by_hash_.emplace(h, lru_.begin());
+  bytes_ += bytes;
+  return lru_.front().topology;
 }
 
 size_t TopologyCache::size() const {
   MutexLock lock(&mu_);
-  return by_key_.size();
+  return lru_.size();
+}
+
+TopologyCache::Stats TopologyCache::stats() const {
+  MutexLock lock(&mu_);
+  return Stats{.entries = lru_.size(),
+               .bytes = bytes_,
+               .max_bytes = max_bytes_,
+               .evictions = evictions_,
+               .not_kept = not_kept_};
 }
 
 size_t DecodePadding() { return simdjson::SIMDJSON_PADDING; }

@@ -37,6 +37,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -138,38 +139,70 @@ struct SharedTopology {
   topology::Topology topology;
 };
 
-// Keeps one Topology per distinct (matrix text, pcie text, NUMA nodes), at
-// most `max_entries`; past that, topologies are built per document and not
-// kept.
+// The default byte budget of a TopologyCache: 128 MiB (docs/extender.md,
+// "Reading the annotation").
+inline constexpr size_t kDefaultTopologyCacheBytes = size_t{128} << 20;
+
+// Keeps one Topology per distinct (matrix text, pcie text, NUMA nodes),
+// within a budget of bytes: each entry counts its key texts, its NUMA nodes
+// and the Topology's vectors and index (EstimateTopologyBytes), about 1 MB for
+// a 248-GPU matrix. Past the budget the least recently used entries are
+// evicted (counted); an entry larger than the whole budget is built for its
+// document and not kept. An evicted topology stays alive while a reader
+// holds it; a later document with its key builds it again, under a new id.
 class TopologyCache {
  public:
-  explicit TopologyCache(size_t max_entries = 4096) : max_entries_(max_entries) {}
+  struct Stats {
+    size_t entries = 0;
+    size_t bytes = 0;  // the entries' estimated bytes, <= max_bytes
+    size_t max_bytes = 0;
+    uint64_t evictions = 0;  // entries dropped to make room
+    uint64_t not_kept = 0;   // topologies larger than the whole budget
+  };
+
+  explicit TopologyCache(size_t max_bytes = kDefaultTopologyCacheBytes) : max_bytes_(max_bytes) {}
+  // The topology kept under the key (and marks it recently used), or null.
   std::shared_ptr<const SharedTopology> Find(std::string_view matrix, std::string_view pcie,
-                                             const std::vector<std::optional<int>>& numa) const;
-  // Keeps `t` under the key (when there is room) and returns what is kept.
+                                             const std::vector<std::optional<int>>& numa);
+  // Keeps `t` under the key (evicting the least recently used entries to
+  // make room) and returns what is kept; when `t` alone is above the budget,
+  // returns it unkept (id 0).
   std::shared_ptr<const SharedTopology> Insert(std::string_view matrix, std::string_view pcie,
                                                const std::vector<std::optional<int>>& numa,
                                                topology::Topology t);
   size_t size() const;
+  Stats stats() const;
 
  private:
   struct Entry {
+    uint64_t hash = 0;
     std::string matrix;
     std::string pcie;
     std::vector<std::optional<int>> numa;
     std::shared_ptr<const SharedTopology> topology;
+    size_t bytes = 0;
   };
+  using List = std::list<Entry>;
   static uint64_t Hash(std::string_view matrix, std::string_view pcie,
                        const std::vector<std::optional<int>>& numa);
-  std::shared_ptr<const SharedTopology> FindLocked(
-      uint64_t hash, std::string_view matrix, std::string_view pcie,
-      const std::vector<std::optional<int>>& numa) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  List::iterator FindLocked(uint64_t hash, std::string_view matrix, std::string_view pcie,
+                            const std::vector<std::optional<int>>& numa)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictOldestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const size_t max_entries_;
+  const size_t max_bytes_;
   mutable Mutex mu_;
-  std::unordered_multimap<uint64_t, Entry> by_key_ ABSL_GUARDED_BY(mu_);
+  List lru_ ABSL_GUARDED_BY(mu_);  // most recently used first
+  std::unordered_multimap<uint64_t, List::iterator> by_hash_ ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t not_kept_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
+
+// The heap bytes a Topology holds (its device list and ids, link and score
+// matrices, id index), estimated from the standard containers' layout.
+size_t EstimateTopologyBytes(const topology::Topology& t);
 
 // One resource as the extender scores it.
 struct ResourceView {

@@ -259,6 +259,7 @@ Status CheckRequirements(const RequirementSet& set, const DeviceAttributes& attr
     if (r.groups.empty()) continue;
     std::string why;
     bool met = false;
+    size_t failed = 0;
     for (const std::vector<Constraint>& group : r.groups) {
       Status first_failure;
       for (const Constraint& c : group) {
@@ -269,10 +270,27 @@ Status CheckRequirements(const RequirementSet& set, const DeviceAttributes& attr
         met = true;
         break;
       }
+      // Every group is still checked (a later one may hold), but only the
+      // first few are named.
+      if (failed++ >= kMaxNamedAlternatives) continue;
       if (!why.empty()) why += " or ";
       why += first_failure.message();
     }
-    if (!met) return FailedPreconditionError(r.variable + ": " + why);
+    if (met) continue;
+    std::string message = r.variable + ": " + why;
+    if (failed > kMaxNamedAlternatives) {
+      message +=
+          " or ... and " + std::to_string(failed - kMaxNamedAlternatives) + " more alternatives";
+    }
+    if (message.size() > kMaxRequirementMessageBytes) {
+      constexpr std::string_view kCut = "...";
+      size_t keep = kMaxRequirementMessageBytes - kCut.size();
+      // Not inside a UTF-8 character (the variable's name is outside text).
+      while (keep > 0 && (static_cast<unsigned char>(message[keep]) & 0xC0) == 0x80) --keep;
+      message.resize(keep);
+      message += kCut;
+    }
+    return FailedPreconditionError(message);
   }
   return OkStatus();
 }

@@ -96,11 +96,21 @@ StatusOr<int> CompareVersions(std::string_view a, std::string_view b);
 // "cuda 'x' on this node is not a version, required by cuda>=12.2".
 Status CheckConstraint(const Constraint& constraint, const DeviceAttributes& attributes);
 
+// The most alternatives (groups) a CheckRequirements message names.
+inline constexpr size_t kMaxNamedAlternatives = 3;
+// The longest CheckRequirements message: it is repeated per node in an
+// extender answer, so it must not grow with the value (a 4 KiB value may
+// hold 455 alternatives).
+inline constexpr size_t kMaxRequirementMessageBytes = 512;
+
 // OK when every requirement has a group whose constraints all hold (or the
 // set is disabled or empty). Otherwise FAILED_PRECONDITION naming the first
-// unmet variable and, per group, its first failing constraint, joined by
-// " or ": "NVIDIA_REQUIRE_CUDA: cuda 11.8 does not satisfy cuda>=12.2 or
-// brand quadro does not satisfy brand=tesla".
+// unmet variable and, for its first kMaxNamedAlternatives groups, each
+// group's first failing constraint, joined by " or ": "NVIDIA_REQUIRE_CUDA:
+// cuda 11.8 does not satisfy cuda>=12.2 or brand quadro does not satisfy
+// brand=tesla"; further groups are counted (" or ... and 452 more
+// alternatives"). The message is cut to kMaxRequirementMessageBytes (at a
+// UTF-8 character's start, ending in "...").
 Status CheckRequirements(const RequirementSet& set, const DeviceAttributes& attributes);
 
 }  // namespace kdm::k8s

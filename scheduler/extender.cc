@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,9 @@ struct Nodes {
   std::vector<const k8s::NodeDevices*> devices;  // null: no opinion
   std::vector<std::optional<k8s::NodeDevices>> read;
   std::vector<std::shared_ptr<const CachedNode>> cached;
+  // Annotations in the body that did not read: their count, the first.
+  uint64_t unreadable = 0;
+  std::string first_unreadable;
 };
 
 }  // namespace
@@ -30,10 +34,10 @@ Extender::Extender(Options options)
 namespace {
 
 Nodes Collect(const ExtenderArgs& args, k8s::TopologyCache* topologies, const NodeCache* cache,
-              ExtenderMetrics* metrics, const std::string& pod) {
+              ExtenderMetrics* metrics) {
   Nodes out;
-  uint64_t errors = 0;
-  std::string first_error;
+  uint64_t& errors = out.unreadable;
+  std::string& first_error = out.first_unreadable;
   if (args.nodes) {
     const size_t n = args.nodes->size();
     out.names.reserve(n);
@@ -73,21 +77,42 @@ Nodes Collect(const ExtenderArgs& args, k8s::TopologyCache* topologies, const No
       if (cache) metrics->CachedNodes(cache->size());
     }
   }
-  if (errors > 0) {
-    spdlog::warn("event=annotation_unreadable pod={} nodes={} first={}",
-                 QuoteLogValue(pod, kMaxLogValueBytes), errors,
-                 QuoteLogValue(first_error, kMaxLogValueBytes));
-    if (metrics) metrics->AnnotationErrors(errors);
-  }
+  if (errors > 0 && metrics) metrics->AnnotationErrors(errors);
   return out;
 }
 
 }  // namespace
 
+void Extender::LogUnreadable(const std::string& pod, uint64_t errors,
+                             const std::string& first_error) {
+  // Every request of a client that sends a bad annotation has one: a few
+  // lines a second, each with the count of those left out since the last.
+  const auto now = LogRateLimiter::Clock::now();
+  std::optional<int64_t> suppressed;
+  std::vector<std::pair<std::string, int64_t>> ended;
+  {
+    MutexLock lock(&log_mu_);
+    if (errors > 0) suppressed = unreadable_log_.Admit("annotation_unreadable", now);
+    ended = unreadable_log_.Flush(now);
+  }
+  if (errors > 0 && !suppressed && options_.metrics) {
+    options_.metrics->LogSuppressed("annotation_unreadable", 1);
+  }
+  if (suppressed) {
+    spdlog::warn("event=annotation_unreadable pod={} nodes={} first={} suppressed={}",
+                 QuoteLogValue(pod, kMaxLogValueBytes), errors,
+                 QuoteLogValue(first_error, kMaxLogValueBytes), *suppressed);
+  }
+  for (const auto& [event, n] : ended) {
+    spdlog::warn("event=annotation_unreadable_suppressed suppressed={}", n);
+  }
+}
+
 HttpAnswer Extender::Filter(const std::string& body) {
   StatusOr<ExtenderArgs> args = DecodeExtenderArgs(body);
   if (!args.ok()) return {400, EncodeError(args.status().message())};
-  Nodes nodes = Collect(*args, topologies_, options_.cache, options_.metrics, args->pod.name);
+  Nodes nodes = Collect(*args, topologies_, options_.cache, options_.metrics);
+  LogUnreadable(args->pod.name, nodes.unreadable, nodes.first_unreadable);
   FilterAnswer answer;
   if (args->nodes) answer.nodes.emplace();
   if (args->node_names || !args->nodes) answer.node_names.emplace();
@@ -113,7 +138,8 @@ HttpAnswer Extender::Filter(const std::string& body) {
 HttpAnswer Extender::Prioritize(const std::string& body) {
   StatusOr<ExtenderArgs> args = DecodeExtenderArgs(body);
   if (!args.ok()) return {400, EncodeError(args.status().message())};
-  Nodes nodes = Collect(*args, topologies_, options_.cache, options_.metrics, args->pod.name);
+  Nodes nodes = Collect(*args, topologies_, options_.cache, options_.metrics);
+  LogUnreadable(args->pod.name, nodes.unreadable, nodes.first_unreadable);
   Scorer::Stats counts;
   std::vector<double> raw(nodes.names.size());
   for (size_t i = 0; i < raw.size(); ++i) {

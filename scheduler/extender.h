@@ -7,15 +7,22 @@
 // - Nodes given in full are read from the body; NodeNames are looked up in
 //   the node cache (when there is one); unknown names and nodes without a
 //   readable annotation get no opinion: they pass the filter and score 0.
+// - A request with unreadable annotations is logged (event=annotation_
+//   unreadable), at most kUnreadableLogBurst lines a second in all, each
+//   with `suppressed=N`, the lines left out since the last.
 //
 // Thread-safety: Filter and Prioritize may be called from any number of
 // threads at once.
 #ifndef KDM_SCHEDULER_EXTENDER_H_
 #define KDM_SCHEDULER_EXTENDER_H_
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
+#include "kdm/base/log_rate_limiter.h"
+#include "kdm/base/sync.h"
 #include "kdm/k8s/devices_annotation.h"
 #include "kdm/scheduler/metrics.h"
 #include "kdm/scheduler/node_cache.h"
@@ -48,11 +55,18 @@ class Extender {
 
   Scorer::Stats memo_stats() const { return scorer_.stats(); }
 
+  static constexpr int kUnreadableLogBurst = 5;
+
  private:
+  void LogUnreadable(const std::string& pod, uint64_t errors, const std::string& first_error);
+
   const Options options_;
   std::unique_ptr<k8s::TopologyCache> own_topologies_;
   k8s::TopologyCache* topologies_;
   Scorer scorer_;
+  Mutex log_mu_;
+  LogRateLimiter unreadable_log_ ABSL_GUARDED_BY(log_mu_){kUnreadableLogBurst,
+                                                          std::chrono::seconds(1)};
 };
 
 }  // namespace kdm::scheduler

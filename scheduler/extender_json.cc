@@ -18,6 +18,20 @@ Status BadRequest(const std::string& where, const std::string& what) {
   return InvalidArgumentError(where + ": " + what);
 }
 
+// The longest pod-refused message and container name a filter reason
+// repeats per node (a reason must not grow with the request's text).
+constexpr size_t kMaxRefusedMessageBytes = 512;
+constexpr size_t kMaxShownContainerNameBytes = 63;  // a DNS label's limit
+
+// `text` cut to `max` bytes at a UTF-8 character's start, ending in "...".
+std::string CutText(std::string text, size_t max) {
+  if (text.size() <= max) return text;
+  size_t keep = max > 3 ? max - 3 : 0;
+  while (keep > 0 && (static_cast<unsigned char>(text[keep]) & 0xC0) == 0x80) --keep;
+  text.resize(keep);
+  return text + "...";
+}
+
 // A quantity as Kubernetes writes it (a string; a bare JSON number is read
 // as its text), with the full grammar (k8s::Quantity): "2", "2k", "1e3".
 StatusOr<k8s::Quantity> ReadQuantity(od::value v, const std::string& where) {
@@ -168,7 +182,7 @@ StatusOr<PodRequest> ReadPod(od::value v) {
   if (effective.ok()) {
     out.resources.insert(effective->begin(), effective->end());
   } else {
-    out.refused = std::string(effective.status().message());
+    out.refused = CutText(std::string(effective.status().message()), kMaxRefusedMessageBytes);
     for (const auto* list : {&init, &app}) {
       for (const k8s::Container& c : *list) {
         for (const auto* amounts : {&c.limits, &c.requests}) {
@@ -192,7 +206,7 @@ StatusOr<PodRequest> ReadPod(od::value v) {
                           std::string(set.status().message()));
       }
       if (set->empty()) continue;
-      cr.container = c.name;
+      cr.container = CutText(c.name, kMaxShownContainerNameBytes);
       cr.requirements = std::move(*set);
       out.requirements.push_back(std::move(cr));
     }
@@ -311,6 +325,11 @@ StatusOr<ExtenderArgs> DecodeExtenderArgs(const std::string& body) {
   }
   od::object root;
   if (auto e = doc.get_object().get(root); e) {
+    // An object left open (a deep "[[[[..." included) is not JSON, not
+    // another type.
+    if (e != simdjson::INCORRECT_TYPE) {
+      return InvalidArgumentError(std::string("body is not JSON: ") + simdjson::error_message(e));
+    }
     return InvalidArgumentError("body must be a JSON object (ExtenderArgs)");
   }
   ExtenderArgs args;

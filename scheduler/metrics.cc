@@ -1,5 +1,7 @@
 #include "kdm/scheduler/metrics.h"
 
+#include <atomic>
+
 #include "kdm/http/metrics.h"
 
 namespace kdm::scheduler {
@@ -26,6 +28,23 @@ class MetricsImpl final : public ExtenderMetrics {
                                .Add({})),
         cached_nodes_(
             registry_.AddGauge("kdm_extender_cached_nodes", "Nodes in the node cache.").Add({})),
+        topology_bytes_(registry_
+                            .AddGauge("kdm_extender_topology_cache_bytes",
+                                      "Estimated bytes of the topologies kept in the topology "
+                                      "cache (bounded by --topology-cache-bytes).")
+                            .Add({})),
+        topology_entries_(registry_
+                              .AddGauge("kdm_extender_topology_cache_entries",
+                                        "Distinct topologies kept in the topology cache.")
+                              .Add({})),
+        topology_evictions_(registry_
+                                .AddCounter("kdm_extender_topology_cache_evictions_total",
+                                            "Topologies evicted (least recently used) to keep "
+                                            "the topology cache within its bytes.")
+                                .Add({})),
+        log_suppressed_(registry_.AddCounter(
+            "kdm_extender_log_suppressed_total",
+            "Log lines left out by the rate limit on lines caused by outside input, by event.")),
         memo_hit_(memo_.Add({{"result", "hit"}})),
         memo_miss_(memo_.Add({{"result", "miss"}})),
         cache_hit_(cache_.Add({{"result", "hit"}})),
@@ -53,7 +72,21 @@ class MetricsImpl final : public ExtenderMetrics {
     annotation_errors_.Increment(static_cast<double>(n));
   }
   void CachedNodes(uint64_t n) override { cached_nodes_.Set(static_cast<double>(n)); }
-  std::string Text() const override { return registry_.Text(); }
+  void WatchTopologyCache(const k8s::TopologyCache* cache) override {
+    topologies_.store(cache, std::memory_order_release);
+  }
+  void LogSuppressed(std::string_view event, uint64_t n) override {
+    log_suppressed_.Add({{"event", std::string(event)}}).Increment(static_cast<double>(n));
+  }
+  std::string Text() const override {
+    if (const k8s::TopologyCache* cache = topologies_.load(std::memory_order_acquire)) {
+      const k8s::TopologyCache::Stats s = cache->stats();
+      topology_bytes_.Set(static_cast<double>(s.bytes));
+      topology_entries_.Set(static_cast<double>(s.entries));
+      topology_evictions_.RaiseTo(static_cast<double>(s.evictions));
+    }
+    return registry_.Text();
+  }
 
  private:
   http::MetricRegistry registry_;
@@ -64,6 +97,11 @@ class MetricsImpl final : public ExtenderMetrics {
   const http::CounterFamily cache_;
   const http::Counter annotation_errors_;
   const http::Gauge cached_nodes_;
+  const http::Gauge topology_bytes_;
+  const http::Gauge topology_entries_;
+  const http::Counter topology_evictions_;
+  const http::CounterFamily log_suppressed_;
+  std::atomic<const k8s::TopologyCache*> topologies_{nullptr};
   const http::Counter memo_hit_;
   const http::Counter memo_miss_;
   const http::Counter cache_hit_;

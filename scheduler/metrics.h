@@ -7,6 +7,10 @@
 //   kdm_extender_node_cache_total{result}       NodeNames found / unknown
 //   kdm_extender_annotation_errors_total        annotations that did not read
 //   kdm_extender_cached_nodes                   nodes in the node cache
+//   kdm_extender_topology_cache_bytes           the topology cache's bytes
+//   kdm_extender_topology_cache_entries         ... and entries
+//   kdm_extender_topology_cache_evictions_total ... and entries evicted
+//   kdm_extender_log_suppressed_total{event}    log lines left out (rate limit)
 //
 // Thread-safety: every method may be called from any thread.
 #ifndef KDM_SCHEDULER_METRICS_H_
@@ -16,6 +20,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+
+#include "kdm/k8s/devices_annotation.h"
 
 namespace kdm::scheduler {
 
@@ -30,6 +36,11 @@ class ExtenderMetrics {
   virtual void NodeCache(uint64_t found, uint64_t unknown) = 0;
   virtual void AnnotationErrors(uint64_t n) = 0;
   virtual void CachedNodes(uint64_t n) = 0;
+  // The topology cache whose Stats the exposition shows (read at each
+  // Text()); not owned, must outlive this object; null: none shown.
+  virtual void WatchTopologyCache(const k8s::TopologyCache* cache) = 0;
+  // Lines of `event` the log rate limit left out.
+  virtual void LogSuppressed(std::string_view event, uint64_t n) = 0;
   // The Prometheus text exposition.
   virtual std::string Text() const = 0;
 };

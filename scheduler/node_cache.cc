@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "kdm/base/log_value.h"
 
@@ -29,13 +31,34 @@ std::shared_ptr<const CachedNode> NodeCache::Read(const kube::NodeObject& node) 
       s = d.status();
     }
   }
-  if (!s.ok()) {
-    out->error = std::string(s.message());
-    spdlog::warn("event=annotation_unreadable node={} error={}",
-                 QuoteLogValue(node.name, kMaxLogValueBytes),
-                 QuoteLogValue(out->error, kMaxLogValueBytes));
-  }
+  if (!s.ok()) out->error = std::string(s.message());
+  LogUnreadable(node.name, out->error);
   return out;
+}
+
+void NodeCache::LogUnreadable(const std::string& node, const std::string& error) {
+  // One line per node per change, but a node whose annotation flaps gets a
+  // few lines per window, then a count (the key: the name, cut; past
+  // kMaxLogKeys names, the rest share one budget).
+  const auto now = LogRateLimiter::Clock::now();
+  std::optional<int64_t> suppressed;
+  std::vector<std::pair<std::string, int64_t>> ended;
+  {
+    MutexLock lock(&log_mu_);
+    if (!error.empty()) {
+      suppressed = unreadable_log_.Admit(std::string_view(node).substr(0, k8s::kMaxNameBytes), now);
+    }
+    ended = unreadable_log_.Flush(now);
+  }
+  if (suppressed) {
+    spdlog::warn("event=annotation_unreadable node={} error={} suppressed={}",
+                 QuoteLogValue(node, kMaxLogValueBytes), QuoteLogValue(error, kMaxLogValueBytes),
+                 *suppressed);
+  }
+  for (const auto& [key, n] : ended) {
+    spdlog::warn("event=annotation_unreadable_suppressed node={} suppressed={}",
+                 QuoteLogValue(key, kMaxLogValueBytes), n);
+  }
 }
 
 void NodeCache::Replace(const std::vector<kube::NodeObject>& nodes) {

@@ -5,6 +5,10 @@
 // (nodeCacheCapable: true) are answered without Node objects. See
 // docs/extender.md, "Node cache".
 //
+// An annotation that does not read is logged (event=annotation_unreadable)
+// once per change of the node, at most kUnreadableLogBurst lines per node in
+// kUnreadableLogWindow (a flapping node then gets `suppressed=N`).
+//
 // Thread-safety: Find/size from any thread; Replace/Apply are called by the
 // informer's thread (or a test); Start/Stop by the owner.
 //
@@ -15,6 +19,7 @@
 #ifndef KDM_SCHEDULER_NODE_CACHE_H_
 #define KDM_SCHEDULER_NODE_CACHE_H_
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -24,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kdm/base/log_rate_limiter.h"
 #include "kdm/base/status.h"
 #include "kdm/base/sync.h"
 #include "kdm/k8s/devices_annotation.h"
@@ -69,8 +75,15 @@ class NodeCache {
   uint64_t annotation_decodes() const;
   std::optional<kube::NodeInformer::Stats> informer_stats() const;
 
+  static constexpr int kUnreadableLogBurst = 3;
+  static constexpr std::chrono::seconds kUnreadableLogWindow{10};
+  static constexpr size_t kMaxLogKeys = 1024;
+
  private:
   std::shared_ptr<const CachedNode> Read(const kube::NodeObject& node);
+  // Logs `node`'s error (when not empty, within the rate limit) and the
+  // counts of lines left out whose window ended.
+  void LogUnreadable(const std::string& node, const std::string& error);
 
   k8s::TopologyCache* const topologies_;
   mutable Mutex mu_;
@@ -85,6 +98,9 @@ class NodeCache {
   NodeMap nodes_ ABSL_GUARDED_BY(mu_);
   uint64_t annotation_errors_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t annotation_decodes_ ABSL_GUARDED_BY(mu_) = 0;
+  Mutex log_mu_;
+  LogRateLimiter unreadable_log_ ABSL_GUARDED_BY(log_mu_){kUnreadableLogBurst, kUnreadableLogWindow,
+                                                          kMaxLogKeys};
   std::unique_ptr<kube::NodeInformer> informer_;  // owner's thread only
 };
 

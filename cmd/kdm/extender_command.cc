@@ -39,6 +39,7 @@ struct ExtenderFlags {
   KubeClientFlags kube;  // optional: without it, no node cache
   int threads = 2;
   uint64_t max_body_bytes = 256ull << 20;
+  uint64_t topology_cache_bytes = k8s::kDefaultTopologyCacheBytes;
   int verbosity = 0;
 };
 
@@ -93,8 +94,9 @@ int RunExtender(const ExtenderFlags& flags) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   scheduler::KeepLargeAllocationsMapped();
-  k8s::TopologyCache topologies;
+  k8s::TopologyCache topologies(flags.topology_cache_bytes);
   std::unique_ptr<scheduler::ExtenderMetrics> metrics = scheduler::ExtenderMetrics::Create();
+  metrics->WatchTopologyCache(&topologies);
   std::unique_ptr<scheduler::NodeCache> cache;
   if (client) {
     cache = std::make_unique<scheduler::NodeCache>(&topologies);
@@ -147,6 +149,9 @@ void AddExtenderCommand(CLI::App& app, int& exit_code) {
   AddKubeClientFlags(cmd, &flags->kube);
   cmd->add_option("--threads", flags->threads, "Threads serving requests")->capture_default_str();
   cmd->add_option("--max-body-bytes", flags->max_body_bytes, "The largest request body accepted")
+      ->capture_default_str();
+  cmd->add_option("--topology-cache-bytes", flags->topology_cache_bytes,
+                  "Bytes of decoded link matrices kept for reuse (least recently used evicted)")
       ->capture_default_str();
   cmd->add_option("-v", flags->verbosity, "Log verbosity: 0 info, 1 debug")->capture_default_str();
   cmd->callback([flags, &exit_code] { exit_code = RunExtender(*flags); });

@@ -484,5 +484,208 @@ TEST(DecodeNodeDevicesTest, RefusesBadDocumentsNamingTheField) {
   EXPECT_TRUE(DecodeNodeDevices(good, &cache).ok());
 }
 
+// ------------------------------------------------- the topology cache
+
+// An 8-GPU annotation (dgx1-v100's links) whose pair 0-1 has `nvlinks`
+// NVLinks: one distinct matrix per value, 1 to 64.
+std::string VariantAnnotation(int nvlinks) {
+  topology::Topology t = RenamedDgx1();
+  std::vector<std::vector<topology::Link>> links(t.size());
+  for (int i = 0; i < t.size(); ++i) {
+    for (int j = 0; j < t.size(); ++j) links[i].push_back(t.LinkBetween(i, j));
+  }
+  links[0][1].nvlinks = links[1][0].nvlinks = nvlinks;
+  topology::Topology v = *topology::Topology::Create(t.devices(), links);
+  ResourceInput in;
+  for (const auto& d : v.devices()) in.allocatable[d.id] = d.numa;
+  in.topology = &v;
+  DevicesAnnotation a{.node = "n" + std::to_string(nvlinks), .updated = "2026-11-24T23:00:00Z"};
+  a.resources["nvidia.com/gpu"] = BuildResourceDevices(in);
+  return EncodeDevicesAnnotation(a);
+}
+
+std::shared_ptr<const SharedTopology> ReadTopology(const std::string& text, TopologyCache* cache) {
+  StatusOr<NodeDevices> d = DecodeNodeDevices(text, cache);
+  EXPECT_TRUE(d.ok()) << d.status();
+  if (!d.ok()) return nullptr;
+  return d->resources.at("nvidia.com/gpu").topology;
+}
+
+// The bytes one VariantAnnotation entry counts (the variants differ by a
+// byte or two of matrix text).
+size_t VariantEntryBytes() {
+  TopologyCache probe;
+  ReadTopology(VariantAnnotation(1), &probe);
+  return probe.stats().bytes;
+}
+
+// Issue 28: the cache kept up to 4,096 topologies whatever their size
+// (about 1.2 MB for a 248-GPU matrix: 1,000 of them took the extender to
+// 1.13 GB). It is bounded in bytes, evicting.
+TEST(TopologyCacheTest, KeepsItsBytesWithinTheBudgetAndCountsEvictions) {
+  const size_t entry = VariantEntryBytes();
+  ASSERT_GT(entry, 0u);
+  TopologyCache cache(3 * entry + entry / 2);
+  for (int v = 1; v <= 20; ++v) {
+    ReadTopology(VariantAnnotation(v), &cache);
+    const TopologyCache::Stats s = cache.stats();
+    EXPECT_LE(s.bytes, s.max_bytes) << v;
+    EXPECT_LE(s.entries, 3u) << v;
+  }
+  const TopologyCache::Stats s = cache.stats();
+  EXPECT_EQ(s.entries, 3u);
+  EXPECT_EQ(s.evictions, 17u);
+  EXPECT_EQ(s.not_kept, 0u);
+}
+
+TEST(TopologyCacheTest, EvictsTheLeastRecentlyUsed) {
+  const size_t entry = VariantEntryBytes();
+  TopologyCache cache(3 * entry + entry / 2);
+  auto a = ReadTopology(VariantAnnotation(1), &cache);
+  auto b = ReadTopology(VariantAnnotation(2), &cache);
+  auto c = ReadTopology(VariantAnnotation(3), &cache);
+  ASSERT_TRUE(a && b && c);
+  // A is used again: B is now the least recently used.
+  EXPECT_EQ(ReadTopology(VariantAnnotation(1), &cache), a);
+  auto d = ReadTopology(VariantAnnotation(4), &cache);
+  EXPECT_EQ(cache.stats().evictions, 1u);
+  // A, C and D are kept (the same objects), B is not.
+  EXPECT_EQ(ReadTopology(VariantAnnotation(1), &cache), a);
+  EXPECT_EQ(ReadTopology(VariantAnnotation(3), &cache), c);
+  EXPECT_EQ(ReadTopology(VariantAnnotation(4), &cache), d);
+  EXPECT_EQ(cache.stats().evictions, 1u);
+  auto b2 = ReadTopology(VariantAnnotation(2), &cache);
+  EXPECT_NE(b2, b);
+  EXPECT_EQ(cache.stats().evictions, 2u);  // A, the least recently used then
+}
+
+TEST(TopologyCacheTest, AnEvictedTopologyIsRebuiltEqualUnderANewId) {
+  const size_t entry = VariantEntryBytes();
+  TopologyCache cache(entry + entry / 2);  // room for one
+  auto first = ReadTopology(VariantAnnotation(5), &cache);
+  ASSERT_NE(first, nullptr);
+  ReadTopology(VariantAnnotation(6), &cache);
+  EXPECT_EQ(cache.stats().evictions, 1u);
+  auto again = ReadTopology(VariantAnnotation(5), &cache);
+  ASSERT_NE(again, nullptr);
+  EXPECT_NE(again->id, first->id);  // score memos of the old one never apply to it
+  EXPECT_NE(again->id, 0u);
+  EXPECT_TRUE(again->topology == first->topology);
+  EXPECT_EQ(again->topology.PairScore(0, 1), first->topology.PairScore(0, 1));
+  EXPECT_EQ(again->topology.LinkBetween(0, 1).nvlinks, 5);
+  // The reader still held the evicted one: it is intact.
+  EXPECT_EQ(first->topology.LinkBetween(0, 1).nvlinks, 5);
+}
+
+TEST(TopologyCacheTest, ATopologyAboveTheWholeBudgetIsNotKept) {
+  TopologyCache tiny(1);
+  auto t = ReadTopology(VariantAnnotation(7), &tiny);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->id, 0u);
+  EXPECT_EQ(t->topology.LinkBetween(0, 1).nvlinks, 7);
+  const TopologyCache::Stats s = tiny.stats();
+  EXPECT_EQ(s.entries, 0u);
+  EXPECT_EQ(s.bytes, 0u);
+  EXPECT_EQ(s.not_kept, 1u);
+}
+
+// The estimate counts what the entry really holds: the key texts and the
+// Topology's n x n link and score matrices (128 GPUs of SYS cells, matrix
+// and pcie: about 200 KB of annotation).
+TEST(TopologyCacheTest, AnEntrysBytesCountItsMatricesAndKeyText) {
+  constexpr int kGpus = 128;
+  std::vector<topology::DeviceInfo> infos;
+  std::vector<std::vector<topology::Link>> links(kGpus, std::vector<topology::Link>(kGpus));
+  for (int i = 0; i < kGpus; ++i) {
+    infos.push_back({"GPU-" + std::to_string(i), i, i % 2});
+    for (int j = 0; j < kGpus; ++j) {
+      if (i != j) links[i][j] = {0, topology::PcieLink::kSys};
+    }
+  }
+  topology::Topology t = *topology::Topology::Create(infos, links);
+  const size_t matrices = size_t{kGpus} * kGpus * (sizeof(topology::Link) + sizeof(int));
+  EXPECT_GE(EstimateTopologyBytes(t), matrices);
+  EXPECT_LE(EstimateTopologyBytes(t), matrices + kGpus * 256);
+  ResourceInput in;
+  for (const auto& d : t.devices()) in.allocatable[d.id] = d.numa;
+  in.topology = &t;
+  DevicesAnnotation a{.node = "big", .updated = "2026-11-24T23:00:00Z"};
+  a.resources["nvidia.com/gpu"] = BuildResourceDevices(in);
+  const std::string text = EncodeDevicesAnnotation(a);
+  ASSERT_LE(text.size(), kMaxAnnotationBytes);
+  const json doc = json::parse(text);
+  const size_t cells = doc["resources"]["nvidia.com/gpu"]["matrix"].dump().size() +
+                       doc["resources"]["nvidia.com/gpu"]["pcie"].dump().size();
+  TopologyCache cache;
+  ReadTopology(text, &cache);
+  const TopologyCache::Stats s = cache.stats();
+  EXPECT_EQ(s.entries, 1u);
+  EXPECT_GE(s.bytes, matrices + cells);
+  EXPECT_LE(s.bytes, 2 * (matrices + cells));
+}
+
+// ------------------------------------------------- deep nesting (issue 28)
+
+// `depth` nested arrays around `inner`: [[[...inner...]]].
+std::string Nested(size_t depth, const std::string& inner = "1") {
+  return std::string(depth, '[') + inner + std::string(depth, ']');
+}
+
+// The reader (simdjson On-Demand) walks only the few levels of the keys it
+// knows and skips everything else without recursion: a document nested
+// 1,000 or 100,000 deep (200 KB, under the size bound) is refused with the
+// field it broke, or, under a key the reader does not know, skipped; never
+// a crash. Both outputs agree.
+TEST(DecodeNodeDevicesTest, DeeplyNestedDocumentsAreRefusedOrSkippedWithoutRecursion) {
+  for (size_t depth : {size_t{1000}, size_t{100000}}) {
+    SCOPED_TRACE(depth);
+    const std::string head = "{\"version\":1,\"node\":\"n\",";
+    struct Case {
+      std::string text;
+      std::string expect;  // empty: accepted
+    };
+    const std::vector<Case> cases = {
+        {Nested(depth), "top level: must be an object"},
+        {head + "\"resources\":" + Nested(depth) + "}", "resources: must be an object"},
+        {head + "\"resources\":{\"nvidia.com/gpu\":{\"devices\":" + Nested(depth) + "}}}",
+         "devices[0]: must be an object"},
+        {head +
+             "\"resources\":{\"nvidia.com/gpu\":{\"devices\":[{\"id\":\"a\"}],"
+             "\"available\":[],\"matrix\":" +
+             Nested(depth, "\"X\"") + "}}}",
+         "matrix"},
+        {head +
+             "\"resources\":{\"nvidia.com/gpu\":{\"devices\":[],\"available\":[],"
+             "\"attributes\":{\"cuda\":" +
+             Nested(depth) + "}}}}",
+         "attributes.cuda: must be a string"},
+        // Unclosed: not JSON.
+        {head + "\"resources\":" + std::string(depth, '['), "kdm.io/devices: "},
+        // Under keys the reader does not know: skipped.
+        {head + "\"x\":" + Nested(depth) + ",\"resources\":{}}", ""},
+        {head +
+             "\"resources\":{\"nvidia.com/gpu\":{\"devices\":[],\"available\":[],"
+             "\"future\":" +
+             Nested(depth) + "}}}",
+         ""},
+    };
+    for (const Case& c : cases) {
+      ASSERT_LE(c.text.size(), kMaxAnnotationBytes);
+      TopologyCache cache;
+      StatusOr<NodeDevices> view = DecodeNodeDevices(c.text, &cache);
+      StatusOr<DevicesAnnotation> full = DecodeDevicesAnnotation(c.text);
+      if (c.expect.empty()) {
+        EXPECT_TRUE(view.ok()) << view.status();
+        EXPECT_TRUE(full.ok()) << full.status();
+        continue;
+      }
+      ASSERT_FALSE(view.ok()) << c.expect;
+      EXPECT_EQ(view.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_THAT(std::string(view.status().message()), HasSubstr(c.expect));
+      EXPECT_EQ(full.status(), view.status());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kdm::k8s

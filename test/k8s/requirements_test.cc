@@ -239,5 +239,41 @@ TEST(CheckRequirementsTest, OnlyRequireVariablesCount) {
   EXPECT_THAT(bad.status().message(), HasSubstr("NVIDIA_REQUIRE_DRIVER: unknown key 'drvier'"));
 }
 
+// Issue 28: the message named every failing alternative, so a 4 KiB value
+// of 455 of them gave a 17.8 KB message, repeated for every node of an
+// extender answer. The first few are named, the rest counted, and the
+// message is bounded whatever the value.
+TEST(CheckRequirementsTest, ManyFailingAlternativesGiveABoundedMessage) {
+  std::string value;
+  for (int i = 0; i < 455; ++i) value += (i ? " " : "") + std::string("cuda>=99");
+  ASSERT_EQ(value.size(), 4094u);
+  Status s = Check({{"NVIDIA_REQUIRE_CUDA", value}}, {{"cuda", "12.4"}});
+  ASSERT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "NVIDIA_REQUIRE_CUDA: cuda 12.4 does not satisfy cuda>=99 or cuda 12.4 does not "
+            "satisfy cuda>=99 or cuda 12.4 does not satisfy cuda>=99 or ... and 452 more "
+            "alternatives");
+  EXPECT_LE(s.message().size(), kMaxRequirementMessageBytes);
+  // A last alternative that holds still passes.
+  const std::string last_holds = value.substr(0, value.size() - 8) + "cuda>=12";
+  EXPECT_TRUE(Check({{"NVIDIA_REQUIRE_CUDA", last_holds}}, {{"cuda", "12.4"}}).ok());
+}
+
+TEST(CheckRequirementsTest, AVariableNameOfAnyLengthGivesABoundedMessage) {
+  // A 100 KB variable name (outside text, UTF-8) with a failing value.
+  std::string name = "NVIDIA_REQUIRE_";
+  while (name.size() < 100000) name += "\xc3\xa9";  // é
+  Status s = Check({{name, "cuda>=99"}}, {{"cuda", "12.4"}});
+  ASSERT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  const std::string message(s.message());
+  EXPECT_LE(message.size(), kMaxRequirementMessageBytes);
+  EXPECT_EQ(message.substr(0, 15), "NVIDIA_REQUIRE_");
+  EXPECT_EQ(message.substr(message.size() - 3), "...");
+  // Cut between characters: what is left before "..." is whole characters.
+  const std::string kept = message.substr(15, message.size() - 18);
+  EXPECT_EQ(kept.size() % 2, 0u);
+  EXPECT_EQ(static_cast<unsigned char>(kept.front()), 0xc3);
+}
+
 }  // namespace
 }  // namespace kdm::k8s
