@@ -254,7 +254,7 @@ TEST_F(ApiServerHardeningE2eTest, ExtenderBacksOffAServerThatAnswersEveryWatchWi
   EXPECT_FALSE(WaitUntil([&] { return Lists() >= 8; }, std::chrono::seconds(4)));
   EXPECT_GE(Lists(), 2);
   EXPECT_TRUE(extender_->Running());
-  EXPECT_THAT(extender_->Err(), HasSubstr("event=node_informer_backoff reason=relist"));
+  EXPECT_THAT(extender_->Err(), HasSubstr("event=node_informer_backoff reason=gone"));
 }
 
 // `kdm publish` writes through a server whose answers it does not need:

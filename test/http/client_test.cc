@@ -119,7 +119,7 @@ class ResponseReaderTest : public ::testing::Test {
 TEST_F(ResponseReaderTest, ChunkedLinesSplitAnywhere) {
   const std::string answer =
       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-      "6\r\n{\"a\":1\r\n5\r\n}\r\n\r\n{\r\n3\r\n}\nx\r\n0\r\n\r\n";
+      "6\r\n{\"a\":1\r\n4\r\n}\r\n{\r\n3\r\n}\nx\r\n0\r\n\r\n";
   for (size_t piece : {1u, 2u, 7u, 1000u}) {
     lines_.clear();
     ResponseReader reader({}, &on_line_);
