@@ -1,7 +1,9 @@
 // kube::NodeInformer against the in-tree HTTPS test server: LIST, a chunked
 // WATCH stream with bookmarks, 410 Gone and a relist, resuming after a
-// stream ends, and recovery from a failed LIST; its back-off sleeps on
-// kdm::FakeClock (which advances itself unless a test drives it).
+// stream ends, and recovery from a failed LIST; a 100,000-deep watch event
+// and LIST item refused and skipped (issue 28); its back-off sleeps on
+// kdm::FakeClock (which advances itself unless a test drives it), and the
+// LISTs and watches a hostile server gets in 10 s of it are counted.
 #include "kdm/kube/node_informer.h"
 
 #include <gmock/gmock.h>
