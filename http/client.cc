@@ -21,6 +21,7 @@
 #include <limits>
 
 #include "kdm/http/asio_names.h"
+#include "kdm/http/response_reader.h"
 
 namespace kdm::http {
 namespace {
@@ -87,9 +88,9 @@ class Attempt {
   void ArmTimer(SteadyClock::time_point at);
   void Close();
   RoundTripResult Failure(const std::string& step, const beast::error_code& ec);
-  RoundTripResult ReadBody(bhttp::response_parser<bhttp::buffer_body>& parser,
-                           const std::function<bool(std::string_view)>* on_line,
-                           milliseconds idle_timeout);
+  RoundTripResult ReadAnswer(bool discard_body,
+                             const std::function<bool(std::string_view)>* on_line,
+                             milliseconds idle_timeout);
 
   const HttpsClientImpl& client_;
   SteadyClock::time_point deadline_;
@@ -98,7 +99,6 @@ class Attempt {
   tcp::resolver resolver_{ioc_};
   ssl::stream<beast::tcp_stream> stream_;
   net::steady_timer timer_{ioc_};
-  beast::flat_buffer buffer_;
   uint64_t timer_generation_ = 0;
   bool timed_out_ = false;
   bool cancelled_ = false;
@@ -234,37 +234,35 @@ RoundTripResult Attempt::Run(const ClientRequest& request,
   ec = Await([&](auto handler) { bhttp::async_write(stream_, req, handler); });
   if (ec) return Failure("sending the request", ec);
 
-  bhttp::response_parser<bhttp::buffer_body> parser;
-  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-  ec = Await([&](auto handler) { bhttp::async_read_header(stream_, buffer_, parser, handler); });
-  if (ec) return Failure("reading the answer", ec);
-
-  const int status = static_cast<int>(parser.get().result_int());
-  const bool stream_body = on_line != nullptr && status / 100 == 2;
-  RoundTripResult r = ReadBody(parser, stream_body ? on_line : nullptr, idle_timeout);
-  if (!stream_body && r.response) {
-    r.response->status = status;
-    auto it = parser.get().find(bhttp::field::retry_after);
-    if (it != parser.get().end()) r.response->retry_after = std::string(it->value());
-  }
-  return r;
+  return ReadAnswer(request.discard_body, on_line, idle_timeout);
 }
 
-RoundTripResult Attempt::ReadBody(bhttp::response_parser<bhttp::buffer_body>& parser,
-                                  const std::function<bool(std::string_view)>* on_line,
-                                  milliseconds idle_timeout) {
-  const uint64_t max = client_.options().max_body_bytes;
-  std::string data;  // the whole body, or the current partial line
+RoundTripResult Attempt::ReadAnswer(bool discard_body,
+                                    const std::function<bool(std::string_view)>* on_line,
+                                    milliseconds idle_timeout) {
+  const HttpsClient::Options& options = client_.options();
+  ResponseReader reader({.max_body_bytes = options.max_body_bytes,
+                         .max_line_bytes = options.max_line_bytes,
+                         .max_error_body_bytes = options.max_error_body_bytes,
+                         .discard_body = discard_body},
+                        on_line);
   char chunk[16 * 1024];
-  if (on_line != nullptr) ArmTimer(SteadyClock::now() + idle_timeout);
-  while (!parser.is_done()) {
-    parser.get().body().data = chunk;
-    parser.get().body().size = sizeof chunk;
-    beast::error_code ec =
-        Await([&](auto handler) { bhttp::async_read_some(stream_, buffer_, parser, handler); });
-    if (ec == bhttp::error::need_buffer) ec = {};
+  ResponseReader::Progress progress = ResponseReader::Progress::kMore;
+  while (progress == ResponseReader::Progress::kMore) {
+    size_t n = 0;
+    beast::error_code ec = Await([&](auto handler) {
+      stream_.async_read_some(net::buffer(chunk),
+                              [handler, &n](beast::error_code e, size_t k) mutable {
+                                n = k;
+                                handler(e);
+                              });
+    });
+    if (ec == net::error::eof || ec == ssl::error::stream_truncated) {
+      progress = reader.FeedEnd();
+      break;
+    }
     if (ec) {
-      if (on_line != nullptr) {
+      if (reader.streaming()) {
         RoundTripResult r = Failure("reading the watch stream", ec);
         if (timed_out_) {
           r.error =
@@ -275,37 +273,30 @@ RoundTripResult Attempt::ReadBody(bhttp::response_parser<bhttp::buffer_body>& pa
       }
       return Failure("reading the answer", ec);
     }
-    const size_t n = sizeof chunk - parser.get().body().size;
-    if (data.size() + n > max) {
-      RoundTripResult r;
-      r.error =
-          ResourceExhaustedError("the answer is larger than " + std::to_string(max) + " bytes");
-      r.streamed = on_line != nullptr;
-      return r;
-    }
-    data.append(chunk, n);
-    if (on_line == nullptr) continue;
-    ArmTimer(SteadyClock::now() + idle_timeout);
-    size_t start = 0;
-    for (size_t nl; (nl = data.find('\n', start)) != std::string::npos; start = nl + 1) {
-      std::string_view line(data.data() + start, nl - start);
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (line.empty()) continue;
-      if (!(*on_line)(line)) {
-        RoundTripResult r;
-        r.streamed = true;
-        return r;
-      }
-    }
-    data.erase(0, start);
+    const bool was_streaming = reader.streaming();
+    progress = reader.Feed(std::string_view(chunk, n));
+    // A stream is bounded by the idle time from its header on, not the
+    // deadline.
+    if (reader.streaming() || was_streaming) ArmTimer(SteadyClock::now() + idle_timeout);
   }
   RoundTripResult r;
-  if (on_line != nullptr) {
-    if (!data.empty()) (*on_line)(data);
-    r.streamed = true;
+  r.streamed = reader.streaming();
+  if (progress == ResponseReader::Progress::kFailed) {
+    const Status& e = reader.error();
+    if (e.code() == StatusCode::kResourceExhausted) {
+      r.error = e;
+    } else {
+      r.error = UnavailableError(
+          options.server_name +
+          (r.streamed ? ": reading the watch stream: " : ": reading the answer: ") +
+          std::string(e.message()));
+      r.retryable = !r.streamed;
+    }
     return r;
   }
-  r.response = ClientResponse{0, std::move(data), ""};
+  if (r.streamed) return r;
+  r.response = ClientResponse{reader.status(), reader.TakeBody(), reader.retry_after(),
+                              reader.body_truncated()};
   return r;
 }
 

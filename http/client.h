@@ -64,12 +64,18 @@ struct ClientRequest {
   std::string target;  // path and query
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  // Only the status and headers of a 2xx answer are read; its body is left
+  // unread (the connection is closed).
+  bool discard_body = false;
 };
 
 struct ClientResponse {
   int status = 0;
-  std::string body;         // empty when streamed
+  std::string body;         // empty when streamed or discarded
   std::string retry_after;  // the Retry-After header's value, if any
+  // A non-2xx body longer than Options::max_error_body_bytes: `body` is its
+  // start, the rest was not read.
+  bool body_truncated = false;
 };
 
 // What one round trip ended with: an answer, or an error and whether trying
@@ -98,8 +104,15 @@ class HttpsClient {
     // Presented when set (both or neither).
     PemSource client_certificate;
     PemSource client_key;
-    // The biggest answer body (or line of a streamed one) accepted.
+    // The biggest 2xx answer body accepted (RESOURCE_EXHAUSTED past it).
     uint64_t max_body_bytes = 256ull << 20;
+    // The longest line of a streamed body (one watch event) accepted
+    // (RESOURCE_EXHAUSTED past it): 8 MiB, over 5 times the biggest object
+    // etcd stores by default (1.5 MiB).
+    uint64_t max_line_bytes = 8ull << 20;
+    // How much of a non-2xx body is kept (for its message); the rest is
+    // not read.
+    uint64_t max_error_body_bytes = 4096;
   };
 
   // Builds the TLS context. Errors: INVALID_ARGUMENT naming the PEM's origin
@@ -108,13 +121,15 @@ class HttpsClient {
 
   virtual ~HttpsClient() = default;
 
-  // Sends `request` (Host, Content-Length added) on a new connection. With
+  // Sends `request` (Host, Content-Length added) on a new connection and
+  // reads the answer with a ResponseReader (response_reader.h: what is kept
+  // of a body, and the limits). With
   // `on_line`, a 2xx body is handed over line by line (without '\n' or '\r';
   // empty lines skipped) as it arrives, and no byte may take longer than
   // `idle_timeout` (DEADLINE_EXCEEDED); on_line returning false ends the
   // call. Errors: DEADLINE_EXCEEDED past `deadline`, CANCELLED, UNAVAILABLE
   // naming the server and the step (retryable, except a certificate that
-  // fails verification), RESOURCE_EXHAUSTED for a body over the limit.
+  // fails verification), RESOURCE_EXHAUSTED for a body or a line over its limit.
   virtual RoundTripResult RoundTrip(
       const ClientRequest& request, std::chrono::steady_clock::time_point deadline,
       Cancellation* cancel = nullptr,

@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "kdm/base/json_depth.h"
 #include "kdm/base/sync.h"
 #include "kdm/http/client.h"
 
@@ -18,6 +19,8 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr size_t kMaxServerMessageBytes = 512;
+// A Status object is 3 levels deep (details.causes[]).
+constexpr int kMaxStatusDepth = 16;
 
 // One line, printable, capped: what a server said, fit for an error message.
 std::string OneLine(std::string_view text) {
@@ -34,7 +37,11 @@ std::string OneLine(std::string_view text) {
   return out;
 }
 
-std::string ServerMessage(const std::string& body) {
+// The message of a Status object, parsed only from a whole body (not a
+// truncated prefix) nested no deeper than a Status is; else the body's
+// start, quoted.
+std::string ServerMessage(const std::string& body, bool truncated) {
+  if (truncated || FindJsonDepthViolation(body, kMaxStatusDepth)) return OneLine(body);
   nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_object()) {
     auto it = j.find("message");
@@ -60,7 +67,9 @@ std::optional<milliseconds> ParseRetryAfter(std::string_view v) {
   return milliseconds(seconds * 1000);
 }
 
-Client::Response ToResponse(http::ClientResponse r) { return {r.status, std::move(r.body)}; }
+Client::Response ToResponse(http::ClientResponse r) {
+  return {r.status, std::move(r.body), r.body_truncated};
+}
 
 class ClientImpl final : public Client {
  public:
@@ -75,16 +84,20 @@ class ClientImpl final : public Client {
     return BodyOf("GET", path, Send("GET", path, "", timeout, cancel));
   }
 
-  StatusOr<std::string> MergePatch(std::string_view path, std::string_view json,
-                                   milliseconds timeout, Cancellation* cancel) override {
-    return BodyOf("PATCH", path, Send("PATCH", path, json, timeout, cancel));
+  Status MergePatch(std::string_view path, std::string_view json, milliseconds timeout,
+                    Cancellation* cancel) override {
+    // The patched object is not used: its body is not read.
+    StatusOr<http::RoundTripResult> r =
+        WithRetries("PATCH", path, json, timeout, cancel, nullptr, {}, /*discard_body=*/true);
+    if (!r.ok()) return r.status();
+    return StatusForResponse("PATCH", path, ToResponse(std::move(*r->response)));
   }
 
   StatusOr<Response> Send(std::string_view method, std::string_view path,
                           std::string_view json_body, milliseconds timeout,
                           Cancellation* cancel) override {
     StatusOr<http::RoundTripResult> r =
-        WithRetries(method, path, json_body, timeout, cancel, nullptr, {});
+        WithRetries(method, path, json_body, timeout, cancel, nullptr, {}, false);
     if (!r.ok()) return r.status();
     return ToResponse(std::move(*r->response));
   }
@@ -93,7 +106,7 @@ class ClientImpl final : public Client {
                 const std::function<bool(std::string_view)>& on_line,
                 Cancellation* cancel) override {
     StatusOr<http::RoundTripResult> r =
-        WithRetries("GET", path, "", connect_timeout, cancel, &on_line, idle_timeout);
+        WithRetries("GET", path, "", connect_timeout, cancel, &on_line, idle_timeout, false);
     if (!r.ok()) return r.status();
     if (r->streamed) return r->error.WithPrefix("GET " + std::string(path));
     return StatusForResponse("GET", path, ToResponse(std::move(*r->response)));
@@ -160,7 +173,7 @@ class ClientImpl final : public Client {
                                               std::string_view body, milliseconds timeout,
                                               Cancellation* cancel,
                                               const std::function<bool(std::string_view)>* on_line,
-                                              milliseconds idle_timeout) {
+                                              milliseconds idle_timeout, bool discard_body) {
     const std::string what = std::string(method) + " " + std::string(path);
     // The deadline on the injected clock; each attempt gets what is left of
     // it as a real deadline for its I/O.
@@ -169,6 +182,7 @@ class ClientImpl final : public Client {
     for (int attempt = 1;; ++attempt) {
       if (cancel != nullptr && cancel->cancelled()) return CancelledError(what + ": cancelled");
       KDM_ASSIGN_OR_RETURN(auto request, BuildRequest(method, path, body));
+      request.discard_body = discard_body;
       const Clock::time_point io_deadline = Clock::now() + (deadline - clock_->Now());
       http::RoundTripResult r =
           transport_->RoundTrip(request, io_deadline, cancel, on_line, idle_timeout);
@@ -214,7 +228,7 @@ Status Client::StatusForResponse(std::string_view method, std::string_view path,
   const std::string reason = http::ReasonPhrase(s);
   std::string message = std::string(method) + " " + std::string(path) + ": " + std::to_string(s) +
                         (reason.empty() ? "" : " " + reason);
-  std::string said = ServerMessage(response.body);
+  std::string said = ServerMessage(response.body, response.body_truncated);
   if (!said.empty()) message += ": " + said;
   switch (s) {
     case 401:
@@ -247,6 +261,8 @@ StatusOr<std::unique_ptr<Client>> Client::Create(Options options) {
       .client_certificate = {c.client_certificate.text, c.client_certificate.origin},
       .client_key = {c.client_key.text, c.client_key.origin},
       .max_body_bytes = options.max_body_bytes,
+      .max_line_bytes = options.max_line_bytes,
+      .max_error_body_bytes = options.max_error_body_bytes,
   });
   if (!transport.ok()) {
     // The transport names its host; the kube client's messages name itself.

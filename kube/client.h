@@ -18,6 +18,10 @@
 //   other 4xx -> INVALID_ARGUMENT, 429/5xx/network -> UNAVAILABLE, the
 //   deadline -> DEADLINE_EXCEEDED. A certificate that fails verification is
 //   UNAVAILABLE and is not retried.
+// - Only what is used is read: a PATCH's 2xx body not at all, an error
+//   body up to max_error_body_bytes (its Status message is parsed only
+//   when it came whole), a 2xx body up to max_body_bytes, a watch line up to
+//   max_line_bytes; the connection is closed on the rest.
 // - One connection per request (Connection: close): kdm's traffic is a PATCH
 //   a second at most and long-lived watches.
 //
@@ -29,7 +33,7 @@
 //
 // Example:
 //   KDM_ASSIGN_OR_RETURN(auto client, kube::Client::Create({.config = config}));
-//   KDM_RETURN_IF_ERROR(client->MergePatch("/api/v1/nodes/n1", body, 10s).status());
+//   KDM_RETURN_IF_ERROR(client->MergePatch("/api/v1/nodes/n1", body, 10s));
 #ifndef KDM_KUBE_CLIENT_H_
 #define KDM_KUBE_CLIENT_H_
 
@@ -69,6 +73,12 @@ class Client {
     RetryPolicy retry;
     // The biggest answer body accepted (a LIST of 5,000 nodes is ~50 MB).
     uint64_t max_body_bytes = 256ull << 20;
+    // The longest watch event (one line of a watch) accepted: 8 MiB, over 5
+    // times the biggest object etcd stores by default (1.5 MiB).
+    uint64_t max_line_bytes = 8ull << 20;
+    // How much of an error answer's body is read (for the server's message:
+    // a Status object; a longer body is quoted, not parsed).
+    uint64_t max_error_body_bytes = 4096;
     std::string user_agent = "kdm";
     // The time seam: a call's deadline is counted and the waits between
     // retries are slept on it (a FakeClock's Advance() ends them); the
@@ -82,6 +92,8 @@ class Client {
   struct Response {
     int status = 0;
     std::string body;
+    // A non-2xx body longer than max_error_body_bytes: `body` is its start.
+    bool body_truncated = false;
   };
 
   // Checks the config (PEM certificates and key parse, the key matches the
@@ -95,11 +107,11 @@ class Client {
   virtual StatusOr<std::string> Get(std::string_view path, std::chrono::milliseconds timeout,
                                     Cancellation* cancel = nullptr) = 0;
 
-  // PATCH `path` with `json` as application/merge-patch+json: the body of
-  // the 2xx answer (the patched object), or the error described above.
-  virtual StatusOr<std::string> MergePatch(std::string_view path, std::string_view json,
-                                           std::chrono::milliseconds timeout,
-                                           Cancellation* cancel = nullptr) = 0;
+  // PATCH `path` with `json` as application/merge-patch+json: OK for a 2xx
+  // answer, whose body (the patched object, unused) is not read, or the
+  // error described above.
+  virtual Status MergePatch(std::string_view path, std::string_view json,
+                            std::chrono::milliseconds timeout, Cancellation* cancel = nullptr) = 0;
 
   // The one request, with retries, answering any HTTP status: GET/PATCH and
   // error mapping for callers that handle statuses themselves (410 on LIST).

@@ -32,10 +32,10 @@ Status NodeAnnotationWriter::Write(const std::string& node, const std::string& v
     return InvalidArgumentError("node " + Quote(node) +
                                 ": not a DNS-1123 subdomain, not a Node's name");
   }
-  StatusOr<std::string> patched =
+  Status patched =
       client_->MergePatch("/api/v1/nodes/" + node, DevicesAnnotationPatch(value), timeout_);
   if (!patched.ok()) {
-    return Status(patched.status().code(), "node '" + node + "': " + patched.status().message());
+    return Status(patched.code(), "node '" + node + "': " + std::string(patched.message()));
   }
   return OkStatus();
 }

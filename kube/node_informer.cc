@@ -3,65 +3,20 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
+#include <random>
 #include <thread>
 #include <utility>
 
+#include "kdm/base/log_rate_limiter.h"
 #include "kdm/base/log_value.h"
 #include "kdm/base/sync.h"
-#include "kdm/k8s/devices_annotation.h"
 
 namespace kdm::kube {
 namespace {
 
-using nlohmann::json;
 using std::chrono::milliseconds;
 
 constexpr size_t kMaxLoggedBytes = 256;
-
-std::string StringAt(const json& object, const char* a, const char* b) {
-  auto outer = object.find(a);
-  if (outer == object.end() || !outer->is_object()) return "";
-  auto inner = outer->find(b);
-  if (inner == outer->end() || !inner->is_string()) return "";
-  return inner->get<std::string>();
-}
-
-// The wanted annotations of `metadata` (an object), each copied once with
-// room for the annotation reader's padding.
-void ReadAnnotations(const json& metadata, const std::vector<std::string>& keys, NodeObject* node) {
-  if (keys.empty()) return;
-  auto annotations = metadata.find("annotations");
-  if (annotations == metadata.end() || annotations->is_null()) return;
-  if (!annotations->is_object()) {
-    node->annotations_error = "metadata.annotations: must be an object";
-    return;
-  }
-  for (const std::string& key : keys) {
-    auto value = annotations->find(key);
-    if (value == annotations->end()) continue;
-    if (!value->is_string()) {
-      node->annotations_error = "metadata.annotations['" + key + "']: must be a string";
-      continue;
-    }
-    const std::string& text = value->get_ref<const std::string&>();
-    std::string copy;
-    copy.reserve(text.size() + k8s::DecodePadding());
-    copy.assign(text);
-    node->annotations.emplace(key, std::move(copy));
-  }
-}
-
-StatusOr<NodeObject> ToNode(const json& object, const std::vector<std::string>& annotation_keys) {
-  if (!object.is_object()) return InvalidArgumentError("the object is not a JSON object");
-  NodeObject node;
-  node.name = StringAt(object, "metadata", "name");
-  if (node.name.empty()) return InvalidArgumentError("the object has no metadata.name");
-  node.resource_version = StringAt(object, "metadata", "resourceVersion");
-  // A name was found: metadata is there and an object.
-  ReadAnnotations(*object.find("metadata"), annotation_keys, &node);
-  return node;
-}
 
 // What one watch line asked for.
 enum class LineOutcome { kContinue, kRelistGone, kRelistError };
@@ -69,7 +24,10 @@ enum class LineOutcome { kContinue, kRelistGone, kRelistError };
 class NodeInformerImpl final : public NodeInformer {
  public:
   explicit NodeInformerImpl(Options options)
-      : options_(std::move(options)), clock_(options_.clock ? options_.clock : NewRealClock()) {}
+      : options_(std::move(options)),
+        clock_(options_.clock ? options_.clock : NewRealClock()),
+        rng_(options_.jitter_seed != 0 ? options_.jitter_seed : std::random_device()()),
+        backoff_(options_.initial_backoff) {}
   ~NodeInformerImpl() override { Stop(); }
 
   void StartThread() {
@@ -117,6 +75,21 @@ class NodeInformerImpl final : public NodeInformer {
     return options_.path + sep + "watch=1&resourceVersion=" + rv + "&allowWatchBookmarks=true";
   }
 
+  // A refused document: logged (rate-limited: they come from outside),
+  // counted, skipped.
+  void Refused(const std::string& what) {
+    {
+      MutexLock lock(&mu_);
+      ++stats_.refused;
+    }
+    if (std::optional<int64_t> suppressed =
+            refusal_log_.Admit("refused", std::chrono::steady_clock::now())) {
+      spdlog::warn("event=node_informer_refused path={} detail={} suppressed={}",
+                   QuoteLogValue(options_.path, kMaxLoggedBytes),
+                   QuoteLogValue(what, 2 * kMaxLoggedBytes), *suppressed);
+    }
+  }
+
   // LIST: the set and its version, handed to on_list.
   StatusOr<std::string> List() {
     StatusOr<Client::Response> r =
@@ -124,115 +97,119 @@ class NodeInformerImpl final : public NodeInformer {
     if (!r.ok()) return r.status();
     Status http = Client::StatusForResponse("GET", options_.path, *r);
     if (!http.ok()) return http;
-    json list = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
-    if (!list.is_object()) return DataLossError("GET " + options_.path + ": not a JSON object");
-    std::string rv = StringAt(list, "metadata", "resourceVersion");
-    if (rv.empty()) {
-      return DataLossError("GET " + options_.path + ": no metadata.resourceVersion in the list");
-    }
-    std::vector<NodeObject> nodes;
-    auto items = list.find("items");
-    if (items != list.end() && !items->is_null()) {
-      if (!items->is_array()) return DataLossError("GET " + options_.path + ": items: not a list");
-      for (size_t i = 0; i < items->size(); ++i) {
-        StatusOr<NodeObject> node = ToNode((*items)[i], options_.annotation_keys);
-        if (!node.ok()) {
-          return DataLossError("GET " + options_.path + ": items[" + std::to_string(i) +
-                               "]: " + node.status().message());
-        }
-        nodes.push_back(std::move(*node));
-      }
-    }
+    StatusOr<NodeList> list = DecodeNodeList(r->body, options_.annotation_keys);
+    r->body = std::string();  // the text is not needed past here
+    if (!list.ok()) return list.status().WithPrefix("GET " + options_.path);
+    for (const std::string& refused : list->refused) Refused("LIST " + refused);
     {
       MutexLock lock(&mu_);
       ++stats_.lists;
-      stats_.resource_version = rv;
+      stats_.resource_version = list->resource_version;
     }
-    if (options_.on_list) options_.on_list(std::move(nodes));
-    return rv;
+    if (options_.on_list) options_.on_list(std::move(list->nodes));
+    return list->resource_version;
   }
 
   LineOutcome OnLine(std::string_view line, std::string& rv) {
-    json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    auto bad = [&](const std::string& why) {
-      Failed(DataLossError("watch " + options_.path + ": " + why + ": " +
-                           QuoteLogValue(line, kMaxLoggedBytes)));
+    StatusOr<WatchEvent> event = DecodeWatchLine(line, options_.annotation_keys);
+    if (!event.ok()) {
+      Failed(event.status().WithPrefix("watch " + options_.path));
       return LineOutcome::kRelistError;
-    };
-    if (!event.is_object()) return bad("not a JSON object");
-    auto type_it = event.find("type");
-    auto object_it = event.find("object");
-    if (type_it == event.end() || !type_it->is_string()) return bad("no type");
-    if (object_it == event.end() || !object_it->is_object()) return bad("no object");
-    const std::string type = type_it->get<std::string>();
-    if (type == "ERROR") {
-      auto code = object_it->find("code");
-      if (code != object_it->end() && code->is_number_integer() && code->get<int>() == 410) {
+    }
+    switch (event->kind) {
+      case WatchEvent::Kind::kGone:
         return LineOutcome::kRelistGone;
+      case WatchEvent::Kind::kRefused:
+        // Skipped: the next event goes on from the last good version.
+        Refused("watch event " + event->refusal);
+        return LineOutcome::kContinue;
+      case WatchEvent::Kind::kBookmark: {
+        rv = event->resource_version;
+        MutexLock lock(&mu_);
+        ++stats_.bookmarks;
+        stats_.resource_version = rv;
+        return LineOutcome::kContinue;
       }
-      auto message = object_it->find("message");
-      return bad("ERROR event" + (message != object_it->end() && message->is_string()
-                                      ? " (" + message->get<std::string>() + ")"
-                                      : std::string()));
+      case WatchEvent::Kind::kNode:
+        break;
     }
-    if (type == "BOOKMARK") {
-      std::string v = StringAt(*object_it, "metadata", "resourceVersion");
-      if (v.empty()) return bad("BOOKMARK without metadata.resourceVersion");
-      rv = v;
-      MutexLock lock(&mu_);
-      ++stats_.bookmarks;
-      stats_.resource_version = rv;
-      return LineOutcome::kContinue;
-    }
-    NodeEventType t;
-    if (type == "ADDED") {
-      t = NodeEventType::kAdded;
-    } else if (type == "MODIFIED") {
-      t = NodeEventType::kModified;
-    } else if (type == "DELETED") {
-      t = NodeEventType::kDeleted;
-    } else {
-      return bad("unknown event type");
-    }
-    StatusOr<NodeObject> node = ToNode(*object_it, options_.annotation_keys);
-    if (!node.ok()) return bad(node.status().message());
-    if (!node->resource_version.empty()) rv = node->resource_version;
+    if (!event->resource_version.empty()) rv = event->resource_version;
     {
       MutexLock lock(&mu_);
       ++stats_.events;
       stats_.resource_version = rv;
     }
-    if (options_.on_event) options_.on_event(t, *node);
+    if (options_.on_event) options_.on_event(event->type, event->node);
     return LineOutcome::kContinue;
   }
 
+  // The next back-off wait: the current step plus jitter, capped; the step
+  // doubles, and starts over after backoff_reset without a wait.
+  milliseconds NextBackoff() {
+    const auto now = clock_->Now();
+    if (last_backoff_end_ && now - *last_backoff_end_ >= options_.backoff_reset) {
+      backoff_ = options_.initial_backoff;
+    }
+    int64_t wait = backoff_.count();
+    const double jitter = std::clamp(options_.backoff_jitter, 0.0, 1.0);
+    if (jitter > 0) {
+      std::uniform_int_distribution<int64_t> extra(0, static_cast<int64_t>(wait * jitter));
+      wait += extra(rng_);
+    }
+    backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+    return std::min(milliseconds(wait), options_.max_backoff);
+  }
+
+  // Waits a back-off; true when stopping.
+  bool BackOff(const char* reason) {
+    const milliseconds wait = NextBackoff();
+    Stats s;
+    {
+      MutexLock lock(&mu_);
+      s = stats_;
+      ++stats_.backoffs;
+    }
+    spdlog::info(
+        "event=node_informer_backoff reason={} wait_ms={} lists={} watches={} "
+        "relists_after_gone={} short_watches={} errors={} backoffs={}",
+        reason, wait.count(), s.lists, s.watches, s.relists_after_gone, s.short_watches, s.errors,
+        s.backoffs + 1);
+    const bool stop = Sleep(wait);
+    last_backoff_end_ = clock_->Now();
+    return stop;
+  }
+
   void Run() {
-    milliseconds backoff = options_.initial_backoff;
-    auto back_off = [&] {
-      bool stop = Sleep(backoff);
-      backoff = std::min(backoff * 2, options_.max_backoff);
-      return stop;
-    };
+    // Why the next LIST waits a back-off; null for the first.
+    const char* relist_reason = nullptr;
     while (!Stopping()) {
+      if (relist_reason != nullptr && BackOff(relist_reason)) return;
       StatusOr<std::string> listed = List();
       if (!listed.ok()) {
         if (Stopping()) return;
         Failed(listed.status());
-        if (back_off()) return;
+        relist_reason = "list_failed";
         continue;
       }
+      relist_reason = "relist";
       std::string rv = *listed;
       // Watch from rv until a relist is needed.
+      const char* rewatch_reason = nullptr;
       while (!Stopping()) {
+        if (rewatch_reason != nullptr && BackOff(rewatch_reason)) return;
+        rewatch_reason = nullptr;
         LineOutcome outcome = LineOutcome::kContinue;
         {
           MutexLock lock(&mu_);
           ++stats_.watches;
         }
         const std::string path = WatchPath(rv);
+        const auto started = clock_->Now();
+        bool any_line = false;
         Status s = options_.client->Stream(
             path, options_.request_timeout, options_.idle_timeout,
             [&](std::string_view line) {
+              any_line = true;
               outcome = OnLine(line, rv);
               return outcome == LineOutcome::kContinue;
             },
@@ -242,18 +219,33 @@ class NodeInformerImpl final : public NodeInformer {
             s.code() == StatusCode::kFailedPrecondition) {  // 410 on the request itself
           MutexLock lock(&mu_);
           ++stats_.relists_after_gone;
+          relist_reason = "gone";
           break;
         }
         if (outcome == LineOutcome::kRelistError) {
-          if (back_off()) return;
+          relist_reason = "bad_event";
           break;
         }
-        if (s.ok()) {
-          backoff = options_.initial_backoff;  // the server ended it; go on at once
+        if (s.code() == StatusCode::kResourceExhausted) {
+          // An event over the line limit broke the stream mid-line; a
+          // rewatch from the same version would meet it again, a LIST
+          // reads it whole (within max_body_bytes) and moves past it.
+          Failed(s);
+          relist_reason = "line_too_long";
+          break;
+        }
+        if (!s.ok()) {
+          Failed(s);
+          rewatch_reason = "watch_failed";
           continue;
         }
-        Failed(s);
-        if (back_off()) return;
+        // The server ended it. A watch that ends at once with nothing in it
+        // is a server (or proxy) that would be asked again in a busy loop.
+        if (!any_line && clock_->Now() - started < options_.short_watch) {
+          MutexLock lock(&mu_);
+          ++stats_.short_watches;
+          rewatch_reason = "short_watch";
+        }
       }
     }
   }
@@ -265,6 +257,11 @@ class NodeInformerImpl final : public NodeInformer {
   mutable Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);
+  // The informer's thread only:
+  std::mt19937_64 rng_;
+  milliseconds backoff_;
+  std::optional<kdm::Clock::TimePoint> last_backoff_end_;
+  LogRateLimiter refusal_log_{/*burst=*/5, std::chrono::seconds(60)};
   Mutex join_mu_;
   std::thread thread_;
 };

@@ -8,10 +8,24 @@
 // on_event, BOOKMARK only moves the version on, ERROR with code 410 (Gone:
 // the version is too old) means LIST again. A watch that ends (the server's
 // timeout, a dropped connection, no byte for idle_timeout) is started again
-// from the last version seen; a failed LIST or watch backs off (doubling,
-// with the client's own retries inside each request), sleeping on
-// Options::clock, so a FakeClock's Advance() is what ends a back-off in
-// tests. See docs/kube.md.
+// from the last version seen.
+//
+// Back-off, as client-go's reflector: every LIST after the first (after a
+// 410, a failed LIST, an event that made no sense) and every watch after a
+// failed one or a short one (ended by the server in under a second with no
+// line at all) waits first: initial_backoff, doubling up to max_backoff,
+// each wait plus up to backoff_jitter of it again (capped at max_backoff);
+// the doubling starts over after backoff_reset without a wait. The waits
+// sleep on Options::clock, so a FakeClock's Advance() is what ends a
+// back-off in tests. Each wait is logged (event=node_informer_backoff with
+// the reason and the counts so far). A server that answers every watch with
+// 410, or ends every watch at once, thus gets about 4 LISTs or watches in
+// the first 10 seconds, 2 a minute after that.
+//
+// A watch event or a LIST item nested deeper than kMaxNodeJsonDepth is
+// refused (logged, rate-limited, naming where and quoting its start) and
+// skipped: the informer goes on with the next event or item, from the last
+// good version. See docs/kube.md.
 //
 // Thread-safety: callbacks run on the informer's thread, one at a time, in
 // stream order; they must not call Stop(). Stop() and stats() may be called
@@ -39,27 +53,9 @@
 #include "kdm/base/clock.h"
 #include "kdm/base/status.h"
 #include "kdm/kube/client.h"
+#include "kdm/kube/node_decode.h"
 
 namespace kdm::kube {
-
-// One Node as the informer parsed it, once: its name, resourceVersion and
-// the annotations its user asked for (Options::annotation_keys). No JSON
-// text is kept or handed over: a user never parses a node again.
-struct NodeObject {
-  std::string name;
-  std::string resource_version;
-  // Each wanted annotation the node has, by key. Each value has
-  // k8s::DecodePadding() bytes of spare capacity, so that
-  // k8s::DecodeNodeDevices reads it in place.
-  std::map<std::string, std::string, std::less<>> annotations;
-  // Non-empty when the node's annotations could not be read: "metadata.
-  // annotations: must be an object", or "metadata.annotations['KEY']: must
-  // be a string" for a wanted KEY. The node is still handed over (a bad
-  // annotation is its user's to report, not a reason to LIST again).
-  std::string annotations_error;
-};
-
-enum class NodeEventType { kAdded, kModified, kDeleted };
 
 class NodeInformer {
  public:
@@ -71,9 +67,18 @@ class NodeInformer {
     std::chrono::milliseconds request_timeout{30'000};
     // A watch with no byte (not even a bookmark) for this long is restarted.
     std::chrono::milliseconds idle_timeout{300'000};
-    // Back-off after a failed LIST or watch: initial, doubling, at most max.
-    std::chrono::milliseconds initial_backoff{500};
+    // Back-off before a LIST again or after a failed or short watch
+    // (client-go's reflector: 800 ms doubling to 30 s, reset after 2 min).
+    std::chrono::milliseconds initial_backoff{800};
     std::chrono::milliseconds max_backoff{30'000};
+    std::chrono::milliseconds backoff_reset{120'000};
+    // Each wait is lengthened by a random part of it, up to this fraction.
+    double backoff_jitter = 0.5;
+    // A watch the server ends sooner than this without sending a line is
+    // "short": the next one waits a back-off.
+    std::chrono::milliseconds short_watch{1000};
+    // Seed of the jitter; 0 picks one at random.
+    uint64_t jitter_seed = 0;
     // The annotations to hand over in NodeObject::annotations; others are
     // skipped unread. Empty: none.
     std::vector<std::string> annotation_keys;
@@ -93,6 +98,11 @@ class NodeInformer {
     uint64_t bookmarks = 0;
     uint64_t relists_after_gone = 0;
     uint64_t errors = 0;
+    // Waits before a LIST or watch (the back-off above), and short watches.
+    uint64_t backoffs = 0;
+    uint64_t short_watches = 0;
+    // Watch events and LIST items refused for their nesting (and skipped).
+    uint64_t refused = 0;
     std::string resource_version;
     std::string last_error;
   };

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include <filesystem>
 #include <fstream>
@@ -112,9 +113,8 @@ TEST_F(KubeClientTest, MergePatchSendsBodyAndHeaders) {
   server_->Enqueue({.status = 200, .body = R"({"metadata":{"name":"n1"}})"});
   auto client = NewClient();
   const std::string patch = R"({"metadata":{"annotations":{"kdm.io/devices":"{}"}}})";
-  StatusOr<std::string> r = client->MergePatch("/api/v1/nodes/n1", patch, kTimeout);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(*r, R"({"metadata":{"name":"n1"}})");
+  Status r = client->MergePatch("/api/v1/nodes/n1", patch, kTimeout);
+  ASSERT_TRUE(r.ok()) << r;
   std::vector<test::RecordedRequest> seen = server_->Requests();
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0].method, "PATCH");
@@ -210,14 +210,14 @@ TEST_F(KubeClientTest, ForbiddenAndNotFoundNameThePathAndTheServerMessage) {
       {.status = 404, .body = R"({"kind":"Status","message":"nodes \"ghost\" not found"})"});
   server_->Enqueue({.status = 404, .body = "404 page not found\n"});
   auto client = NewClient();
-  StatusOr<std::string> forbidden = client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout);
-  EXPECT_EQ(forbidden.status().code(), StatusCode::kPermissionDenied);
-  EXPECT_THAT(forbidden.status().message(),
+  Status forbidden = client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout);
+  EXPECT_EQ(forbidden.code(), StatusCode::kPermissionDenied);
+  EXPECT_THAT(forbidden.message(),
               HasSubstr("PATCH /api/v1/nodes/n1: 403 Forbidden: nodes \"n1\" is forbidden"));
-  EXPECT_EQ(forbidden.status().message().find('\n'), std::string::npos);
-  StatusOr<std::string> missing = client->MergePatch("/api/v1/nodes/ghost", "{}", kTimeout);
-  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(missing.status().message(),
+  EXPECT_EQ(forbidden.message().find('\n'), std::string::npos);
+  Status missing = client->MergePatch("/api/v1/nodes/ghost", "{}", kTimeout);
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound);
+  EXPECT_EQ(missing.message(),
             "PATCH /api/v1/nodes/ghost: 404 Not Found: nodes \"ghost\" not found");
   StatusOr<std::string> plain = client->Get("/nope", kTimeout);
   EXPECT_EQ(plain.status().message(), "GET /nope: 404 Not Found: 404 page not found");
@@ -229,8 +229,8 @@ TEST_F(KubeClientTest, TooManyRequestsWaitsForRetryAfter) {
   server_->Enqueue({.status = 429, .headers = {{"Retry-After", "3"}}});
   server_->Enqueue({.status = 200, .body = "{}"});
   auto client = NewClient();
-  StatusOr<std::string> r = client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout);
-  ASSERT_TRUE(r.ok()) << r.status();
+  Status r = client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout);
+  ASSERT_TRUE(r.ok()) << r;
   EXPECT_THAT(clock_->Sleeps(), ElementsAre(milliseconds(3000)));
   EXPECT_EQ(server_->RequestCount(), 2u);
 }
@@ -239,10 +239,10 @@ TEST_F(KubeClientTest, RetryAfterPastTheDeadlineIsNotWaited) {
   server_->Enqueue(
       {.status = 429, .body = R"({"message":"slow down"})", .headers = {{"Retry-After", "30"}}});
   auto client = NewClient();
-  StatusOr<std::string> r = client->MergePatch("/api/v1/nodes/n1", "{}", milliseconds(5000));
-  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
-  EXPECT_THAT(r.status().message(), HasSubstr("429 Too Many Requests: slow down"));
-  EXPECT_THAT(r.status().message(), HasSubstr("no time left for a retry in 30s"));
+  Status r = client->MergePatch("/api/v1/nodes/n1", "{}", milliseconds(5000));
+  EXPECT_EQ(r.code(), StatusCode::kUnavailable);
+  EXPECT_THAT(r.message(), HasSubstr("429 Too Many Requests: slow down"));
+  EXPECT_THAT(r.message(), HasSubstr("no time left for a retry in 30s"));
   EXPECT_TRUE(clock_->Sleeps().empty());
   EXPECT_EQ(server_->RequestCount(), 1u);
 }
@@ -300,10 +300,10 @@ TEST_F(KubeClientTest, ConflictIsRetriedUpToMaxAttempts) {
     return Reply{.status = 409, .body = R"({"message":"the object has been modified"})"};
   });
   auto client = NewClient(Config(server_->port()), RetryPolicy{.max_attempts = 3});
-  StatusOr<std::string> r = client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout);
-  EXPECT_EQ(r.status().code(), StatusCode::kAborted);
-  EXPECT_THAT(r.status().message(), HasSubstr("409 Conflict: the object has been modified"));
-  EXPECT_THAT(r.status().message(), HasSubstr("gave up after 3 attempts"));
+  Status r = client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout);
+  EXPECT_EQ(r.code(), StatusCode::kAborted);
+  EXPECT_THAT(r.message(), HasSubstr("409 Conflict: the object has been modified"));
+  EXPECT_THAT(r.message(), HasSubstr("gave up after 3 attempts"));
   EXPECT_EQ(server_->RequestCount(), 3u);
   EXPECT_EQ(clock_->Sleeps().size(), 2u);
 }
@@ -312,8 +312,8 @@ TEST_F(KubeClientTest, DroppedConnectionIsRetried) {
   server_->Enqueue({.drop = true});
   server_->Enqueue({.status = 200, .body = "{}"});
   auto client = NewClient();
-  StatusOr<std::string> r = client->MergePatch("/api/v1/nodes/n1", R"({"a":1})", kTimeout);
-  ASSERT_TRUE(r.ok()) << r.status();
+  Status r = client->MergePatch("/api/v1/nodes/n1", R"({"a":1})", kTimeout);
+  ASSERT_TRUE(r.ok()) << r;
   std::vector<test::RecordedRequest> seen = server_->Requests();
   ASSERT_EQ(seen.size(), 2u);
   EXPECT_EQ(seen[1].body, R"({"a":1})");
@@ -497,6 +497,78 @@ TEST_F(KubeClientTest, AnswerOverTheBodyLimitIsRefused) {
   StatusOr<std::string> r = (*c)->Get("/big", kTimeout);
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status();
   EXPECT_THAT(r.status().message(), HasSubstr("larger than 50000 bytes"));
+}
+
+// CPU time of the calling thread.
+double ThreadCpuSeconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_THREAD, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// Issue 28: a 32 MiB line was searched for '\n' again after each 16 KiB read
+// (7-13 CPU-s); each byte is now searched once.
+TEST_F(KubeClientTest, AThirtyTwoMibLineIsReadInLinearTime) {
+  auto feed = std::make_shared<WatchFeed>();
+  server_->Enqueue({.feed = feed});
+  const std::string line(32u << 20, 'x');
+  for (size_t at = 0; at < line.size(); at += 1u << 20) feed->Send(line.substr(at, 1u << 20));
+  feed->Send("\n{\"after\":1}\n");
+  feed->End();
+  Client::Options options;
+  options.config = Config(server_->port());
+  options.max_line_bytes = 64u << 20;
+  StatusOr<std::unique_ptr<Client>> c = Client::Create(options);
+  ASSERT_TRUE(c.ok());
+  std::vector<size_t> sizes;
+  const double before = ThreadCpuSeconds();
+  Status s = (*c)->Stream("/watch", kTimeout, kTimeout, [&](std::string_view l) {
+    sizes.push_back(l.size());
+    return true;
+  });
+  const double cpu = ThreadCpuSeconds() - before;
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_THAT(sizes, ElementsAre(32u << 20, 11u));
+  EXPECT_LT(cpu, 3.0) << "CPU-seconds reading the stream";
+  std::cerr << "32 MiB line: " << cpu << " CPU-s\n";
+}
+
+TEST_F(KubeClientTest, ALineOverTheLimitEndsTheStream) {
+  auto feed = std::make_shared<WatchFeed>();
+  server_->Enqueue({.feed = feed});
+  feed->Send("{\"first\":1}\n" + std::string(3u << 20, 'x'));
+  Client::Options options;
+  options.config = Config(server_->port());
+  options.max_line_bytes = 1u << 20;
+  StatusOr<std::unique_ptr<Client>> c = Client::Create(options);
+  ASSERT_TRUE(c.ok());
+  std::vector<std::string> lines;
+  Status s = (*c)->Stream("/watch", kTimeout, kTimeout, [&](std::string_view l) {
+    lines.emplace_back(l);
+    return true;
+  });
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("a line of the stream is longer than 1048576 bytes"));
+  EXPECT_THAT(lines, ElementsAre("{\"first\":1}"));
+}
+
+// Issue 28 (`kdm publish`): a PATCH's 2xx body is not read, an error body
+// only up to 4 KiB, and a Status message is parsed only from a whole body.
+TEST_F(KubeClientTest, PatchReadsNoSuccessBodyAndAPrefixOfAnErrorBody) {
+  server_->Enqueue({.status = 200, .body = std::string(8u << 20, 'x')});
+  server_->Enqueue(
+      {.status = 422,
+       .body = R"({"kind":"Status","message":"bad )" + std::string(8000, 'y') + R"("})"});
+  server_->Enqueue({.status = 422, .body = R"({"kind":"Status","message":"short"})"});
+  auto client = NewClient();
+  EXPECT_TRUE(client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout).ok());
+  Status cut = client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout);
+  EXPECT_EQ(cut.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(cut.message(),
+              HasSubstr("422 Unprocessable Entity: {\"kind\":\"Status\",\"message\":\"bad yyy"));
+  Status whole = client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout);
+  EXPECT_THAT(whole.message(), HasSubstr("422 Unprocessable Entity: short"));
 }
 
 }  // namespace

@@ -295,5 +295,19 @@ TEST_F(KubeconfigTest, TokenFileWithControlCharactersIsRefused) {
   EXPECT_THAT(t.status().message(), HasSubstr("control character"));
 }
 
+// Issue 28: a kubeconfig nested 100,000 deep (YAML flow, which is also the
+// JSON form, and block style) is refused by yaml-cpp's own depth guard,
+// not a stack overflow.
+TEST_F(KubeconfigTest, AHundredThousandDeepDocumentIsRefused) {
+  for (const std::string& text :
+       {"clusters: " + std::string(100'000, '[') + std::string(100'000, ']') + "\n",
+        R"({"clusters":)" + std::string(100'000, '{') + "\n"}) {
+    StatusOr<ClientConfig> c = Load(text);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
+    EXPECT_THAT(c.status().message(), HasSubstr("not YAML"));
+  }
+}
+
 }  // namespace
 }  // namespace kdm::kube

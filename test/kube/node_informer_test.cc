@@ -1,7 +1,9 @@
 // kube::NodeInformer against the in-tree HTTPS test server: LIST, a chunked
 // WATCH stream with bookmarks, 410 Gone and a relist, resuming after a
-// stream ends, and recovery from a failed LIST; its back-off sleeps on
-// kdm::FakeClock (which advances itself unless a test drives it).
+// stream ends, and recovery from a failed LIST; a 100,000-deep watch event
+// and LIST item refused and skipped (issue 28); its back-off sleeps on
+// kdm::FakeClock (which advances itself unless a test drives it), and the
+// LISTs and watches a hostile server gets in 10 s of it are counted.
 #include "kdm/kube/node_informer.h"
 
 #include <gmock/gmock.h>
@@ -33,6 +35,11 @@ std::string List(const std::string& rv, const std::vector<std::string>& nodes) {
   for (const auto& n : nodes) items += (items.empty() ? "" : ",") + n;
   return R"({"kind":"NodeList","metadata":{"resourceVersion":")" + rv + R"("},"items":[)" + items +
          "]}";
+}
+// A Node whose spec.podCIDRs nests 100,000 deep (~200 KB).
+std::string DeepNodeJson(const std::string& name, const std::string& rv) {
+  return R"({"kind":"Node","metadata":{"name":")" + name + R"(","resourceVersion":")" + rv +
+         R"("},"spec":{"podCIDRs":)" + std::string(100'000, '[') + std::string(100'000, ']') + "}}";
 }
 std::string Event(const std::string& type, const std::string& object) {
   return R"({"type":")" + type + R"(","object":)" + object + "}\n";
@@ -67,13 +74,18 @@ class NodeInformerTest : public ::testing::Test {
   // With `advance_on_sleep`, a back-off passes at once (the informer's
   // thread advances the fake clock); without, only the test's Advance() ends
   // it.
-  void StartInformer(bool advance_on_sleep = true) {
+  // With `default_backoff`, the informer's own back-off defaults (client-go's
+  // numbers, with jitter); else 500 ms doubling to 1 s without jitter.
+  void StartInformer(bool advance_on_sleep = true, bool default_backoff = false) {
     clock_->SetAdvanceOnSleep(advance_on_sleep);
     NodeInformer::Options o;
     o.client = client_.get();
     o.clock = clock_;
-    o.initial_backoff = milliseconds(500);
-    o.max_backoff = milliseconds(1000);
+    if (!default_backoff) {
+      o.initial_backoff = milliseconds(500);
+      o.max_backoff = milliseconds(1000);
+      o.backoff_jitter = 0;  // exact sleeps
+    }
     o.on_list = [this](std::vector<NodeObject> nodes) {
       std::string names;
       for (const auto& n : nodes) names += (names.empty() ? "" : ",") + n.name;
@@ -95,6 +107,23 @@ class NodeInformerTest : public ::testing::Test {
   std::vector<std::string> Log() {
     MutexLock lock(&mu_);
     return log_;
+  }
+
+  // Drives the fake clock `d` forward in 100 ms steps, each once the
+  // informer sleeps (a back-off); stops early when it never sleeps (a busy
+  // loop: no timer within 2 s, or over 200 requests). Returns the LISTs and
+  // watches the server saw.
+  std::pair<size_t, size_t> ListsAndWatchesWithin(milliseconds d) {
+    const auto end = clock_->Now() + d;
+    while (clock_->Now() < end && server_->RequestCount() <= 200) {
+      if (!clock_->WaitForPendingTimers(1, milliseconds(2000))) break;
+      clock_->Advance(milliseconds(100));
+    }
+    size_t lists = 0, watches = 0;
+    for (const test::RecordedRequest& r : server_->Requests()) {
+      (r.query.find("watch=1") != std::string::npos ? watches : lists)++;
+    }
+    return {lists, watches};
   }
 
   std::unique_ptr<TestApiServer> server_;
@@ -276,6 +305,69 @@ TEST_F(NodeInformerTest, HandsOverWantedAnnotationsParsedOnce) {
   EXPECT_EQ(nodes[2].annotations_error, "metadata.annotations: must be an object");
   EXPECT_EQ(nodes[3].annotations_error, "");
   EXPECT_TRUE(nodes[3].annotations.empty());
+}
+
+// Issue 28: one deep event killed `kdm extender`. It is refused and skipped;
+// the next event on the same watch is delivered, without a relist.
+TEST_F(NodeInformerTest, DeepWatchEventIsSkippedAndTheNextIsDelivered) {
+  server_->Enqueue({.body = List("10", {Node("a", "10")})});
+  auto feed = std::make_shared<WatchFeed>();
+  server_->Enqueue({.feed = feed});
+  feed->Send(Event("ADDED", DeepNodeJson("deep", "11")));
+  feed->Send(Event("ADDED", Node("b", "12")));
+  StartInformer();
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return Log().size() >= 2; })) << Log().size();
+  EXPECT_THAT(Log(), ElementsAre("list a", "added b@12"));
+  NodeInformer::Stats stats = informer_->stats();
+  EXPECT_EQ(stats.refused, 1u);
+  EXPECT_EQ(stats.errors, 0u);
+  EXPECT_EQ(stats.lists, 1u);
+  EXPECT_EQ(stats.resource_version, "12");
+  EXPECT_EQ(server_->RequestCount(), 2u);
+}
+
+// A deep item of a LIST is refused; the others make the list.
+TEST_F(NodeInformerTest, DeepListItemIsSkippedAndTheRestListed) {
+  server_->Enqueue(
+      {.body = List("10", {Node("a", "8"), DeepNodeJson("deep", "9"), Node("c", "7")})});
+  auto feed = std::make_shared<WatchFeed>();
+  server_->Enqueue({.feed = feed});
+  feed->Send(Event("ADDED", Node("b", "12")));
+  StartInformer();
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return Log().size() >= 2; })) << Log().size();
+  EXPECT_THAT(Log(), ElementsAre("list a,c", "added b@12"));
+  EXPECT_EQ(informer_->stats().refused, 1u);
+  EXPECT_EQ(informer_->stats().lists, 1u);
+}
+
+// Issue 28: a server answering every WATCH with 410 got ~1,000 LISTs in 5 s.
+TEST_F(NodeInformerTest, GoneOnEveryWatchGetsAFewListsInTenSeconds) {
+  server_->SetHandler([](const test::RecordedRequest& r) -> Reply {
+    if (r.query.find("watch=1") != std::string::npos) {
+      return {.status = 410, .body = R"({"kind":"Status","code":410})"};
+    }
+    return {.body = List("5", {})};
+  });
+  StartInformer(/*advance_on_sleep=*/false, /*default_backoff=*/true);
+  auto [lists, watches] = ListsAndWatchesWithin(milliseconds(10'000));
+  EXPECT_LE(lists, 10u);
+  EXPECT_GE(lists, 2u);
+  EXPECT_LE(watches, lists);
+  EXPECT_GE(informer_->stats().backoffs, 2u);
+}
+
+// Issue 28: a server ending every watch at once got ~2,000 watches in 5 s.
+TEST_F(NodeInformerTest, WatchesEndedAtOnceGetAFewWatchesInTenSeconds) {
+  server_->SetHandler([](const test::RecordedRequest& r) -> Reply {
+    if (r.query.find("watch=1") != std::string::npos) return {.body = ""};
+    return {.body = List("5", {})};
+  });
+  StartInformer(/*advance_on_sleep=*/false, /*default_backoff=*/true);
+  auto [lists, watches] = ListsAndWatchesWithin(milliseconds(10'000));
+  EXPECT_LE(watches, 10u);
+  EXPECT_GE(watches, 2u);
+  EXPECT_EQ(lists, 1u);
+  EXPECT_GE(informer_->stats().short_watches, 2u);
 }
 
 TEST_F(NodeInformerTest, StartNeedsAClientAndCallbacks) {
