@@ -7,12 +7,19 @@
 // - Nodes given in full are read from the body; NodeNames are looked up in
 //   the node cache (when there is one); unknown names and nodes without a
 //   readable annotation get no opinion: they pass the filter and score 0.
+// - Time: each request has one budget (request_budget, from the decoded
+//   body on; a node's share of it as ScoreBudget says). Nodes not reached
+//   within it pass the filter unjudged / score 0, counted in
+//   kdm_extender_unscored_nodes_total{verb,reason}; the answer is never
+//   late. After Stop() every request ends at its next node the same way.
 //
 // Thread-safety: Filter and Prioritize may be called from any number of
 // threads at once.
 #ifndef KDM_SCHEDULER_EXTENDER_H_
 #define KDM_SCHEDULER_EXTENDER_H_
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -38,6 +45,10 @@ class Extender {
     ExtenderMetrics* metrics = nullptr;
     // Not owned; null: the extender keeps its own.
     k8s::TopologyCache* topologies = nullptr;
+    // The time one request may spend judging or scoring its nodes.
+    std::chrono::milliseconds request_budget{1000};
+    // Not owned; null: the steady clock.
+    const Clock* clock = nullptr;
   };
 
   explicit Extender(Options options);
@@ -48,11 +59,15 @@ class Extender {
 
   Scorer::Stats memo_stats() const { return scorer_.stats(); }
 
+  // Requests running now and later end at their next node (any thread).
+  void Stop() { stopping_ = true; }
+
  private:
   const Options options_;
   std::unique_ptr<k8s::TopologyCache> own_topologies_;
   k8s::TopologyCache* topologies_;
   Scorer scorer_;
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace kdm::scheduler

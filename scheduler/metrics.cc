@@ -26,6 +26,13 @@ class MetricsImpl final : public ExtenderMetrics {
                                .Add({})),
         cached_nodes_(
             registry_.AddGauge("kdm_extender_cached_nodes", "Nodes in the node cache.").Add({})),
+        busy_(registry_.AddCounter(
+            "kdm_extender_busy_total",
+            "Requests answered 503 (Retry-After), by reason (body_budget, queue_full).")),
+        unscored_(registry_.AddCounter("kdm_extender_unscored_nodes_total",
+                                       "Nodes passed unjudged (filter) or scored 0 (prioritize) "
+                                       "for want of time, by verb and reason (request_budget, "
+                                       "node_budget, stopping).")),
         memo_hit_(memo_.Add({{"result", "hit"}})),
         memo_miss_(memo_.Add({{"result", "miss"}})),
         cache_hit_(cache_.Add({{"result", "hit"}})),
@@ -53,6 +60,13 @@ class MetricsImpl final : public ExtenderMetrics {
     annotation_errors_.Increment(static_cast<double>(n));
   }
   void CachedNodes(uint64_t n) override { cached_nodes_.Set(static_cast<double>(n)); }
+  void Busy(std::string_view reason) override {
+    busy_.Add({{"reason", std::string(reason)}}).Increment();
+  }
+  void Unscored(std::string_view verb, std::string_view reason, uint64_t n) override {
+    unscored_.Add({{"verb", std::string(verb)}, {"reason", std::string(reason)}})
+        .Increment(static_cast<double>(n));
+  }
   std::string Text() const override { return registry_.Text(); }
 
  private:
@@ -64,6 +78,8 @@ class MetricsImpl final : public ExtenderMetrics {
   const http::CounterFamily cache_;
   const http::Counter annotation_errors_;
   const http::Gauge cached_nodes_;
+  const http::CounterFamily busy_;
+  const http::CounterFamily unscored_;
   const http::Counter memo_hit_;
   const http::Counter memo_miss_;
   const http::Counter cache_hit_;

@@ -7,6 +7,11 @@
 //   kdm_extender_node_cache_total{result}       NodeNames found / unknown
 //   kdm_extender_annotation_errors_total        annotations that did not read
 //   kdm_extender_cached_nodes                   nodes in the node cache
+//   kdm_extender_busy_total{reason}             503s: body_budget, queue_full
+//   kdm_extender_unscored_nodes_total{verb,reason}  nodes passed unjudged or
+//                                               scored 0 for want of time:
+//                                               request_budget, node_budget,
+//                                               stopping
 //
 // Thread-safety: every method may be called from any thread.
 #ifndef KDM_SCHEDULER_METRICS_H_
@@ -30,6 +35,8 @@ class ExtenderMetrics {
   virtual void NodeCache(uint64_t found, uint64_t unknown) = 0;
   virtual void AnnotationErrors(uint64_t n) = 0;
   virtual void CachedNodes(uint64_t n) = 0;
+  virtual void Busy(std::string_view reason) = 0;
+  virtual void Unscored(std::string_view verb, std::string_view reason, uint64_t n) = 0;
   // The Prometheus text exposition.
   virtual std::string Text() const = 0;
 };

@@ -73,7 +73,7 @@ HttpReply Post(uint16_t port, const std::string& target, const std::string& body
 
 class HttpTest : public ::testing::Test {
  protected:
-  void StartServer(uint64_t max_body = 256ull << 20, int threads = 2) {
+  void StartServer(uint64_t max_body = 128ull << 20, int threads = 2) {
     metrics_ = ExtenderMetrics::Create();
     extender_ = std::make_unique<Extender>(Extender::Options{.metrics = metrics_.get()});
     auto s = ExtenderServer::Start({.listen = "127.0.0.1:0",
