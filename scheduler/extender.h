@@ -46,7 +46,7 @@ class Extender {
     // Not owned; null: the extender keeps its own.
     k8s::TopologyCache* topologies = nullptr;
     // The time one request may spend judging or scoring its nodes.
-    std::chrono::milliseconds request_budget{1000};
+    std::chrono::milliseconds request_budget{500};
     // Not owned; null: the steady clock.
     const Clock* clock = nullptr;
   };

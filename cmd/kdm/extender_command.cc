@@ -41,7 +41,7 @@ struct ExtenderFlags {
   int threads = 2;
   uint64_t max_body_bytes = 128ull << 20;
   uint64_t max_total_body_bytes = 192ull << 20;
-  std::string request_budget = "1s";
+  std::string request_budget = "500ms";
   int verbosity = 0;
 };
 

@@ -129,16 +129,18 @@ TEST_F(BudgetExtenderTest, NodesPastTheRequestBudgetScoreZeroAndAreCounted) {
   for (const auto& e : list) scored += e["Score"].get<int>() > 0;
   const double unscored = BudgetMetric(
       metrics_->Text(),
-      "kdm_extender_unscored_nodes_total{verb=\"prioritize\",reason=\"request_budget\"}");
+      "kdm_extender_unscored_nodes_total{reason=\"request_budget\",verb=\"prioritize\"}");
   EXPECT_GT(scored, 0);
   EXPECT_GE(unscored, 20);
   EXPECT_LE(scored + unscored, 30);
   // Filter: the nodes past the budget pass unjudged.
   HttpAnswer f = extender.Filter(Nodes(30, 8, rng));
   ASSERT_EQ(f.status, 200);
-  EXPECT_EQ(nlohmann::json::parse(f.body)["NodeNames"].size(), 30u);
-  EXPECT_GE(BudgetMetric(metrics_->Text(), "kdm_extender_unscored_nodes_total{verb=\"filter\""),
-            20);
+  EXPECT_EQ(nlohmann::json::parse(f.body)["Nodes"]["items"].size(), 30u) << f.body.substr(0, 300);
+  EXPECT_GE(
+      BudgetMetric(metrics_->Text(),
+                   "kdm_extender_unscored_nodes_total{reason=\"request_budget\",verb=\"filter\"}"),
+      20);
 }
 
 // The packed policy with one hostile node: it costs at most its share (1/20
@@ -165,7 +167,7 @@ TEST_F(BudgetExtenderTest, HostilePackedNodeCostsAtMostItsShare) {
   EXPECT_LT(took, 0.5);  // 50 ms of share, not 27.7 s
   EXPECT_EQ(
       BudgetMetric(metrics_->Text(),
-                   "kdm_extender_unscored_nodes_total{verb=\"prioritize\",reason=\"node_budget\"}"),
+                   "kdm_extender_unscored_nodes_total{reason=\"node_budget\",verb=\"prioritize\"}"),
       1);
 }
 
@@ -178,7 +180,7 @@ TEST_F(BudgetExtenderTest, AfterStopEveryNodeIsPassedUnscored) {
   for (const auto& e : nlohmann::json::parse(a.body)) EXPECT_EQ(e["Score"], 0);
   EXPECT_EQ(
       BudgetMetric(metrics_->Text(),
-                   "kdm_extender_unscored_nodes_total{verb=\"prioritize\",reason=\"stopping\"}"),
+                   "kdm_extender_unscored_nodes_total{reason=\"stopping\",verb=\"prioritize\"}"),
       5);
 }
 

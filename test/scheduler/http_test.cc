@@ -182,7 +182,7 @@ TEST_F(HttpTest, WrongMethodsPathsAndNonHttpAreRefused) {
 }
 
 TEST_F(HttpTest, ConcurrentRequestsAllGetTheirOwnAnswer) {
-  StartServer(256ull << 20, /*threads=*/4);
+  StartServer(128ull << 20, /*threads=*/4);
   const std::string filter = ReadTestdata("filter_nodes.request.json");
   const std::string prioritize = ReadTestdata("prioritize_nodes.request.json");
   const auto want_filter = nlohmann::json::parse(ReadTestdata("filter_nodes.response.json"));
