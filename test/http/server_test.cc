@@ -9,10 +9,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -371,6 +373,54 @@ TEST(HttpServerWorkersTest, AFullQueueIs503AndStopEndsALongHandler) {
   EXPECT_EQ(running.load(), 1);  // the queued one never ran
   ::close(a);
   ::close(b);
+}
+
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// Connections pending while the process is out of fds (the soft limit
+// lowered after the server started, so its cap of 64 does not help):
+// accept fails with EMFILE; the server pauses instead of retrying at once.
+// Before, the accept loop spun on EMFILE (a core).
+TEST(HttpServerFdTest, AcceptOutOfFdsBacksOffInsteadOfSpinning) {
+  auto s = Server::Start({}, [](Request&) { return Response{.body = "ok"}; });
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto& server = *s;
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  // The clients' sockets first, then no fd to spare: every accept fails.
+  std::vector<int> clients;
+  for (int i = 0; i < 20; ++i) clients.push_back(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  size_t open = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd");
+       it != std::filesystem::directory_iterator(); ++it) {
+    ++open;
+  }
+  rlimit low = saved;
+  low.rlim_cur = open;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server->port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int connected = 0;
+  for (int fd : clients) {
+    connected += ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  const double before = ProcessCpuSeconds();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the idle time measured
+  const double cpu = ProcessCpuSeconds() - before;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_EQ(connected, 20);
+  EXPECT_LT(cpu, 0.3);
+  for (int fd : clients) ::close(fd);
+  // Accepting again once fds are free.
+  EXPECT_THAT(RoundTripOverSocket(server->port(), Get("/")), HasSubstr("\r\n\r\nok"));
+  server->Stop();
 }
 
 }  // namespace
