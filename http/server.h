@@ -12,14 +12,31 @@
 //   within write_timeout.
 // - Keep-alive: the connection stays open after an answer unless the
 //   request said "Connection: close" (or was HTTP/1.0 without keep-alive).
-// - At most max_connections are open at once. A new connection beyond them
-//   closes the one that has waited longest for its request (never one whose
-//   request is being answered), so held connections cannot lock clients
-//   out; if every connection is being answered, the new one is closed.
+// - At most max_connections are open at once, and never more than the fd
+//   limit allows: the cap is min(max_connections, RLIMIT_NOFILE's soft limit
+//   - the fds open at start - kFdReserve), at least 1, said at start
+//   (event=http_connection_cap). A new connection beyond it closes the one
+//   that has waited longest for its request (never one whose request is
+//   being answered), so held connections cannot lock clients out; if every
+//   connection is being answered, the new one is closed.
+// - When accept fails for want of fds or memory (EMFILE, ENFILE, ENOBUFS,
+//   ENOMEM) the server closes the connection idle longest and stops
+//   accepting for a while (10 ms, doubling to 1 s while it lasts), logged
+//   with counts (event=http_accept_backoff); it never spins.
+// - One budget for every request body in flight (max_total_body_bytes):
+//   a body is reserved from its Content-Length before it is read (a chunked
+//   one as it grows) and released once its handler has run; a request past
+//   the budget gets 503 with "Retry-After: 1" and the connection is closed
+//   (what the client still sends is read and dropped for up to
+//   request_timeout, so that it sees the answer).
+// - Handlers of the requests `offload` picks run on `workers` owned threads
+//   (at most max_queued waiting, beyond them 503 with Retry-After); the
+//   others on the I/O threads, so a slow handler never holds /healthz.
 // - HTTPS when a certificate and key are given (TLS 1.2 or later).
 //
-// Handlers run on the server's threads (`threads` of them, owned), one
-// request at a time per connection; a handler must not block for long.
+// Handlers run on the server's I/O threads (`threads` of them, owned), or
+// on its worker threads (above), one request at a time per connection; a
+// handler on the I/O threads must not block for long.
 //
 // Thread-safety: port() and Stop() may be called from any thread.
 //
@@ -65,7 +82,8 @@ struct Response {
 using Handler = std::function<Response(Request& request)>;
 
 // What the server answers on its own (the limits, a request that does not
-// parse): `status` is 400, 413 or 431, `message` one line saying why.
+// parse, the server busy): `status` is 400, 413, 431 or 503, `message` one
+// line saying why. The server adds "Retry-After: 1" to a 503.
 using RefusalHandler = std::function<Response(int status, const std::string& message)>;
 
 class Server {
@@ -90,7 +108,28 @@ class Server {
     std::string server_header;
     // The answer to a refused request; default: text/plain `message` and "\n".
     RefusalHandler refusal;
+    // All request bodies in flight together; 0: no bound but max_body_bytes.
+    uint64_t max_total_body_bytes = 0;
+    // Spare capacity each body with a Content-Length is read into (a
+    // parser's padding), so that a handler can pad it without a copy.
+    uint64_t body_padding = 0;
+    // Requests whose handler runs on the worker threads (none when unset or
+    // workers is 0). Called on an I/O thread with the whole request.
+    std::function<bool(const Request&)> offload;
+    // Worker threads (0..256) and the requests that may wait for one.
+    int workers = 0;
+    size_t max_queued = 16;
+    // Called once when Stop() begins, before it waits for running handlers:
+    // the place to tell long handlers to finish early.
+    std::function<void()> on_stop;
+    // Called on each 503 the server answers on its own: `reason` is
+    // "body_budget" or "queue_full". Any thread.
+    std::function<void(std::string_view reason)> on_busy;
   };
+
+  // fds kept free for the rest of the process (log files, API server
+  // connections) when the connection cap is derived from the fd limit.
+  static constexpr uint64_t kFdReserve = 32;
 
   // Binds and starts serving with `handler`. Errors: INVALID_ARGUMENT for a
   // bad address (ParseListenAddress's message), option or PEM ("TLS
@@ -102,8 +141,10 @@ class Server {
   virtual ~Server() = default;
   // The bound port (the real one when 0 was asked).
   virtual uint16_t port() const = 0;
-  // Closes the listener and every connection and joins the threads; a
-  // handler that is running finishes first. Idempotent. Not from a handler.
+  // Calls on_stop, closes the listener and every connection and joins the
+  // threads; a handler that is running finishes first (on_stop is how it
+  // learns to finish early); queued ones never run. Idempotent. Not from a
+  // handler.
   virtual void Stop() = 0;
 };
 

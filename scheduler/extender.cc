@@ -113,11 +113,17 @@ HttpAnswer Extender::Filter(const std::string& body) {
   if (!args.ok()) return {400, EncodeError(args.status().message())};
   Nodes nodes = Collect(*args, topologies_, options_.cache, options_.metrics);
   LogUnreadable(args->pod.name, nodes.unreadable, nodes.first_unreadable);
+  const ScoreBudget budget(options_.request_budget, options_.clock, &stopping_);
+  std::string_view spent;
+  uint64_t unjudged = 0;
   FilterAnswer answer;
   if (args->nodes) answer.nodes.emplace();
   if (args->node_names || !args->nodes) answer.node_names.emplace();
   for (size_t i = 0; i < nodes.names.size(); ++i) {
-    Verdict v = scorer_.Filter(args->pod, nodes.devices[i]);
+    if (spent.empty()) spent = budget.Spent();
+    // Out of time: the rest pass unjudged.
+    Verdict v = spent.empty() ? scorer_.Filter(args->pod, nodes.devices[i]) : Verdict{};
+    if (!spent.empty()) ++unjudged;
     switch (v.kind) {
       case Verdict::Kind::kPass:
         if (answer.nodes) answer.nodes->push_back((*args->nodes)[i].raw);
@@ -131,7 +137,10 @@ HttpAnswer Extender::Filter(const std::string& body) {
         break;
     }
   }
-  if (options_.metrics) options_.metrics->Nodes("filter", nodes.names.size());
+  if (options_.metrics) {
+    options_.metrics->Nodes("filter", nodes.names.size());
+    if (unjudged > 0) options_.metrics->Unscored("filter", spent, unjudged);
+  }
   return {200, EncodeFilterAnswer(answer)};
 }
 
@@ -140,10 +149,20 @@ HttpAnswer Extender::Prioritize(const std::string& body) {
   if (!args.ok()) return {400, EncodeError(args.status().message())};
   Nodes nodes = Collect(*args, topologies_, options_.cache, options_.metrics);
   LogUnreadable(args->pod.name, nodes.unreadable, nodes.first_unreadable);
+  const ScoreBudget budget(options_.request_budget, options_.clock, &stopping_);
+  std::string_view spent;
+  uint64_t unscored = 0, late = 0;
   Scorer::Stats counts;
   std::vector<double> raw(nodes.names.size());
   for (size_t i = 0; i < raw.size(); ++i) {
-    raw[i] = scorer_.Score(args->pod, nodes.devices[i], &counts);
+    if (spent.empty()) spent = budget.Spent();
+    if (!spent.empty()) {
+      ++unscored;  // out of time: the rest score 0
+      continue;
+    }
+    bool out_of_time = false;
+    raw[i] = scorer_.Score(args->pod, nodes.devices[i], &counts, &budget, &out_of_time);
+    if (out_of_time) ++late;
   }
   std::vector<int> scores = Scorer::ExtenderScores(raw);
   std::vector<std::pair<std::string, int>> list;
@@ -152,6 +171,8 @@ HttpAnswer Extender::Prioritize(const std::string& body) {
   if (options_.metrics) {
     options_.metrics->Nodes("prioritize", raw.size());
     options_.metrics->Memo(counts.memo_hits, counts.memo_misses);
+    if (unscored > 0) options_.metrics->Unscored("prioritize", spent, unscored);
+    if (late > 0) options_.metrics->Unscored("prioritize", "node_budget", late);
   }
   return {200, EncodePriorityList(list)};
 }

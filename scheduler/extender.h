@@ -10,12 +10,18 @@
 // - A request with unreadable annotations is logged (event=annotation_
 //   unreadable), at most kUnreadableLogBurst lines a second in all, each
 //   with `suppressed=N`, the lines left out since the last.
+// - Time: each request has one budget (request_budget, from the decoded
+//   body on; a node's share of it as ScoreBudget says). Nodes not reached
+//   within it pass the filter unjudged / score 0, counted in
+//   kdm_extender_unscored_nodes_total{verb,reason}; the answer is never
+//   late. After Stop() every request ends at its next node the same way.
 //
 // Thread-safety: Filter and Prioritize may be called from any number of
 // threads at once.
 #ifndef KDM_SCHEDULER_EXTENDER_H_
 #define KDM_SCHEDULER_EXTENDER_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -45,6 +51,10 @@ class Extender {
     ExtenderMetrics* metrics = nullptr;
     // Not owned; null: the extender keeps its own.
     k8s::TopologyCache* topologies = nullptr;
+    // The time one request may spend judging or scoring its nodes.
+    std::chrono::milliseconds request_budget{500};
+    // Not owned; null: the steady clock.
+    const Clock* clock = nullptr;
   };
 
   explicit Extender(Options options);
@@ -56,6 +66,8 @@ class Extender {
   Scorer::Stats memo_stats() const { return scorer_.stats(); }
 
   static constexpr int kUnreadableLogBurst = 5;
+  // Requests running now and later end at their next node (any thread).
+  void Stop() { stopping_ = true; }
 
  private:
   void LogUnreadable(const std::string& pod, uint64_t errors, const std::string& first_error);
@@ -67,6 +79,7 @@ class Extender {
   Mutex log_mu_;
   LogRateLimiter unreadable_log_ ABSL_GUARDED_BY(log_mu_){kUnreadableLogBurst,
                                                           std::chrono::seconds(1)};
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace kdm::scheduler

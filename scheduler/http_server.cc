@@ -67,23 +67,41 @@ class ExtenderServerImpl final : public ExtenderServer {
     if (options_.threads < 1 || options_.threads > 256) {
       return InvalidArgumentError("threads must be 1..256");
     }
+    if (options_.max_total_body_bytes != 0 &&
+        options_.max_total_body_bytes < options_.max_body_bytes) {
+      return InvalidArgumentError("max_total_body_bytes is below max_body_bytes");
+    }
     ExtenderMetrics* metrics = options_.metrics;
     http::Server::Options o;
     o.listen = options_.listen;
     o.listen_name = "--listen";
     o.tls_cert_pem = options_.tls_cert_pem;
     o.tls_key_pem = options_.tls_key_pem;
-    o.threads = options_.threads;
+    o.threads = options_.io_threads;
+    o.workers = options_.threads;
+    o.max_queued = options_.max_queued;
+    o.offload = [](const http::Request& r) {
+      return r.path() == "/filter" || r.path() == "/prioritize";
+    };
+    Extender* extender = options_.extender;
+    o.on_stop = [extender] { extender->Stop(); };
+    o.on_busy = [metrics](std::string_view reason) {
+      if (metrics) metrics->Busy(reason);
+    };
     o.max_body_bytes = options_.max_body_bytes;
+    o.max_total_body_bytes = options_.max_total_body_bytes;
+    o.body_padding = BodyPadding();
     o.request_timeout = options_.io_timeout;
     o.write_timeout = options_.io_timeout;
     o.max_connections = options_.max_connections;
     o.server_header = "kdm-extender";
     // kube-scheduler reads an extender's errors from {"Error": ...}.
-    o.refusal = [metrics](int, const std::string& message) {
-      if (metrics) metrics->Request("other", 400, 0);
+    // A busy server says 503 (with Retry-After); every other refusal is 400.
+    o.refusal = [metrics](int status, const std::string& message) {
+      const int code = status == 503 ? 503 : 400;
+      if (metrics) metrics->Request("other", code, 0);
       http::Response r;
-      r.status = 400;
+      r.status = code;
       r.content_type = "application/json";
       r.body = EncodeError(message);
       return r;

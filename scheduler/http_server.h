@@ -7,11 +7,17 @@
 // Anything else is 404 (unknown path) or 405 (wrong method), with a JSON
 // {"Error": ...}. A request the server refuses on its own (a body above
 // max_body_bytes, a header above 8 KiB, one that is not HTTP) gets 400 with
-// a JSON {"Error": ...} naming the limit, and the connection is closed.
+// a JSON {"Error": ...} naming the limit, and the connection is closed. A
+// body past max_total_body_bytes (all bodies in flight together) or a
+// filter/prioritize finding max_queued requests waiting gets 503 with
+// "Retry-After: 1" and a JSON {"Error": ...}, counted in
+// kdm_extender_busy_total{reason}.
 //
-// Threads: `threads` owned threads serve the connections concurrently (a
-// request's work runs on the thread that read it); Stop() closes the
-// listener and every connection and joins them.
+// Threads: `io_threads` owned threads read and write the connections and
+// answer /healthz and /metrics; POST /filter and /prioritize run on
+// `threads` worker threads, so scoring never holds /healthz. Stop() tells
+// the extender to stop scoring (Extender::Stop), then closes the listener
+// and every connection and joins the threads.
 //
 // Thread-safety: port() and Stop() from any thread.
 //
@@ -41,8 +47,14 @@ class ExtenderServer {
     // PEM text; both set: HTTPS, neither: HTTP.
     std::string tls_cert_pem;
     std::string tls_key_pem;
+    // Workers running filter and prioritize; requests that may wait for one.
     int threads = 2;
-    uint64_t max_body_bytes = 256ull << 20;
+    size_t max_queued = 16;
+    int io_threads = 2;
+    uint64_t max_body_bytes = 128ull << 20;
+    // All request bodies in flight together; 0: unbounded. At least
+    // max_body_bytes.
+    uint64_t max_total_body_bytes = 192ull << 20;
     // Bounds each request's read (idle keep-alive time included) and each
     // answer's write.
     std::chrono::milliseconds io_timeout{30'000};

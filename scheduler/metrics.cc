@@ -45,6 +45,13 @@ class MetricsImpl final : public ExtenderMetrics {
         log_suppressed_(registry_.AddCounter(
             "kdm_extender_log_suppressed_total",
             "Log lines left out by the rate limit on lines caused by outside input, by event.")),
+        busy_(registry_.AddCounter(
+            "kdm_extender_busy_total",
+            "Requests answered 503 (Retry-After), by reason (body_budget, queue_full).")),
+        unscored_(registry_.AddCounter("kdm_extender_unscored_nodes_total",
+                                       "Nodes passed unjudged (filter) or scored 0 (prioritize) "
+                                       "for want of time, by verb and reason (request_budget, "
+                                       "node_budget, stopping).")),
         memo_hit_(memo_.Add({{"result", "hit"}})),
         memo_miss_(memo_.Add({{"result", "miss"}})),
         cache_hit_(cache_.Add({{"result", "hit"}})),
@@ -78,6 +85,13 @@ class MetricsImpl final : public ExtenderMetrics {
   void LogSuppressed(std::string_view event, uint64_t n) override {
     log_suppressed_.Add({{"event", std::string(event)}}).Increment(static_cast<double>(n));
   }
+  void Busy(std::string_view reason) override {
+    busy_.Add({{"reason", std::string(reason)}}).Increment();
+  }
+  void Unscored(std::string_view verb, std::string_view reason, uint64_t n) override {
+    unscored_.Add({{"verb", std::string(verb)}, {"reason", std::string(reason)}})
+        .Increment(static_cast<double>(n));
+  }
   std::string Text() const override {
     if (const k8s::TopologyCache* cache = topologies_.load(std::memory_order_acquire)) {
       const k8s::TopologyCache::Stats s = cache->stats();
@@ -102,6 +116,8 @@ class MetricsImpl final : public ExtenderMetrics {
   const http::Counter topology_evictions_;
   const http::CounterFamily log_suppressed_;
   std::atomic<const k8s::TopologyCache*> topologies_{nullptr};
+  const http::CounterFamily busy_;
+  const http::CounterFamily unscored_;
   const http::Counter memo_hit_;
   const http::Counter memo_miss_;
   const http::Counter cache_hit_;

@@ -11,6 +11,11 @@
 //   kdm_extender_topology_cache_entries         ... and entries
 //   kdm_extender_topology_cache_evictions_total ... and entries evicted
 //   kdm_extender_log_suppressed_total{event}    log lines left out (rate limit)
+//   kdm_extender_busy_total{reason}             503s: body_budget, queue_full
+//   kdm_extender_unscored_nodes_total{verb,reason}  nodes passed unjudged or
+//                                               scored 0 for want of time:
+//                                               request_budget, node_budget,
+//                                               stopping
 //
 // Thread-safety: every method may be called from any thread.
 #ifndef KDM_SCHEDULER_METRICS_H_
@@ -41,6 +46,8 @@ class ExtenderMetrics {
   virtual void WatchTopologyCache(const k8s::TopologyCache* cache) = 0;
   // Lines of `event` the log rate limit left out.
   virtual void LogSuppressed(std::string_view event, uint64_t n) = 0;
+  virtual void Busy(std::string_view reason) = 0;
+  virtual void Unscored(std::string_view verb, std::string_view reason, uint64_t n) = 0;
   // The Prometheus text exposition.
   virtual std::string Text() const = 0;
 };

@@ -10,12 +10,27 @@
 namespace kdm::scheduler {
 namespace {
 
+// What one search may take before `deadline`: 0..kMaxSearchBudget.
+std::chrono::milliseconds SearchBudget(std::chrono::steady_clock::time_point deadline) {
+  const auto now = std::chrono::steady_clock::now();
+  if (deadline <= now) return std::chrono::milliseconds(0);
+  if (deadline - now >= kMaxSearchBudget) return kMaxSearchBudget;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+}
+
 // V(S): the best total score of S split into pairs.
-StatusOr<int64_t> PairPacking(const topology::Topology& t, const std::vector<int>& set) {
+StatusOr<int64_t> PairPacking(const topology::Topology& t, const std::vector<int>& set,
+                              std::chrono::steady_clock::time_point deadline) {
   if (set.size() < 2) return int64_t{0};
   KDM_ASSIGN_OR_RETURN(topology::Allocation a,
-                       topology::Allocate(t, set, {}, 2, topology::Policy::kPacked));
+                       topology::Allocate(t, set, {}, 2, topology::Policy::kPacked,
+                                          {.budget = SearchBudget(deadline)}));
   return a.packed_score;
+}
+
+Status PackedDeadlineExceeded(int64_t done, int64_t total) {
+  return DeadlineExceededError("packed score: " + std::to_string(done) + " of " +
+                               std::to_string(total) + " packings weighed before the deadline");
 }
 
 // n choose k, or limit + 1 when larger than limit.
@@ -44,16 +59,21 @@ std::string_view ScorePolicyName(ScorePolicy policy) {
 }
 
 StatusOr<double> BestPackedScore(const topology::Topology& topology,
-                                 const std::vector<int>& available, int size) {
+                                 const std::vector<int>& available, int size,
+                                 std::chrono::steady_clock::time_point deadline) {
   if (size < 1) return InvalidArgumentError("size " + std::to_string(size) + " is below 1");
   const int m = static_cast<int>(available.size());
   if (size > m) {
     return ResourceExhaustedError("size " + std::to_string(size) + " is above the " +
                                   std::to_string(m) + " available devices");
   }
-  KDM_ASSIGN_OR_RETURN(int64_t whole, PairPacking(topology, available));
+  auto late = [&] { return std::chrono::steady_clock::now() > deadline; };
+  KDM_ASSIGN_OR_RETURN(int64_t whole, PairPacking(topology, available, deadline));
   int64_t kept = -1;
-  if (Choose(m, size, kMaxPackedSubsets) <= kMaxPackedSubsets) {
+  const int64_t subsets = Choose(m, size, kMaxPackedSubsets);
+  int64_t weighed = 0;
+  if (late()) return PackedDeadlineExceeded(weighed, subsets);
+  if (subsets <= kMaxPackedSubsets) {
     // Every size-subset C, as a selection mask over `available`.
     std::vector<char> pick(m, 0);
     std::fill(pick.end() - size, pick.end(), 1);
@@ -63,16 +83,21 @@ StatusOr<double> BestPackedScore(const topology::Topology& topology,
       for (int i = 0; i < m; ++i) {
         if (!pick[i]) rest.push_back(available[i]);
       }
-      KDM_ASSIGN_OR_RETURN(int64_t v, PairPacking(topology, rest));
+      KDM_ASSIGN_OR_RETURN(int64_t v, PairPacking(topology, rest, deadline));
       kept = std::max(kept, v);
+      ++weighed;
+      if (late()) return PackedDeadlineExceeded(weighed, subsets);
     } while (std::next_permutation(pick.begin(), pick.end()));
   } else {
-    KDM_ASSIGN_OR_RETURN(topology::Allocation a, topology::Allocate(topology, available, {}, size,
-                                                                    topology::Policy::kPacked));
+    KDM_ASSIGN_OR_RETURN(
+        topology::Allocation a,
+        topology::Allocate(topology, available, {}, size, topology::Policy::kPacked,
+                           {.budget = SearchBudget(deadline)}));
     std::vector<int> rest;
     std::set_difference(available.begin(), available.end(), a.chosen.begin(), a.chosen.end(),
                         std::back_inserter(rest));
-    KDM_ASSIGN_OR_RETURN(kept, PairPacking(topology, rest));
+    KDM_ASSIGN_OR_RETURN(kept, PairPacking(topology, rest, deadline));
+    if (late()) return PackedDeadlineExceeded(1, 1);
   }
   const double loss = static_cast<double>(whole - kept);
   const double score = 100.0 - loss * 100.0 / (size * double{topology::kNodeScorePairUnit});
@@ -112,7 +137,29 @@ Verdict Scorer::Filter(const PodRequest& pod, const k8s::NodeDevices* node) cons
   return {};
 }
 
-double Scorer::ResourceScore(const k8s::ResourceView& view, int size, Stats* counts) {
+ScoreBudget::ScoreBudget(Clock::Duration total, const Clock* clock, const std::atomic<bool>* stop)
+    : clock_(clock),
+      stop_(stop),
+      node_cap_(std::min<Clock::Duration>(total / kNodeShare, kMaxSearchBudget)),
+      deadline_(Now() + total) {}
+
+Clock::TimePoint ScoreBudget::Now() const {
+  return clock_ ? clock_->Now() : std::chrono::steady_clock::now();
+}
+
+std::string_view ScoreBudget::Spent() const {
+  if (stop_ && stop_->load()) return "stopping";
+  if (Now() >= deadline_) return "request_budget";
+  return "";
+}
+
+Clock::Duration ScoreBudget::NodeBudget() const {
+  const Clock::Duration left = deadline_ - Now();
+  return std::clamp(left, Clock::Duration::zero(), node_cap_);
+}
+
+double Scorer::ResourceScore(const k8s::ResourceView& view, int size, Stats* counts,
+                             std::chrono::steady_clock::time_point deadline, bool* out_of_time) {
   const topology::Topology& t = view.topology->topology;
   const bool memo = view.topology->id != 0 && t.size() <= 64;
   Key key;
@@ -131,8 +178,12 @@ double Scorer::ResourceScore(const k8s::ResourceView& view, int size, Stats* cou
     if (counts) ++counts->memo_misses;
   }
   StatusOr<double> s = options_.policy == ScorePolicy::kPacked
-                           ? BestPackedScore(t, view.available, size)
-                           : topology::NodeScore(t, view.available, size);
+                           ? BestPackedScore(t, view.available, size, deadline)
+                           : topology::NodeScore(t, view.available, size, SearchBudget(deadline));
+  if (s.status().code() == StatusCode::kDeadlineExceeded) {
+    *out_of_time = true;
+    return 0;
+  }
   double score = s.ok() ? *s : 0.0;
   if (memo) {
     MutexLock lock(&mu_);
@@ -142,8 +193,13 @@ double Scorer::ResourceScore(const k8s::ResourceView& view, int size, Stats* cou
   return score;
 }
 
-double Scorer::Score(const PodRequest& pod, const k8s::NodeDevices* node, Stats* counts) {
+double Scorer::Score(const PodRequest& pod, const k8s::NodeDevices* node, Stats* counts,
+                     const ScoreBudget* budget, bool* out_of_time) {
   if (node == nullptr) return 0;
+  // One deadline for every search of this node.
+  const auto deadline = budget ? std::chrono::steady_clock::now() + budget->NodeBudget()
+                               : std::chrono::steady_clock::time_point::max();
+  bool late = false;
   double sum = 0;
   int counted = 0;
   for (const auto& [r, n] : pod.resources) {
@@ -153,7 +209,11 @@ double Scorer::Score(const PodRequest& pod, const k8s::NodeDevices* node, Stats*
     if (static_cast<int64_t>(it->second.available.size()) < n || n > topology::kMaxDevices) {
       continue;
     }
-    sum += ResourceScore(it->second, static_cast<int>(n), counts);
+    sum += ResourceScore(it->second, static_cast<int>(n), counts, deadline, &late);
+    if (late) {
+      if (out_of_time) *out_of_time = true;
+      return 0;
+    }
   }
   return counted == 0 ? 0.0 : sum / counted;
 }

@@ -21,10 +21,20 @@
 // share a topology, so a request over thousands of nodes computes each
 // distinct case once.
 //
+// Time (ScoreBudget): a request has one budget for all its nodes. A node's
+// searches together get at most NodeBudget() of it, min(1/20 of the budget,
+// 50 ms, what is left), so a hostile node never costs more than that share.
+// A best-set search that reaches its node's limit answers with the best set
+// found (topology::NodeScore); a packed score whose packings do not all fit
+// in it is no score: the node gets 0 and `out_of_time`. Nothing late is
+// memoised.
+//
 // Thread-safety: Scorer's methods may be called from any thread.
 #ifndef KDM_SCHEDULER_SCORER_H_
 #define KDM_SCHEDULER_SCORER_H_
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -34,6 +44,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kdm/base/clock.h"
 #include "kdm/base/status.h"
 #include "kdm/base/sync.h"
 #include "kdm/k8s/devices_annotation.h"
@@ -72,10 +83,39 @@ struct PodRequest {
 // the score is 100 - (V(available) - V(available \ C)) x 100 / (size x
 // kNodeScorePairUnit), clamped to 0..100. Exhaustive over the subsets when
 // there are at most kMaxPackedSubsets of them; otherwise C is
-// topology::Allocate's packed choice. Errors as topology::Allocate.
+// topology::Allocate's packed choice. Every search together ends by
+// `deadline` (each gets at most kMaxSearchBudget): DEADLINE_EXCEEDED when
+// the steady clock passes it before the last one is done. Other errors as
+// topology::Allocate.
 inline constexpr int64_t kMaxPackedSubsets = 4096;
-StatusOr<double> BestPackedScore(const topology::Topology& topology,
-                                 const std::vector<int>& available, int size);
+inline constexpr std::chrono::milliseconds kMaxSearchBudget{50};
+StatusOr<double> BestPackedScore(
+    const topology::Topology& topology, const std::vector<int>& available, int size,
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+
+// The time one request may spend judging and scoring its nodes, from its
+// construction; `stop` (may be null) ends it at once when set. Reads `clock`
+// (null: the steady clock). Not thread-safe; one per request.
+class ScoreBudget {
+ public:
+  // A node's share of the budget: at most 1/kNodeShare of it.
+  static constexpr int kNodeShare = 20;
+
+  ScoreBudget(Clock::Duration total, const Clock* clock = nullptr,
+              const std::atomic<bool>* stop = nullptr);
+  // "" while time is left; else why not: "stopping" or "request_budget".
+  std::string_view Spent() const;
+  // What the next node may take: min(total / kNodeShare, kMaxSearchBudget,
+  // what is left), never below 0.
+  Clock::Duration NodeBudget() const;
+
+ private:
+  Clock::TimePoint Now() const;
+  const Clock* clock_;
+  const std::atomic<bool>* stop_;
+  const Clock::Duration node_cap_;
+  const Clock::TimePoint deadline_;
+};
 
 struct Verdict {
   enum class Kind { kPass, kFailed, kUnresolvable };
@@ -100,8 +140,11 @@ class Scorer {
   // `node` null: the node has no (readable) annotation.
   Verdict Filter(const PodRequest& pod, const k8s::NodeDevices* node) const;
   // 0..100; 0 without an opinion. Adds this call's memo hits and misses to
-  // `counts` when given.
-  double Score(const PodRequest& pod, const k8s::NodeDevices* node, Stats* counts = nullptr);
+  // `counts` when given. With a budget the node's searches take at most its
+  // NodeBudget(); a packed score that does not fit is 0 and sets
+  // `*out_of_time` (when given).
+  double Score(const PodRequest& pod, const k8s::NodeDevices* node, Stats* counts = nullptr,
+               const ScoreBudget* budget = nullptr, bool* out_of_time = nullptr);
   // The scheduler's 0..10 for each score.
   static std::vector<int> ExtenderScores(const std::vector<double>& scores);
 
@@ -122,7 +165,8 @@ class Scorer {
       return static_cast<size_t>(h * 0xBF58476D1CE4E5B9ull);
     }
   };
-  double ResourceScore(const k8s::ResourceView& view, int size, Stats* counts);
+  double ResourceScore(const k8s::ResourceView& view, int size, Stats* counts,
+                       std::chrono::steady_clock::time_point deadline, bool* out_of_time);
 
   const Options options_;
   mutable Mutex mu_;

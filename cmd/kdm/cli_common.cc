@@ -2,7 +2,11 @@
 
 #include <grpc/support/log.h>
 #include <spdlog/sinks/stdout_sinks.h>
+#include <sys/resource.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -28,6 +32,31 @@ void SetUpStderrLogging(const std::string& name, spdlog::level::level_enum level
   logger->set_level(level);
   logger->flush_on(spdlog::level::trace);
   spdlog::set_default_logger(logger);
+}
+
+void RaiseFdLimit() {
+  static std::atomic<bool> done{false};
+  if (done.exchange(true)) return;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    spdlog::warn("event=fd_limit_unchanged error=\"{}\"", std::strerror(errno));
+    return;
+  }
+  auto text = [](rlim_t v) {
+    return v == RLIM_INFINITY ? std::string("unlimited") : std::to_string(v);
+  };
+  if (limit.rlim_cur == limit.rlim_max) {
+    spdlog::info("event=fd_limit_unchanged limit={} reason=at_hard_limit", text(limit.rlim_cur));
+    return;
+  }
+  const rlim_t from = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    spdlog::warn("event=fd_limit_unchanged limit={} hard={} error=\"{}\"", text(from),
+                 text(limit.rlim_max), std::strerror(errno));
+    return;
+  }
+  spdlog::info("event=fd_limit_raised from={} to={}", text(from), text(limit.rlim_cur));
 }
 
 std::string UnknownArgumentsMessage(const std::vector<std::string>& extras) {

@@ -57,6 +57,12 @@ Status MakeDirectoryFlag(std::string_view flag, const std::string& dir);
 StatusOr<std::map<std::string, k8s::DeviceAttributes>> ParseResourceAttributes(
     const std::vector<std::string>& values);
 
+// Raises the soft RLIMIT_NOFILE to the hard one (containerd >= 2.0 and
+// Docker >= 25 start containers at a soft 1024), once per process, logging
+// event=fd_limit_raised (or event=fd_limit_unchanged with the reason). For
+// every long-running command, after SetUpStderrLogging.
+void RaiseFdLimit();
+
 // Sends gRPC core's own log lines (printed to stderr in its own format, e.g.
 // a failed bind) to the spdlog default logger at debug level, so that users
 // see kdm's one-line errors, and `-v` still shows gRPC's detail. Call once,

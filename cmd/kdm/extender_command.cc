@@ -17,6 +17,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "duration_flag.h"
 #include "kdm/base/env.h"
 #include "kdm/http/listen_address.h"
 #include "kdm/kube/client.h"
@@ -38,13 +39,16 @@ struct ExtenderFlags {
   std::string policy = "best-set";
   KubeClientFlags kube;  // optional: without it, no node cache
   int threads = 2;
-  uint64_t max_body_bytes = 256ull << 20;
+  uint64_t max_body_bytes = 128ull << 20;
+  uint64_t max_total_body_bytes = 192ull << 20;
+  std::string request_budget = "500ms";
   uint64_t topology_cache_bytes = k8s::kDefaultTopologyCacheBytes;
   int verbosity = 0;
 };
 
 int RunExtender(const ExtenderFlags& flags) {
   SetUpStderrLogging("extender", flags.verbosity >= 1 ? spdlog::level::debug : spdlog::level::info);
+  RaiseFdLimit();
   auto fail = [](int code, const std::string& m) {
     std::cerr << "kdm extender: " << m << "\n";
     return code;
@@ -63,12 +67,23 @@ int RunExtender(const ExtenderFlags& flags) {
   if (!policy.ok()) return fail(kUsageError, "--policy: " + std::string(policy.status().message()));
   if (flags.threads < 1 || flags.threads > 64) return fail(kUsageError, "--threads: 1..64");
   if (flags.max_body_bytes < 1024) return fail(kUsageError, "--max-body-bytes: at least 1024");
+  if (flags.max_total_body_bytes < flags.max_body_bytes) {
+    return fail(kUsageError, "--max-total-body-bytes: at least --max-body-bytes (" +
+                                 std::to_string(flags.max_body_bytes) + ")");
+  }
+  StatusOr<std::chrono::milliseconds> budget = ParseDurationFlag(flags.request_budget);
+  if (!budget.ok() || budget->count() < 1 || *budget > std::chrono::seconds(60)) {
+    return fail(kUsageError,
+                "--request-budget: " + (budget.ok() ? std::string("must be 1ms..60s")
+                                                    : std::string(budget.status().message())));
+  }
   if (flags.verbosity < 0) return fail(kUsageError, "-v: must be 0 or more");
 
   scheduler::ExtenderServer::Options server_options;
   server_options.listen = flags.listen;
   server_options.threads = flags.threads;
   server_options.max_body_bytes = flags.max_body_bytes;
+  server_options.max_total_body_bytes = flags.max_total_body_bytes;
   for (auto [flag, path, out] :
        {std::tuple{"--tls-cert", &flags.tls_cert, &server_options.tls_cert_pem},
         std::tuple{"--tls-key", &flags.tls_key, &server_options.tls_key_pem}}) {
@@ -109,6 +124,7 @@ int RunExtender(const ExtenderFlags& flags) {
   extender_options.cache = cache.get();
   extender_options.metrics = metrics.get();
   extender_options.topologies = &topologies;
+  extender_options.request_budget = *budget;
   scheduler::Extender extender(extender_options);
   server_options.extender = &extender;
   server_options.metrics = metrics.get();
@@ -147,11 +163,18 @@ void AddExtenderCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   // With either, the extender keeps a node cache from the API server.
   AddKubeClientFlags(cmd, &flags->kube);
-  cmd->add_option("--threads", flags->threads, "Threads serving requests")->capture_default_str();
+  cmd->add_option("--threads", flags->threads, "Threads running filter and prioritize")
+      ->capture_default_str();
   cmd->add_option("--max-body-bytes", flags->max_body_bytes, "The largest request body accepted")
       ->capture_default_str();
   cmd->add_option("--topology-cache-bytes", flags->topology_cache_bytes,
                   "Bytes of decoded link matrices kept for reuse (least recently used evicted)")
+      ->capture_default_str();
+  cmd->add_option("--max-total-body-bytes", flags->max_total_body_bytes,
+                  "All request bodies in flight together; past it 503 with Retry-After")
+      ->capture_default_str();
+  cmd->add_option("--request-budget", flags->request_budget,
+                  "Time one request may spend on its nodes; the rest pass unjudged / score 0")
       ->capture_default_str();
   cmd->add_option("-v", flags->verbosity, "Log verbosity: 0 info, 1 debug")->capture_default_str();
   cmd->callback([flags, &exit_code] { exit_code = RunExtender(*flags); });

@@ -56,6 +56,7 @@ void SetUpLogging(int verbosity) {
   SetUpStderrLogging("kdm-kubelet", verbosity >= 2   ? spdlog::level::trace
                                     : verbosity == 1 ? spdlog::level::debug
                                                      : spdlog::level::info);
+  RaiseFdLimit();
 }
 
 int RunKubelet(const KubeletFlags& flags) {

@@ -87,6 +87,7 @@ int PluginFail(int code, const std::string& message) {
 
 void SetUpLogging(bool verbose) {
   SetUpStderrLogging("kdm-plugin", verbose ? spdlog::level::debug : spdlog::level::info);
+  RaiseFdLimit();
 }
 
 const char* SignalName(int sig) {

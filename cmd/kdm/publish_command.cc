@@ -47,6 +47,7 @@ struct PublishFlags {
 
 int RunPublish(const PublishFlags& flags) {
   SetUpStderrLogging("publish", flags.verbosity >= 1 ? spdlog::level::debug : spdlog::level::info);
+  if (!flags.dry_run) RaiseFdLimit();
   auto fail = [](const PublishFailure& f) {
     std::cerr << "kdm publish: " << f.message << "\n";
     return f.code;

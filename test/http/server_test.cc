@@ -1,19 +1,26 @@
 // http::Server over real sockets: the handler's view of a request, keep-alive,
 // and the connection policy toward bad clients (garbage, a huge header, a
-// big body, a slow client, held connections) and bad options.
+// big body, a slow client, held connections), the budget of bodies in flight,
+// the worker threads (a full queue, Stop during a long handler) and bad
+// options.
 #include "kdm/http/server.h"
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "kdm/base/sync.h"
+#include "kdm/test/wait_until.h"
 
 namespace kdm::http {
 namespace {
@@ -283,6 +290,137 @@ TEST(HttpServerStartTest, APortInUseOrAnUnknownHostIsUnavailableNamingTheAddress
   if (v6.ok()) {  // hosts without IPv6 cannot bind it
     EXPECT_GT((*v6)->port(), 0);
   }
+}
+
+// Two bodies of 600 KiB under a budget of 1 MiB: while the first is being
+// read, the second is refused with 503 + Retry-After before any of it is
+// read; once the first is answered, its bytes are free again.
+TEST(HttpServerBudgetTest, BodiesInFlightShareOneBudget) {
+  std::atomic<int> busy{0};
+  auto s =
+      Server::Start({.max_body_bytes = 1 << 20,
+                     .max_total_body_bytes = 1 << 20,
+                     .on_busy =
+                         [&](std::string_view reason) {
+                           if (reason == "body_budget") ++busy;
+                         }},
+                    [](Request& r) { return Response{.body = std::to_string(r.body.size())}; });
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto& server = *s;
+  const std::string body(600 << 10, 'b');
+  const std::string header =
+      "POST /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n";
+  int first = ConnectToServer(server->port());
+  ASSERT_GE(first, 0);
+  ASSERT_TRUE(SendAll(first, header + body.substr(0, 1000)));
+  // The second sends its whole body; the answer comes before it is read.
+  std::string refused;
+  ASSERT_TRUE(test::WaitUntil([&] {
+    refused = RoundTripOverSocket(server->port(), header + body);
+    return refused.find(" 503 ") != std::string::npos;
+  })) << refused;
+  EXPECT_THAT(refused, HasSubstr("Retry-After: 1"));
+  EXPECT_THAT(refused, HasSubstr("in flight are at the budget of 1048576 bytes"));
+  EXPECT_GE(busy.load(), 1);
+  ASSERT_TRUE(SendAll(first, body.substr(1000)));
+  EXPECT_THAT(ReadUntilClosed(first), HasSubstr("\r\n\r\n614400"));
+  ::close(first);
+  EXPECT_THAT(RoundTripOverSocket(server->port(), header + body), HasSubstr("\r\n\r\n614400"));
+  server->Stop();
+}
+
+// One worker, one place in the queue: a third slow request is refused with
+// 503 + Retry-After, while a request that is not offloaded is answered on
+// the I/O thread meanwhile. Stop() calls on_stop, which ends the handler.
+TEST(HttpServerWorkersTest, AFullQueueIs503AndStopEndsALongHandler) {
+  std::atomic<bool> stopping{false};
+  std::atomic<int> running{0}, queue_full{0};
+  auto s =
+      Server::Start({.offload = [](const Request& r) { return r.path() == "/slow"; },
+                     .workers = 1,
+                     .max_queued = 1,
+                     .on_stop = [&] { stopping = true; },
+                     .on_busy =
+                         [&](std::string_view reason) {
+                           if (reason == "queue_full") ++queue_full;
+                         }},
+                    [&](Request& r) {
+                      if (r.path() != "/slow") return Response{.body = "fast"};
+                      ++running;
+                      // Until Stop(): a handler far longer than any test.
+                      test::WaitUntil([&] { return stopping.load(); }, std::chrono::minutes(5));
+                      return Response{.body = "slow"};
+                    });
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto& server = *s;
+  int a = ConnectToServer(server->port());
+  ASSERT_TRUE(SendAll(a, Get("/slow")));
+  ASSERT_TRUE(test::WaitUntil([&] { return running.load() == 1; }));
+  int b = ConnectToServer(server->port());
+  ASSERT_TRUE(SendAll(b, Get("/slow")));  // waits in the queue
+  std::string third;
+  ASSERT_TRUE(test::WaitUntil([&] {
+    third = RoundTripOverSocket(server->port(), Get("/slow"));
+    return third.find(" 503 ") != std::string::npos;
+  })) << third;
+  EXPECT_THAT(third, HasSubstr("Retry-After: 1"));
+  EXPECT_GE(queue_full.load(), 1);
+  EXPECT_THAT(RoundTripOverSocket(server->port(), Get("/fast")), HasSubstr("\r\n\r\nfast"));
+  const auto start = std::chrono::steady_clock::now();
+  server->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(running.load(), 1);  // the queued one never ran
+  ::close(a);
+  ::close(b);
+}
+
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// Connections pending while the process is out of fds (the soft limit
+// lowered after the server started, so its cap of 64 does not help):
+// accept fails with EMFILE; the server pauses instead of retrying at once.
+// Before, the accept loop spun on EMFILE (a core).
+TEST(HttpServerFdTest, AcceptOutOfFdsBacksOffInsteadOfSpinning) {
+  auto s = Server::Start({}, [](Request&) { return Response{.body = "ok"}; });
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto& server = *s;
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  // The clients' sockets first, then no fd to spare: every accept fails.
+  std::vector<int> clients;
+  for (int i = 0; i < 20; ++i) clients.push_back(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  size_t open = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd");
+       it != std::filesystem::directory_iterator(); ++it) {
+    ++open;
+  }
+  rlimit low = saved;
+  low.rlim_cur = open;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server->port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int connected = 0;
+  for (int fd : clients) {
+    connected += ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  const double before = ProcessCpuSeconds();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the idle time measured
+  const double cpu = ProcessCpuSeconds() - before;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_EQ(connected, 20);
+  EXPECT_LT(cpu, 0.3);
+  for (int fd : clients) ::close(fd);
+  // Accepting again once fds are free.
+  EXPECT_THAT(RoundTripOverSocket(server->port(), Get("/")), HasSubstr("\r\n\r\nok"));
+  server->Stop();
 }
 
 }  // namespace

@@ -73,7 +73,7 @@ HttpReply Post(uint16_t port, const std::string& target, const std::string& body
 
 class HttpTest : public ::testing::Test {
  protected:
-  void StartServer(uint64_t max_body = 256ull << 20, int threads = 2) {
+  void StartServer(uint64_t max_body = 128ull << 20, int threads = 2) {
     metrics_ = ExtenderMetrics::Create();
     extender_ = std::make_unique<Extender>(Extender::Options{.metrics = metrics_.get()});
     auto s = ExtenderServer::Start({.listen = "127.0.0.1:0",
@@ -182,7 +182,7 @@ TEST_F(HttpTest, WrongMethodsPathsAndNonHttpAreRefused) {
 }
 
 TEST_F(HttpTest, ConcurrentRequestsAllGetTheirOwnAnswer) {
-  StartServer(256ull << 20, /*threads=*/4);
+  StartServer(128ull << 20, /*threads=*/4);
   const std::string filter = ReadTestdata("filter_nodes.request.json");
   const std::string prioritize = ReadTestdata("prioritize_nodes.request.json");
   const auto want_filter = nlohmann::json::parse(ReadTestdata("filter_nodes.response.json"));
