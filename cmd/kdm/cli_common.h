@@ -60,7 +60,8 @@ StatusOr<std::map<std::string, k8s::DeviceAttributes>> ParseResourceAttributes(
 // Raises the soft RLIMIT_NOFILE to the hard one (containerd >= 2.0 and
 // Docker >= 25 start containers at a soft 1024), once per process, logging
 // event=fd_limit_raised (or event=fd_limit_unchanged with the reason). For
-// every long-running command, after SetUpStderrLogging.
+// every long-running command, once its flags and files are checked (a bad
+// one stays a one-line error) and before it serves.
 void RaiseFdLimit();
 
 // Sends gRPC core's own log lines (printed to stderr in its own format, e.g.

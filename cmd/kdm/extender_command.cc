@@ -48,7 +48,6 @@ struct ExtenderFlags {
 
 int RunExtender(const ExtenderFlags& flags) {
   SetUpStderrLogging("extender", flags.verbosity >= 1 ? spdlog::level::debug : spdlog::level::info);
-  RaiseFdLimit();
   auto fail = [](int code, const std::string& m) {
     std::cerr << "kdm extender: " << m << "\n";
     return code;
@@ -128,6 +127,7 @@ int RunExtender(const ExtenderFlags& flags) {
   scheduler::Extender extender(extender_options);
   server_options.extender = &extender;
   server_options.metrics = metrics.get();
+  RaiseFdLimit();  // after every flag and file was checked: a bad one is one line
   auto server = scheduler::ExtenderServer::Start(std::move(server_options));
   if (!server.ok()) {
     if (cache) cache->Stop();

@@ -56,7 +56,6 @@ void SetUpLogging(int verbosity) {
   SetUpStderrLogging("kdm-kubelet", verbosity >= 2   ? spdlog::level::trace
                                     : verbosity == 1 ? spdlog::level::debug
                                                      : spdlog::level::info);
-  RaiseFdLimit();
 }
 
 int RunKubelet(const KubeletFlags& flags) {
@@ -157,6 +156,7 @@ int RunKubelet(const KubeletFlags& flags) {
       options.root, flags.checkpoint, options.grace_period.count(), options.rpc_timeout.count(),
       options.pre_start_timeout.count(), options.registration_grace.count(),
       options.metrics_addr.empty() ? "off" : options.metrics_addr);
+  RaiseFdLimit();  // after every flag and file was checked: a bad one is one line
   auto agent = fakes::NodeAgent::Start(options);
   if (!agent.ok()) return cannot_start(agent.status());
   // The publish loop reads the agent's Manager in-process: the answers of

@@ -87,7 +87,6 @@ int PluginFail(int code, const std::string& message) {
 
 void SetUpLogging(bool verbose) {
   SetUpStderrLogging("kdm-plugin", verbose ? spdlog::level::debug : spdlog::level::info);
-  RaiseFdLimit();
 }
 
 const char* SignalName(int sig) {
@@ -225,6 +224,7 @@ int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
   if (!created.ok()) return PluginFail(kRuntimeError, created.status().message());
   std::unique_ptr<fakes::FaultyPlugin> plugin = std::move(*created);
   const std::string& resource = config.resource_name;
+  RaiseFdLimit();
   if (Status s = plugin->Start(); !s.ok()) return PluginFail(kRuntimeError, s.message());
   spdlog::info("event=serving resource={} socket={} devices={} source={} fault={}", resource,
                plugin->SocketPath(), plugin->healthy().topology().size(),
@@ -302,6 +302,7 @@ int RunNvmlPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
   if (!created.ok()) return PluginFail(kRuntimeError, created.status().message());
   std::unique_ptr<nvml::NvmlPlugin> plugin = std::move(*created);
   const std::string& resource = config.resource_name;
+  RaiseFdLimit();
   if (Status s = plugin->Start(); !s.ok()) return PluginFail(kRuntimeError, s.message());
   std::cout << "ready plugin=" << resource << " socket=" << plugin->server().SocketPath()
             << " devices=" << plugin->node().gpus.size() << " source=nvml" << std::endl;
@@ -392,6 +393,7 @@ int RunPlugin(const PluginFlags& given) {
     if (Status s = watcher->Start(); !s.ok()) return PluginFail(kRuntimeError, s.message());
   }
 
+  RaiseFdLimit();
   if (Status s = plugin->Start(); !s.ok()) {
     if (watcher) watcher->Stop();
     return PluginFail(kRuntimeError, s.message());

@@ -47,7 +47,6 @@ struct PublishFlags {
 
 int RunPublish(const PublishFlags& flags) {
   SetUpStderrLogging("publish", flags.verbosity >= 1 ? spdlog::level::debug : spdlog::level::info);
-  if (!flags.dry_run) RaiseFdLimit();
   auto fail = [](const PublishFailure& f) {
     std::cerr << "kdm publish: " << f.message << "\n";
     return f.code;
@@ -106,6 +105,7 @@ int RunPublish(const PublishFlags& flags) {
   spdlog::info("event=publish_starting node={} interval={}ms min_write_interval={}ms resync={}ms",
                setup.options.node, setup.options.interval.count(),
                setup.options.min_write_interval.count(), setup.options.resync.count());
+  RaiseFdLimit();  // after every flag and file was checked: a bad one is one line
   auto loop = publish::PublishLoop::Start(std::move(setup.options), std::move(source),
                                           std::move(kube_client));
   int sig = 0;
