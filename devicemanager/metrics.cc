@@ -115,7 +115,15 @@ class MetricsImpl final : public Metrics {
   std::string Render(const Manager* manager) override {
     kdm::MutexLock lock(&render_mu_);
     if (manager != nullptr) Refresh(*manager);
+    for (const CounterSource& s : counter_sources_)
+      s.counter.RaiseTo(static_cast<double>(s.read()));
     return registry_.Text();
+  }
+
+  void AddCounterSource(const std::string& name, const std::string& help,
+                        std::function<uint64_t()> read) override {
+    kdm::MutexLock lock(&render_mu_);
+    counter_sources_.push_back({registry_.AddCounter(name, help).Add({}), std::move(read)});
   }
 
  private:
@@ -194,6 +202,11 @@ class MetricsImpl final : public Metrics {
   const http::GaugeFamily allocatable_;
 
   kdm::Mutex render_mu_;  // one Refresh at a time
+  struct CounterSource {
+    http::Counter counter;
+    std::function<uint64_t()> read;
+  };
+  std::vector<CounterSource> counter_sources_ ABSL_GUARDED_BY(render_mu_);
   std::set<std::string> shown_resources_ ABSL_GUARDED_BY(render_mu_);
 };
 

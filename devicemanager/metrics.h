@@ -27,6 +27,8 @@
 #ifndef KDM_DEVICEMANAGER_METRICS_H_
 #define KDM_DEVICEMANAGER_METRICS_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -53,6 +55,13 @@ class Metrics {
   // `manager`, first refreshes the kdm_* metrics from manager->GetStats()
   // and manager->GetCapacity().
   virtual std::string Render(const Manager* manager) = 0;
+
+  // A counter kept by another part of the process (kdm kubelet --publish's
+  // kdm_publish_annotation_too_large_total): `read` gives its value at each
+  // Render (on the metrics server's thread), so it must stay valid while the
+  // metrics are served. A name must be new.
+  virtual void AddCounterSource(const std::string& name, const std::string& help,
+                                std::function<uint64_t()> read) = 0;
 };
 
 class MetricsServer {

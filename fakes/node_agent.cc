@@ -92,6 +92,7 @@ class NodeAgentImpl final : public NodeAgent {
   void Stop() override;
   int metrics_port() const override { return metrics_server_ ? metrics_server_->port() : 0; }
   const dm::Manager& manager() const override { return *manager_; }
+  dm::Metrics* metrics() const override { return metrics_.get(); }
   std::vector<dm::ActivePod> ActivePods() const override {
     kdm::MutexLock lock(&active_mu_);
     std::vector<dm::ActivePod> out;

@@ -67,6 +67,7 @@
 #include "kdm/base/status.h"
 #include "kdm/checkpoint/paths.h"
 #include "kdm/devicemanager/manager.h"
+#include "kdm/devicemanager/metrics.h"
 #include "kdm/devicemanager/pod.h"
 #include "kdm/devicemanager/pod_resources_server.h"
 #include "kdm/k8s/devices_annotation.h"
@@ -160,6 +161,9 @@ class NodeAgent {
   // no dial). Its query methods are thread-safe. Valid until the agent is
   // destroyed; stop its readers before Stop().
   virtual const devicemanager::Manager& manager() const = 0;
+  // The metrics the metrics server shows; null when it has none (no
+  // metrics_addr). Valid until the agent is destroyed.
+  virtual devicemanager::Metrics* metrics() const = 0;
 };
 
 }  // namespace kdm::fakes

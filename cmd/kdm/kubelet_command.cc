@@ -173,6 +173,13 @@ int RunKubelet(const KubeletFlags& flags) {
         std::make_unique<publish::ManagerSource>(&node_agent->manager(),
                                                  [node_agent] { return node_agent->ActivePods(); }),
         std::move(kube_client));
+    if (devicemanager::Metrics* metrics = node_agent->metrics()) {
+      // The loop outlives the metrics server: the agent stops it below.
+      metrics->AddCounterSource(
+          "kdm_publish_annotation_too_large_total",
+          "kdm.io/devices values not sent because they were over the API server's 256 KiB.",
+          [loop = publish_loop.get()] { return loop->annotations_too_large(); });
+    }
   }
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {

@@ -10,11 +10,15 @@
 //     and nothing sent to the API server.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -50,6 +54,28 @@ nlohmann::json ManyGpuNode(int n) {
                     {"brand", "nvidia"}});
   }
   return {{"driver_version", "550.54.15"}, {"cuda_driver_version", 12040}, {"gpus", gpus}};
+}
+
+// GET PATH from 127.0.0.1:PORT; the raw answer ("" when it cannot connect).
+std::string HardeningHttpGet(int port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return "";
+  }
+  const std::string req =
+      "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  (void)!::write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
+  ::close(fd);
+  return out;
 }
 
 class PublishHardeningE2eTest : public KubeletE2eTest {
@@ -239,6 +265,55 @@ TEST_F(PublishHardeningE2eTest, DevicesAloneOverTheLimitAreNeverSent) {
   EXPECT_EQ((*server)->RequestCount(), 0u) << publish.Log();
   const std::string log = publish.Log();
   EXPECT_THAT(log, HasSubstr("limit=262144 total=1 ")) << log;
+  (*server)->Stop();
+}
+
+// The same value made by `kdm kubelet --publish`: never sent, and counted in
+// the agent's metrics (kdm_publish_annotation_too_large_total).
+TEST_F(PublishHardeningE2eTest, KubeletPublishCountsAnnotationsOverTheLimitInItsMetrics) {
+  const std::string a = "example.com/" + std::string(60, 'a');
+  const std::string b = "example.com/" + std::string(60, 'b');
+  StatusOr<kube::test::TestPki> pki = kube::test::MakeTestPki();
+  ASSERT_TRUE(pki.ok()) << pki.status();
+  auto server = kube::test::TestApiServer::Start(
+      {.cert_pem = pki->server.cert_pem, .key_pem = pki->server.key_pem});
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->SetHandler([](const kube::test::RecordedRequest&) {
+    return kube::test::Reply{.status = 200, .body = "{}"};
+  });
+  std::ofstream(root_ + "/ca.pem") << pki->ca.cert_pem;
+  const std::string kubeconfig = root_ + "/kubeconfig";
+  std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+                               "clusters:\n- name: test\n  cluster:\n    server: "
+                            << (*server)->url() << "\n    certificate-authority: " << root_
+                            << "/ca.pem\nusers:\n- name: kdm\n  user:\n    token: secret-token\n"
+                               "contexts:\n- name: test\n  context:\n    cluster: test\n"
+                               "    user: kdm\n";
+  StartKubelet({"--metrics-addr", "127.0.0.1:0", "--publish", "--node-name", "gpu-node-7",
+                "--kubeconfig", kubeconfig, "--interval", "100ms", "--min-write-interval",
+                "100ms"});
+  StartPlugin({"--resource", a, "--count", "1024", "--socket-name", "a.sock"});
+  StartPlugin({"--resource", b, "--count", "1024", "--socket-name", "b.sock"});
+  ASSERT_TRUE(WaitUntil([&] { return Allocatable(a, 1024) && Allocatable(b, 1024); }, kWaitBound));
+  std::smatch m;
+  const std::string log = kubelet_->Log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("event=metrics_serving addr=\\S+ port=(\\d+)")))
+      << log;
+  const int port = std::stoi(m[1]);
+  std::string metrics;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        metrics = HardeningHttpGet(port, "/metrics");
+        return std::regex_search(metrics,
+                                 std::regex("\nkdm_publish_annotation_too_large_total [1-9]"));
+      },
+      kWaitBound))
+      << metrics << kubelet_->Log();
+  EXPECT_THAT(kubelet_->Log(), HasSubstr("event=publish_annotation_too_large"));
+  // Only the small value from before the plugins registered was sent.
+  for (const kube::test::RecordedRequest& r : (*server)->Requests()) {
+    EXPECT_LT(r.body.size(), 4096u) << r.method << " " << r.target;
+  }
   (*server)->Stop();
 }
 
