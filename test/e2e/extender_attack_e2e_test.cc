@@ -23,6 +23,7 @@
 #include "kdm/k8s/devices_annotation.h"
 #include "kdm/scheduler/extender_json.h"
 #include "kdm/test/e2e/e2e_util.h"
+#include "kdm/test/sanitizer_bounds.h"
 
 namespace kdm::e2e {
 namespace {
@@ -240,9 +241,9 @@ TEST_F(ExtenderAttackE2eTest, IdleConnectionsPastTheFdLimitNeitherSpinNorBlockHe
     std::this_thread::sleep_for(Millis(200));
   }
   const double cpu = CpuSeconds(extender_->pid()) - cpu_before;
-  EXPECT_LT(slowest, 1.0);
+  EXPECT_LT(slowest, 1.0 * ::kdm::test::kSanitizerTimeScale);
   // Idle: near 0 (a spinning accept loop burns about a core).
-  EXPECT_LT(cpu, 0.3) << "CPU-s over " << Since(start) << " s";
+  EXPECT_LT(cpu, 0.3 * ::kdm::test::kSanitizerTimeScale) << "CPU-s over " << Since(start) << " s";
   RecordProperty("healthz_slowest_s", std::to_string(slowest));
   RecordProperty("cpu_s", std::to_string(cpu));
   EXPECT_TRUE(extender_->Running());
@@ -303,7 +304,7 @@ TEST_F(ExtenderAttackE2eTest, LargeBodiesInFlightShareOneBudget) {
   }
   EXPECT_GE(busy, 1);
   // Eight bodies would be 480 MiB; the default budget holds two or three.
-  EXPECT_LT(hwm_kb, 320 * 1024) << "VmHWM " << hwm_kb << " kB";
+  EXPECT_LT(hwm_kb, 320 * 1024 * ::kdm::test::kSanitizerMemoryScale) << "VmHWM " << hwm_kb << " kB";
   RecordProperty("vmhwm_kb", std::to_string(hwm_kb));
   RecordProperty("refused_503", std::to_string(busy));
   Answer after = Post(port_, "/filter", ArgsWithNodes(1, {}));
@@ -332,9 +333,9 @@ TEST_F(ExtenderAttackE2eTest, PackedPolicyHostileNodeIsBoundedAndSigtermIsQuick)
   Answer health = Get(port_, "/healthz", Millis(3'000));
   attacker.join();
   EXPECT_EQ(health.status, 200) << health.body;
-  EXPECT_LT(health.seconds, 1.0);
+  EXPECT_LT(health.seconds, 1.0 * ::kdm::test::kSanitizerTimeScale);
   ASSERT_EQ(answer.status, 200) << answer.body;
-  EXPECT_LT(answer.seconds, 5.0);
+  EXPECT_LT(answer.seconds, 5.0 * ::kdm::test::kSanitizerTimeScale);
   EXPECT_THAT(answer.body, HasSubstr("\"Score\":0"));
   Answer metrics = Get(port_, "/metrics");
   EXPECT_GE(MetricValue(metrics.body, "kdm_extender_unscored_nodes_total{", "verb=\"prioritize\""),
@@ -354,7 +355,7 @@ TEST_F(ExtenderAttackE2eTest, PackedPolicyHostileNodeIsBoundedAndSigtermIsQuick)
   const double took = Since(signalled);
   second.join();
   EXPECT_TRUE(exited) << extender_->Log().substr(0, 2000);
-  EXPECT_LT(took, 2.0);
+  EXPECT_LT(took, 2.0 * ::kdm::test::kSanitizerTimeScale);
   RecordProperty("prioritize_s", std::to_string(answer.seconds));
   RecordProperty("healthz_s", std::to_string(health.seconds));
   RecordProperty("sigterm_exit_s", std::to_string(took));
@@ -385,13 +386,13 @@ TEST_F(ExtenderAttackE2eTest, DistinctLargeMatricesLeaveHealthzAndHonestRequests
   Answer filter = Post(port_, "/filter", honest, Millis(8'000));
   for (std::thread& t : attackers) t.join();
   EXPECT_EQ(health.status, 200) << health.body;
-  EXPECT_LT(health.seconds, 1.0);
+  EXPECT_LT(health.seconds, 1.0 * ::kdm::test::kSanitizerTimeScale);
   EXPECT_EQ(filter.status, 200) << filter.body;
   EXPECT_THAT(filter.body, HasSubstr("\"n0\""));
-  EXPECT_LT(filter.seconds, 3.0);
+  EXPECT_LT(filter.seconds, 3.0 * ::kdm::test::kSanitizerTimeScale);
   for (const Answer& a : attacks) {
     EXPECT_EQ(a.status, 200) << a.body.substr(0, 300);
-    EXPECT_LT(a.seconds, 4.0);
+    EXPECT_LT(a.seconds, 4.0 * ::kdm::test::kSanitizerTimeScale);
   }
   RecordProperty("attack_s", std::to_string(std::max(attacks[0].seconds, attacks[1].seconds)));
   RecordProperty("healthz_s", std::to_string(health.seconds));

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kdm/test/e2e/e2e_util.h"
+#include "kdm/test/sanitizer_bounds.h"
 
 namespace kdm::e2e {
 namespace {
@@ -42,11 +43,7 @@ using ::testing::HasSubstr;
 #define KDM_INPUT_E2E_ASAN 1
 #endif
 #endif
-#if defined(__SANITIZE_THREAD__) || defined(KDM_INPUT_E2E_TSAN)
-constexpr uint64_t kMemoryScale = 3;
-#else
-constexpr uint64_t kMemoryScale = 1;
-#endif
+constexpr uint64_t kMemoryScale = ::kdm::test::kSanitizerMemoryScale;
 #if defined(__SANITIZE_ADDRESS__) || defined(KDM_INPUT_E2E_ASAN)
 constexpr bool kAsan = true;
 #else
