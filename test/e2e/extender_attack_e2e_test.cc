@@ -85,11 +85,12 @@ Answer Exchange(uint16_t port, bhttp::verb method, const std::string& target,
   return a;
 }
 
-Answer Get(uint16_t port, const std::string& target, Millis timeout = Millis(5'000)) {
+Answer Get(uint16_t port, const std::string& target,
+           Millis timeout = Millis(5'000 * ::kdm::test::kSanitizerTimeScale)) {
   return Exchange(port, bhttp::verb::get, target, "", timeout);
 }
 Answer Post(uint16_t port, const std::string& target, const std::string& body,
-            Millis timeout = Millis(10'000)) {
+            Millis timeout = Millis(10'000 * ::kdm::test::kSanitizerTimeScale)) {
   return Exchange(port, bhttp::verb::post, target, body, timeout);
 }
 
@@ -235,7 +236,7 @@ TEST_F(ExtenderAttackE2eTest, IdleConnectionsPastTheFdLimitNeitherSpinNorBlockHe
   // Ten /healthz over 2 s, paced (the pause is the idle time measured, not
   // a wait for an event).
   for (int i = 0; i < 10; ++i) {
-    Answer a = Get(port_, "/healthz", Millis(3'000));
+    Answer a = Get(port_, "/healthz", Millis(3'000 * ::kdm::test::kSanitizerTimeScale));
     ASSERT_EQ(a.status, 200) << a.body << "\n" << extender_->Log().substr(0, 3000);
     slowest = std::max(slowest, a.seconds);
     std::this_thread::sleep_for(Millis(200));
@@ -259,9 +260,14 @@ TEST_F(ExtenderAttackE2eTest, RaisesTheSoftFdLimitToTheHardOne) {
 
 // Item 8: eight clients send 60 MiB bodies at once under --max-body-bytes
 // 64 MiB. Before: every body was read in full at once (618 MB peak RSS).
+// In a sanitizer build every size is divided by its slowdown, so that each
+// accepted body still arrives within the 30 s request timeout.
 TEST_F(ExtenderAttackE2eTest, LargeBodiesInFlightShareOneBudget) {
-  ASSERT_NO_FATAL_FAILURE(StartExtender({"--max-body-bytes", std::to_string(64 << 20)}));
-  constexpr size_t kBody = 60u << 20;
+  constexpr size_t kShrink = ::kdm::test::kSanitizerTimeScale;
+  ASSERT_NO_FATAL_FAILURE(
+      StartExtender({"--max-body-bytes", std::to_string((64u << 20) / kShrink),
+                     "--max-total-body-bytes", std::to_string((192u << 20) / kShrink)}));
+  constexpr size_t kBody = (60u << 20) / kShrink;
   const std::string chunk(1 << 20, 'x');
   std::vector<Answer> answers(8);
   std::vector<std::thread> clients;
@@ -271,7 +277,7 @@ TEST_F(ExtenderAttackE2eTest, LargeBodiesInFlightShareOneBudget) {
       try {
         net::io_context ioc;
         beast::tcp_stream stream(ioc);
-        stream.expires_after(std::chrono::seconds(20));
+        stream.expires_after(std::chrono::seconds(20 * ::kdm::test::kSanitizerTimeScale));
         stream.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port_));
         net::write(stream, net::buffer("POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: "
                                        "application/json\r\nContent-Length: " +
@@ -325,12 +331,12 @@ TEST_F(ExtenderAttackE2eTest, PackedPolicyHostileNodeIsBoundedAndSigtermIsQuick)
   Answer answer;
   const double cpu_at_start = CpuSeconds(extender_->pid());
   std::thread attacker([&] {
-    answer = Post(port_, "/prioritize", attack, Millis(8'000));
+    answer = Post(port_, "/prioritize", attack, Millis(8'000 * ::kdm::test::kSanitizerTimeScale));
     done = true;
   });
   ASSERT_TRUE(
       WaitUntil([&] { return CpuSeconds(extender_->pid()) > cpu_at_start + 0.02 || done; }));
-  Answer health = Get(port_, "/healthz", Millis(3'000));
+  Answer health = Get(port_, "/healthz", Millis(3'000 * ::kdm::test::kSanitizerTimeScale));
   attacker.join();
   EXPECT_EQ(health.status, 200) << health.body;
   EXPECT_LT(health.seconds, 1.0 * ::kdm::test::kSanitizerTimeScale);
@@ -347,11 +353,13 @@ TEST_F(ExtenderAttackE2eTest, PackedPolicyHostileNodeIsBoundedAndSigtermIsQuick)
   for (int i = 0; i < 40; ++i) hostile.push_back(RandomNodeAnnotation(32, rng));
   const std::string big = ArgsWithNodes(2, hostile);
   const double cpu = CpuSeconds(extender_->pid());
-  std::thread second([&] { Post(port_, "/prioritize", big, Millis(8'000)); });
+  std::thread second(
+      [&] { Post(port_, "/prioritize", big, Millis(8'000 * ::kdm::test::kSanitizerTimeScale)); });
   ASSERT_TRUE(WaitUntil([&] { return CpuSeconds(extender_->pid()) > cpu + 0.1; }));
   const auto signalled = std::chrono::steady_clock::now();
   extender_->Signal(SIGTERM);
-  const bool exited = WaitUntil([&] { return !extender_->Running(); }, Millis(3'000));
+  const bool exited = WaitUntil([&] { return !extender_->Running(); },
+                                Millis(3'000 * ::kdm::test::kSanitizerTimeScale));
   const double took = Since(signalled);
   second.join();
   EXPECT_TRUE(exited) << extender_->Log().substr(0, 2000);
@@ -377,13 +385,15 @@ TEST_F(ExtenderAttackE2eTest, DistinctLargeMatricesLeaveHealthzAndHonestRequests
   std::vector<Answer> attacks(2);
   std::vector<std::thread> attackers;
   for (int r = 0; r < 2; ++r) {
-    attackers.emplace_back(
-        [&, r] { attacks[r] = Post(port_, "/prioritize", bodies[r], Millis(10'000)); });
+    attackers.emplace_back([&, r] {
+      attacks[r] =
+          Post(port_, "/prioritize", bodies[r], Millis(10'000 * ::kdm::test::kSanitizerTimeScale));
+    });
   }
   const double cpu = CpuSeconds(extender_->pid());
   ASSERT_TRUE(WaitUntil([&] { return CpuSeconds(extender_->pid()) > cpu + 0.2; }));
-  Answer health = Get(port_, "/healthz", Millis(5'000));
-  Answer filter = Post(port_, "/filter", honest, Millis(8'000));
+  Answer health = Get(port_, "/healthz", Millis(5'000 * ::kdm::test::kSanitizerTimeScale));
+  Answer filter = Post(port_, "/filter", honest, Millis(8'000 * ::kdm::test::kSanitizerTimeScale));
   for (std::thread& t : attackers) t.join();
   EXPECT_EQ(health.status, 200) << health.body;
   EXPECT_LT(health.seconds, 1.0 * ::kdm::test::kSanitizerTimeScale);
