@@ -3,8 +3,10 @@
 #define KDM_TEST_E2E_E2E_UTIL_H_
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +28,29 @@ namespace kdm::e2e {
 
 // Upper bound of every wait in an e2e test.
 inline constexpr std::chrono::seconds kWaitBound{30};
+
+// GET PATH from 127.0.0.1:PORT over plain HTTP (Connection: close); the raw
+// answer, or "" when it cannot connect.
+inline std::string HttpGet(int port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return "";
+  }
+  const std::string req =
+      "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  (void)!::write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
+  ::close(fd);
+  return out;
+}
 
 // The kdm binary under test: $KDM_BINARY_DIR/bin/kdm (set by ctest), else the
 // build tree the test was compiled in (KDM_TEST_BINARY_DIR).

@@ -44,6 +44,7 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 using kdm::e2e::Gpus;
+using kdm::e2e::HttpGet;
 using kdm::e2e::KdmBinary;
 using kdm::e2e::kFpga;
 using kdm::e2e::kGpu;
@@ -354,26 +355,6 @@ TEST_F(KubeletE2eTest, UsageErrorsExitTwo) {
   Process p({"kubelet", "--root", root_ + "/file/sub"}, root_ + "/usage-root.out");
   EXPECT_EQ(p.Wait(), 1) << p.Log();
   EXPECT_THAT(p.Log(), HasSubstr(root_ + "/file/sub"));
-}
-
-std::string HttpGet(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-  (void)!::write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
-  ::close(fd);
-  return out;
 }
 
 TEST_F(KubeletE2eTest, MetricsServedWhenAsked) {

@@ -57,28 +57,6 @@ nlohmann::json ManyGpuNode(int n) {
   return {{"driver_version", "550.54.15"}, {"cuda_driver_version", 12040}, {"gpus", gpus}};
 }
 
-// GET PATH from 127.0.0.1:PORT; the raw answer ("" when it cannot connect).
-std::string HardeningHttpGet(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return "";
-  }
-  const std::string req =
-      "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-  (void)!::write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
-  ::close(fd);
-  return out;
-}
-
 class PublishHardeningE2eTest : public KubeletE2eTest {
  protected:
   void TearDown() override {
@@ -94,6 +72,19 @@ class PublishHardeningE2eTest : public KubeletE2eTest {
     ::setenv("KDM_FAKE_NVML_NODE", path.c_str(), 1);
   }
   std::string Sysfs() const { return root_ + "/sys"; }
+  // Writes ROOT/ca.pem and ROOT/kubeconfig (token auth against `url`);
+  // the kubeconfig's path.
+  std::string WriteKubeconfig(const std::string& url, const std::string& ca_pem) const {
+    std::ofstream(root_ + "/ca.pem") << ca_pem;
+    const std::string path = root_ + "/kubeconfig";
+    std::ofstream(path) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+                           "clusters:\n- name: test\n  cluster:\n    server: "
+                        << url << "\n    certificate-authority: " << root_
+                        << "/ca.pem\nusers:\n- name: kdm\n  user:\n    token: secret-token\n"
+                           "contexts:\n- name: test\n  context:\n    cluster: test\n"
+                           "    user: kdm\n";
+    return path;
+  }
   std::string Socket() const { return root_ + "/pod-resources/kubelet.sock"; }
   std::vector<std::string> NvmlFlags() const {
     return {"--nvml-library", kHardeningFakeLibrary, "--sysfs-root", Sysfs()};
@@ -201,15 +192,7 @@ TEST_F(PublishHardeningE2eTest, AnnotationOverTheApiServersLimitIsRefusedAndNeve
   (*server)->SetHandler([](const kube::test::RecordedRequest&) {
     return kube::test::Reply{.status = 200, .body = "{}"};
   });
-  std::ofstream(root_ + "/ca.pem") << pki->ca.cert_pem;
-  const std::string kubeconfig = root_ + "/kubeconfig";
-  std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-                               "clusters:\n- name: test\n  cluster:\n    server: "
-                            << (*server)->url()
-                            << "\n    certificate-authority: ca.pem\n"
-                               "users:\n- name: kdm\n  user:\n    token: secret-token\n"
-                               "contexts:\n- name: test\n  context:\n    cluster: test\n"
-                               "    user: kdm\n";
+  const std::string kubeconfig = WriteKubeconfig((*server)->url(), pki->ca.cert_pem);
   EXPECT_EQ(Run(PublishArgs({"--kubeconfig", kubeconfig})), 1) << err_;
   EXPECT_THAT(err_, HasSubstr("262144 bytes (256 KiB")) << err_;
   EXPECT_EQ((*server)->RequestCount(), 0u);
@@ -241,15 +224,7 @@ TEST_F(PublishHardeningE2eTest, DevicesAloneOverTheLimitAreNeverSent) {
   (*server)->SetHandler([](const kube::test::RecordedRequest&) {
     return kube::test::Reply{.status = 200, .body = "{}"};
   });
-  std::ofstream(root_ + "/ca.pem") << pki->ca.cert_pem;
-  const std::string kubeconfig = root_ + "/kubeconfig";
-  std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-                               "clusters:\n- name: test\n  cluster:\n    server: "
-                            << (*server)->url()
-                            << "\n    certificate-authority: ca.pem\n"
-                               "users:\n- name: kdm\n  user:\n    token: secret-token\n"
-                               "contexts:\n- name: test\n  context:\n    cluster: test\n"
-                               "    user: kdm\n";
+  const std::string kubeconfig = WriteKubeconfig((*server)->url(), pki->ca.cert_pem);
   Process publish(
       {"publish", "--node-name", "gpu-node-7", "--pod-resources-socket", Socket(), "--kubeconfig",
        kubeconfig, "--interval", "100ms", "--min-write-interval", "100ms"},
@@ -282,14 +257,7 @@ TEST_F(PublishHardeningE2eTest, KubeletPublishCountsAnnotationsOverTheLimitInIts
   (*server)->SetHandler([](const kube::test::RecordedRequest&) {
     return kube::test::Reply{.status = 200, .body = "{}"};
   });
-  std::ofstream(root_ + "/ca.pem") << pki->ca.cert_pem;
-  const std::string kubeconfig = root_ + "/kubeconfig";
-  std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-                               "clusters:\n- name: test\n  cluster:\n    server: "
-                            << (*server)->url() << "\n    certificate-authority: " << root_
-                            << "/ca.pem\nusers:\n- name: kdm\n  user:\n    token: secret-token\n"
-                               "contexts:\n- name: test\n  context:\n    cluster: test\n"
-                               "    user: kdm\n";
+  const std::string kubeconfig = WriteKubeconfig((*server)->url(), pki->ca.cert_pem);
   StartKubelet({"--metrics-addr", "127.0.0.1:0", "--publish", "--node-name", "gpu-node-7",
                 "--kubeconfig", kubeconfig, "--interval", "100ms", "--min-write-interval",
                 "100ms"});
@@ -304,7 +272,7 @@ TEST_F(PublishHardeningE2eTest, KubeletPublishCountsAnnotationsOverTheLimitInIts
   std::string metrics;
   ASSERT_TRUE(WaitUntil(
       [&] {
-        metrics = HardeningHttpGet(port, "/metrics");
+        metrics = HttpGet(port, "/metrics");
         return std::regex_search(metrics,
                                  std::regex("\nkdm_publish_annotation_too_large_total [1-9]"));
       },
