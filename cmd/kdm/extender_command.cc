@@ -46,6 +46,15 @@ struct ExtenderFlags {
   int verbosity = 0;
 };
 
+// A byte count as a whole decimal number: CLI11 alone takes "-5" for an
+// unsigned flag (it wraps) and a number past 2^64 without a word.
+std::string CheckByteCount(const std::string& v) {
+  if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos) {
+    return "must be a whole number of bytes (0 to 9999999999999999999), got '" + v + "'";
+  }
+  return "";
+}
+
 int RunExtender(const ExtenderFlags& flags) {
   SetUpStderrLogging("extender", flags.verbosity >= 1 ? spdlog::level::debug : spdlog::level::info);
   auto fail = [](int code, const std::string& m) {
@@ -166,12 +175,15 @@ void AddExtenderCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--threads", flags->threads, "Threads running filter and prioritize")
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", flags->max_body_bytes, "The largest request body accepted")
+      ->check(CheckByteCount)
       ->capture_default_str();
   cmd->add_option("--topology-cache-bytes", flags->topology_cache_bytes,
                   "Bytes of decoded link matrices kept for reuse (least recently used evicted)")
+      ->check(CheckByteCount)
       ->capture_default_str();
   cmd->add_option("--max-total-body-bytes", flags->max_total_body_bytes,
                   "All request bodies in flight together; past it 503 with Retry-After")
+      ->check(CheckByteCount)
       ->capture_default_str();
   cmd->add_option("--request-budget", flags->request_budget,
                   "Time one request may spend on its nodes; the rest pass unjudged / score 0")

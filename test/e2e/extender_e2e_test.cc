@@ -298,6 +298,18 @@ TEST_F(ExtenderE2eTest, BadFlagsAreClearErrors) {
        1,
        "none.pem"},
       {{"--listen", "127.0.0.1:0", "--no-such-flag"}, 2, "--no-such-flag"},
+      // Round 3's flags (issue 28).
+      {{"--listen", "127.0.0.1:0", "--request-budget", "soon"}, 2, "--request-budget"},
+      {{"--listen", "127.0.0.1:0", "--request-budget", "0ms"}, 2, "--request-budget"},
+      {{"--listen", "127.0.0.1:0", "--request-budget", "2m"}, 2, "--request-budget"},
+      {{"--listen", "127.0.0.1:0", "--max-body-bytes", "4096", "--max-total-body-bytes", "1024"},
+       2,
+       "--max-total-body-bytes: at least --max-body-bytes"},
+      {{"--listen", "127.0.0.1:0", "--max-total-body-bytes", "lots"}, 2, "--max-total-body-bytes"},
+      {{"--listen", "127.0.0.1:0", "--topology-cache-bytes", "-5"}, 2, "--topology-cache-bytes"},
+      {{"--listen", "127.0.0.1:0", "--topology-cache-bytes", "99999999999999999999999"},
+       2,
+       "--topology-cache-bytes"},
       {{"--listen", "127.0.0.1:0", "--threads", "0"}, 2, "--threads"},
       {{"--listen", "127.0.0.1:0", "--max-body-bytes", "10"}, 2, "--max-body-bytes"},
   };
