@@ -18,6 +18,8 @@ struct Nodes {
   std::vector<const k8s::NodeDevices*> devices;  // null: no opinion
   std::vector<std::optional<k8s::NodeDevices>> read;
   std::vector<std::shared_ptr<const CachedNode>> cached;
+  // Views less the node's assumed pods (null where none apply).
+  std::vector<std::shared_ptr<const k8s::NodeDevices>> adjusted;
   // Annotations in the body that did not read: their count, the first.
   uint64_t unreadable = 0;
   std::string first_unreadable;
@@ -34,7 +36,7 @@ Extender::Extender(Options options)
 namespace {
 
 Nodes Collect(const ExtenderArgs& args, k8s::TopologyCache* topologies, const NodeCache* cache,
-              ExtenderMetrics* metrics) {
+              ExtenderMetrics* metrics, Assumptions* assumptions) {
   Nodes out;
   uint64_t& errors = out.unreadable;
   std::string& first_error = out.first_unreadable;
@@ -78,6 +80,17 @@ Nodes Collect(const ExtenderArgs& args, k8s::TopologyCache* topologies, const No
     }
   }
   if (errors > 0 && metrics) metrics->AnnotationErrors(errors);
+  if (assumptions != nullptr && assumptions->enabled()) {
+    out.adjusted.resize(out.names.size());
+    for (size_t i = 0; i < out.names.size(); ++i) {
+      if (out.devices[i] == nullptr) continue;
+      // A cached node's view is memoised while the node is unchanged.
+      std::shared_ptr<const void> owner;
+      if (!out.cached.empty()) owner = out.cached[i];
+      out.adjusted[i] = assumptions->View(out.names[i], *out.devices[i], owner);
+      if (out.adjusted[i]) out.devices[i] = out.adjusted[i].get();
+    }
+  }
   return out;
 }
 
@@ -111,11 +124,17 @@ void Extender::LogUnreadable(const std::string& pod, uint64_t errors,
 HttpAnswer Extender::Filter(const std::string& body) {
   StatusOr<ExtenderArgs> args = DecodeExtenderArgs(body);
   if (!args.ok()) return {400, EncodeError(args.status().message())};
-  Nodes nodes = Collect(*args, topologies_, options_.cache, options_.metrics);
+  Assumptions* const assumptions = options_.assumptions;
+  if (assumptions != nullptr) {
+    // The pod before this one may still be binding: its devices count.
+    assumptions->WaitForBinds(args->pod.uid);
+    RememberPod(args->pod);
+  }
+  Nodes nodes = Collect(*args, topologies_, options_.cache, options_.metrics, assumptions);
   LogUnreadable(args->pod.name, nodes.unreadable, nodes.first_unreadable);
   const ScoreBudget budget(options_.request_budget, options_.clock, &stopping_);
   std::string_view spent;
-  uint64_t unjudged = 0;
+  uint64_t unjudged = 0, passed = 0;
   FilterAnswer answer;
   if (args->nodes) answer.nodes.emplace();
   if (args->node_names || !args->nodes) answer.node_names.emplace();
@@ -126,6 +145,7 @@ HttpAnswer Extender::Filter(const std::string& body) {
     if (!spent.empty()) ++unjudged;
     switch (v.kind) {
       case Verdict::Kind::kPass:
+        ++passed;
         if (answer.nodes) answer.nodes->push_back((*args->nodes)[i].raw);
         if (answer.node_names) answer.node_names->push_back(nodes.names[i]);
         break;
@@ -141,13 +161,17 @@ HttpAnswer Extender::Filter(const std::string& body) {
     options_.metrics->Nodes("filter", nodes.names.size());
     if (unjudged > 0) options_.metrics->Unscored("filter", spent, unjudged);
   }
+  if (assumptions != nullptr && passed > 0 && !args->pod.resources.empty()) {
+    assumptions->InCycle(args->pod.uid);
+  }
   return {200, EncodeFilterAnswer(answer)};
 }
 
 HttpAnswer Extender::Prioritize(const std::string& body) {
   StatusOr<ExtenderArgs> args = DecodeExtenderArgs(body);
   if (!args.ok()) return {400, EncodeError(args.status().message())};
-  Nodes nodes = Collect(*args, topologies_, options_.cache, options_.metrics);
+  Nodes nodes =
+      Collect(*args, topologies_, options_.cache, options_.metrics, options_.assumptions);
   LogUnreadable(args->pod.name, nodes.unreadable, nodes.first_unreadable);
   const ScoreBudget budget(options_.request_budget, options_.clock, &stopping_);
   std::string_view spent;
@@ -175,6 +199,53 @@ HttpAnswer Extender::Prioritize(const std::string& body) {
     if (late > 0) options_.metrics->Unscored("prioritize", "node_budget", late);
   }
   return {200, EncodePriorityList(list)};
+}
+
+void Extender::RememberPod(const PodRequest& pod) {
+  if (pod.uid.empty() || pod.resources.empty() || !pod.refused.empty()) return;
+  BoundPod p{.uid = pod.uid, .namespace_name = pod.namespace_name, .name = pod.pod_name};
+  for (const auto& [resource, n] : pod.resources) {
+    if (n > 0) p.requests.emplace(resource, n);
+  }
+  MutexLock lock(&recent_mu_);
+  auto [it, inserted] = recent_.insert_or_assign(pod.uid, std::move(p));
+  if (!inserted) return;
+  recent_order_.push_back(pod.uid);
+  while (recent_order_.size() > kRecentPods) {
+    recent_.erase(recent_order_.front());
+    recent_order_.pop_front();
+  }
+}
+
+HttpAnswer Extender::Bind(const std::string& body) {
+  StatusOr<BindArgs> args = DecodeBindingArgs(body);
+  if (!args.ok()) return {400, EncodeError(args.status().message())};
+  if (!options_.bind) {
+    return {200, EncodeBindingResult("kdm extender: binding needs --kubeconfig or --in-cluster")};
+  }
+  std::optional<BoundPod> pod;
+  {
+    MutexLock lock(&recent_mu_);
+    auto it = recent_.find(args->pod_uid);
+    if (it != recent_.end()) pod = it->second;
+  }
+  Assumptions* const assumptions = options_.assumptions;
+  if (pod && assumptions != nullptr) {
+    // Assumed before the binding is posted: the next pod's filter, which
+    // may come while it is, already counts it.
+    if (pod->namespace_name == args->pod_namespace && pod->name == args->pod_name) {
+      pod->node = args->node;
+      assumptions->Bound(*pod, Assumptions::Source::kBind);
+    } else {
+      pod.reset();
+    }
+  }
+  Status s = options_.bind(*args);
+  if (!s.ok()) {
+    if (pod && assumptions != nullptr) assumptions->BindFailed(args->pod_uid);
+    return {200, EncodeBindingResult("kdm extender: " + std::string(s.message()))};
+  }
+  return {200, EncodeBindingResult("")};
 }
 
 }  // namespace kdm::scheduler

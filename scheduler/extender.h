@@ -24,12 +24,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "kdm/base/log_rate_limiter.h"
 #include "kdm/base/sync.h"
 #include "kdm/k8s/devices_annotation.h"
+#include "kdm/scheduler/assumptions.h"
+#include "kdm/scheduler/extender_json.h"
 #include "kdm/scheduler/metrics.h"
 #include "kdm/scheduler/node_cache.h"
 #include "kdm/scheduler/scorer.h"
@@ -55,6 +60,11 @@ class Extender {
     std::chrono::milliseconds request_budget{500};
     // Not owned; null: the steady clock.
     const Clock* clock = nullptr;
+    // Not owned; null: no assumed allocations (the annotations as they are).
+    Assumptions* assumptions = nullptr;
+    // Posts a Binding to the API server (POST /bind); null: /bind answers
+    // an error naming what is missing.
+    std::function<Status(const BindArgs&)> bind;
   };
 
   explicit Extender(Options options);
@@ -62,15 +72,23 @@ class Extender {
   // `body` may be padded with PadBody (read in place) or not (copied).
   HttpAnswer Filter(const std::string& body);
   HttpAnswer Prioritize(const std::string& body);
+  // kube-scheduler's bindVerb: assumes the pod on the node (its request as
+  // the last filter for its uid read it), posts the Binding, and answers
+  // ExtenderBindingResult; a failed post ends the assumption and is the
+  // answer's Error.
+  HttpAnswer Bind(const std::string& body);
 
   Scorer::Stats memo_stats() const { return scorer_.stats(); }
 
   static constexpr int kUnreadableLogBurst = 5;
+  // Pods whose request /bind can find: the last this many filtered.
+  static constexpr size_t kRecentPods = 8192;
   // Requests running now and later end at their next node (any thread).
   void Stop() { stopping_ = true; }
 
  private:
   void LogUnreadable(const std::string& pod, uint64_t errors, const std::string& first_error);
+  void RememberPod(const PodRequest& pod);
 
   const Options options_;
   std::unique_ptr<k8s::TopologyCache> own_topologies_;
@@ -80,6 +98,9 @@ class Extender {
   LogRateLimiter unreadable_log_ ABSL_GUARDED_BY(log_mu_){kUnreadableLogBurst,
                                                           std::chrono::seconds(1)};
   std::atomic<bool> stopping_{false};
+  Mutex recent_mu_;
+  std::unordered_map<std::string, BoundPod> recent_ ABSL_GUARDED_BY(recent_mu_);
+  std::deque<std::string> recent_order_ ABSL_GUARDED_BY(recent_mu_);
 };
 
 }  // namespace kdm::scheduler

@@ -140,7 +140,7 @@ Status ReadContainers(od::value v, const std::string& where, std::vector<k8s::Co
 StatusOr<PodRequest> ReadPod(od::value v) {
   od::object pod;
   if (v.get_object().get(pod)) return BadRequest("Pod", "must be an object (a v1.Pod)");
-  std::string name = "?", ns = "default";
+  std::string name = "?", ns = "default", uid;
   k8s::Pod model;
   std::vector<k8s::Container>& init = model.init_containers;
   std::vector<k8s::Container>& app = model.containers;
@@ -153,11 +153,11 @@ StatusOr<PodRequest> ReadPod(od::value v) {
       for (auto mf : m) {
         std::string_view k, s;
         if (mf.unescaped_key().get(k)) return BadRequest("Pod.metadata", "bad key");
-        if (k != "name" && k != "namespace") continue;
+        if (k != "name" && k != "namespace" && k != "uid") continue;
         if (mf.value().get_string().get(s)) {
           return BadRequest("Pod.metadata." + std::string(k), "must be a string");
         }
-        (k == "name" ? name : ns) = std::string(s);
+        (k == "name" ? name : k == "uid" ? uid : ns) = std::string(s);
       }
     } else if (key == "spec") {
       od::object spec;
@@ -175,6 +175,9 @@ StatusOr<PodRequest> ReadPod(od::value v) {
   }
   PodRequest out;
   out.name = ns + "/" + name;
+  out.uid = std::move(uid);
+  out.namespace_name = ns;
+  out.pod_name = name;
   // The kubelet's rule, the one the device manager's Ledger applies: a pod
   // it would refuse is refused on every node that has the resource.
   StatusOr<std::map<std::string, int64_t>> effective = k8s::EffectiveDeviceRequests(
@@ -360,6 +363,61 @@ StatusOr<ExtenderArgs> DecodeExtenderArgs(const std::string& body) {
     return InvalidArgumentError("neither Nodes nor NodeNames is given");
   }
   return args;
+}
+
+StatusOr<BindArgs> DecodeBindingArgs(const std::string& body) {
+  simdjson::padded_string copy(body);
+  thread_local od::parser parser;
+  od::document doc;
+  if (auto e = parser.iterate(copy).get(doc); e) {
+    return InvalidArgumentError(std::string("body is not JSON: ") + simdjson::error_message(e));
+  }
+  od::object root;
+  if (auto e = doc.get_object().get(root); e) {
+    if (e != simdjson::INCORRECT_TYPE) {
+      return InvalidArgumentError(std::string("body is not JSON: ") + simdjson::error_message(e));
+    }
+    return InvalidArgumentError("body must be a JSON object (ExtenderBindingArgs)");
+  }
+  BindArgs args;
+  for (auto f : root) {
+    std::string_view key;
+    if (auto e = f.unescaped_key().get(key); e) {
+      return InvalidArgumentError(std::string("body is not JSON: ") + simdjson::error_message(e));
+    }
+    std::string* field = key == "PodName"        ? &args.pod_name
+                         : key == "PodNamespace" ? &args.pod_namespace
+                         : key == "PodUID"       ? &args.pod_uid
+                         : key == "Node"         ? &args.node
+                                                 : nullptr;
+    if (field == nullptr) continue;
+    std::string_view v;
+    if (f.value().get_string().get(v)) return BadRequest(std::string(key), "must be a string");
+    *field = std::string(v);
+  }
+  if (doc.current_location().error() != simdjson::OUT_OF_BOUNDS)
+    return InvalidArgumentError("body is not JSON: text after the object");
+  // Names go into an API path: only what the API server accepts.
+  if (!k8s::IsDns1123Subdomain(args.pod_name)) {
+    return BadRequest("PodName", "must be a DNS-1123 subdomain (a pod name)");
+  }
+  if (!k8s::IsDns1123Label(args.pod_namespace)) {
+    return BadRequest("PodNamespace", "must be a DNS-1123 label (a namespace)");
+  }
+  if (args.pod_uid.empty() || args.pod_uid.size() > k8s::kMaxNameBytes) {
+    return BadRequest("PodUID", "must be 1 to 253 bytes");
+  }
+  if (!k8s::IsDns1123Subdomain(args.node)) {
+    return BadRequest("Node", "must be a DNS-1123 subdomain (a node name)");
+  }
+  return args;
+}
+
+std::string EncodeBindingResult(std::string_view error) {
+  std::string out = "{\"Error\":";
+  AppendJsonString(error, &out);
+  out.push_back('}');
+  return out;
 }
 
 void AppendJsonString(std::string_view s, std::string* out) {

@@ -63,6 +63,20 @@ std::string EncodeFilterAnswer(const FilterAnswer& answer);
 std::string EncodePriorityList(const std::vector<std::pair<std::string, int>>& scores);
 // {"Error":"..."}: the body of a 400.
 std::string EncodeError(std::string_view message);
+// kube-scheduler's ExtenderBindingArgs (the bindVerb's body).
+struct BindArgs {
+  std::string pod_name;
+  std::string pod_namespace;
+  std::string pod_uid;
+  std::string node;
+};
+// INVALID_ARGUMENT naming the field: not a JSON object, a field that is not
+// a string, a name that is not a DNS name (PodName and Node subdomains,
+// PodNamespace a label: they go into an API path), a PodUID empty or over
+// 253 bytes. Unknown fields are ignored.
+StatusOr<BindArgs> DecodeBindingArgs(const std::string& body);
+// ExtenderBindingResult: {"Error":"..."}; "" when bound.
+std::string EncodeBindingResult(std::string_view error);
 // A JSON string literal with quotes.
 void AppendJsonString(std::string_view s, std::string* out);
 

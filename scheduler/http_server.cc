@@ -22,6 +22,11 @@ HttpAnswer RouteExtenderRequest(const ExtenderServer::Options& o, http::Request&
     PadBody(&req.body);
     return path == "/filter" ? o.extender->Filter(req.body) : o.extender->Prioritize(req.body);
   }
+  if (path == "/bind") {
+    *verb = "bind";
+    if (!post) return {405, EncodeError("/bind takes POST")};
+    return o.extender->Bind(req.body);
+  }
   if (path == "/healthz") {
     *verb = "healthz";
     if (!get) return {405, EncodeError("/healthz takes GET")};
@@ -34,7 +39,7 @@ HttpAnswer RouteExtenderRequest(const ExtenderServer::Options& o, http::Request&
   }
   *verb = "other";
   return {404, EncodeError("no such path: " + std::string(path.substr(0, 200)) +
-                           " (POST /filter, POST /prioritize, GET /healthz, GET /metrics)")};
+                           " (POST /filter, POST /prioritize, POST /bind, GET /healthz, GET /metrics)")};
 }
 
 http::Response AnswerExtenderRequest(const ExtenderServer::Options& o, http::Request& req) {
@@ -47,7 +52,7 @@ http::Response AnswerExtenderRequest(const ExtenderServer::Options& o, http::Req
   res.content_type =
       json ? "application/json" : (verb == "metrics" ? "text/plain; version=0.0.4" : "text/plain");
   res.body = std::move(a.body);
-  if (o.metrics && (verb == "filter" || verb == "prioritize")) {
+  if (o.metrics && (verb == "filter" || verb == "prioritize" || verb == "bind")) {
     o.metrics->Request(
         verb, a.status,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -81,7 +86,7 @@ class ExtenderServerImpl final : public ExtenderServer {
     o.workers = options_.threads;
     o.max_queued = options_.max_queued;
     o.offload = [](const http::Request& r) {
-      return r.path() == "/filter" || r.path() == "/prioritize";
+      return r.path() == "/filter" || r.path() == "/prioritize" || r.path() == "/bind";
     };
     Extender* extender = options_.extender;
     o.on_stop = [extender] { extender->Stop(); };

@@ -2,6 +2,7 @@
 // routes on kdm's one HTTP server (kdm/http/server.h, which owns the
 // connection policy: limits, timeouts, keep-alive, the bound on connections):
 //   POST /filter, POST /prioritize  -> Extender (JSON in, JSON out)
+//   POST /bind                      -> Extender::Bind (the bindVerb)
 //   GET /healthz                    -> 200 "ok"
 //   GET /metrics                    -> Prometheus text
 // Anything else is 404 (unknown path) or 405 (wrong method), with a JSON
@@ -15,7 +16,8 @@
 //
 // Threads: `io_threads` owned threads read and write the connections and
 // answer /healthz and /metrics; POST /filter and /prioritize run on
-// `threads` worker threads, so scoring never holds /healthz. Stop() tells
+// `threads` worker threads (and so does /bind), so scoring never holds
+// /healthz. Stop() tells
 // the extender to stop scoring (Extender::Stop), then closes the listener
 // and every connection and joins the threads.
 //

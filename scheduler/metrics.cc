@@ -52,6 +52,23 @@ class MetricsImpl final : public ExtenderMetrics {
                                        "Nodes passed unjudged (filter) or scored 0 (prioritize) "
                                        "for want of time, by verb and reason (request_budget, "
                                        "node_budget, stopping).")),
+        assumptions_(registry_.AddCounter("kdm_extender_assumptions_total",
+                                          "Pods assumed bound to a node until its annotation "
+                                          "shows them, by source (watch, bind).")),
+        assumptions_ended_(registry_.AddCounter(
+            "kdm_extender_assumptions_ended_total",
+            "Assumptions ended, by reason (reflected, deleted, expired, node_deleted, "
+            "bind_failed).")),
+        assumed_pods_(
+            registry_.AddGauge("kdm_extender_assumed_pods", "Assumptions in force.").Add({})),
+        bind_wait_(registry_.AddHistogram(
+            "kdm_extender_bind_wait_seconds",
+            "Time a filter waited for the binds of the pods before it in their cycle.")),
+        bind_wait_given_up_(registry_
+                                .AddCounter("kdm_extender_bind_wait_given_up_total",
+                                            "Pods in their cycle whose bind a filter stopped "
+                                            "waiting for (--bind-wait).")
+                                .Add({})),
         memo_hit_(memo_.Add({{"result", "hit"}})),
         memo_miss_(memo_.Add({{"result", "miss"}})),
         cache_hit_(cache_.Add({{"result", "hit"}})),
@@ -92,6 +109,18 @@ class MetricsImpl final : public ExtenderMetrics {
     unscored_.Add({{"verb", std::string(verb)}, {"reason", std::string(reason)}})
         .Increment(static_cast<double>(n));
   }
+  void AssumptionStarted(std::string_view source) override {
+    assumptions_.Add({{"source", std::string(source)}}).Increment();
+  }
+  void AssumptionEnded(std::string_view reason) override {
+    assumptions_ended_.Add({{"reason", std::string(reason)}}).Increment();
+  }
+  void AssumedPods(uint64_t n) override { assumed_pods_.Set(static_cast<double>(n)); }
+  void BindWait(double seconds, uint64_t gave_up) override {
+    bind_wait_.Add({}, {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1})
+        .Observe(seconds);
+    if (gave_up > 0) bind_wait_given_up_.Increment(static_cast<double>(gave_up));
+  }
   std::string Text() const override {
     if (const k8s::TopologyCache* cache = topologies_.load(std::memory_order_acquire)) {
       const k8s::TopologyCache::Stats s = cache->stats();
@@ -118,6 +147,11 @@ class MetricsImpl final : public ExtenderMetrics {
   std::atomic<const k8s::TopologyCache*> topologies_{nullptr};
   const http::CounterFamily busy_;
   const http::CounterFamily unscored_;
+  const http::CounterFamily assumptions_;
+  const http::CounterFamily assumptions_ended_;
+  const http::Gauge assumed_pods_;
+  const http::HistogramFamily bind_wait_;
+  const http::Counter bind_wait_given_up_;
   const http::Counter memo_hit_;
   const http::Counter memo_miss_;
   const http::Counter cache_hit_;

@@ -16,6 +16,15 @@
 //                                               scored 0 for want of time:
 //                                               request_budget, node_budget,
 //                                               stopping
+//   kdm_extender_assumptions_total{source}      assumptions started: watch, bind
+//   kdm_extender_assumptions_ended_total{reason}  ... ended: reflected,
+//                                               deleted, expired, node_deleted,
+//                                               bind_failed
+//   kdm_extender_assumed_pods                   assumptions in force
+//   kdm_extender_bind_wait_seconds              a filter's wait for the binds
+//                                               of pods in their cycle
+//   kdm_extender_bind_wait_given_up_total       pods whose bind a filter
+//                                               stopped waiting for
 //
 // Thread-safety: every method may be called from any thread.
 #ifndef KDM_SCHEDULER_METRICS_H_
@@ -48,6 +57,10 @@ class ExtenderMetrics {
   virtual void LogSuppressed(std::string_view event, uint64_t n) = 0;
   virtual void Busy(std::string_view reason) = 0;
   virtual void Unscored(std::string_view verb, std::string_view reason, uint64_t n) = 0;
+  virtual void AssumptionStarted(std::string_view source) = 0;
+  virtual void AssumptionEnded(std::string_view reason) = 0;
+  virtual void AssumedPods(uint64_t n) = 0;
+  virtual void BindWait(double seconds, uint64_t gave_up) = 0;
   // The Prometheus text exposition.
   virtual std::string Text() const = 0;
 };

@@ -77,9 +77,12 @@ void NodeCache::Replace(const std::vector<kube::NodeObject>& nodes) {
 
 void NodeCache::Apply(kube::NodeEventType type, const kube::NodeObject& node) {
   if (type == kube::NodeEventType::kDeleted) {
-    MutexLock lock(&mu_);
-    auto it = nodes_.find(node.name);
-    if (it != nodes_.end()) nodes_.erase(it);
+    {
+      MutexLock lock(&mu_);
+      auto it = nodes_.find(node.name);
+      if (it != nodes_.end()) nodes_.erase(it);
+    }
+    if (assumptions_ != nullptr) assumptions_->NodeGone(node.name);
     return;
   }
   auto c = Read(node);

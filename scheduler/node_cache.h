@@ -35,6 +35,7 @@
 #include "kdm/k8s/devices_annotation.h"
 #include "kdm/kube/client.h"
 #include "kdm/kube/node_informer.h"
+#include "kdm/scheduler/assumptions.h"
 
 namespace kdm::scheduler {
 
@@ -47,7 +48,9 @@ struct CachedNode {
 
 class NodeCache {
  public:
-  explicit NodeCache(k8s::TopologyCache* topologies) : topologies_(topologies) {}
+  // `assumptions` (not owned; may be null) hears of deleted nodes.
+  explicit NodeCache(k8s::TopologyCache* topologies, Assumptions* assumptions = nullptr)
+      : topologies_(topologies), assumptions_(assumptions) {}
   ~NodeCache() { Stop(); }
   NodeCache(const NodeCache&) = delete;
   NodeCache& operator=(const NodeCache&) = delete;
@@ -86,6 +89,7 @@ class NodeCache {
   void LogUnreadable(const std::string& node, const std::string& error);
 
   k8s::TopologyCache* const topologies_;
+  Assumptions* const assumptions_;
   mutable Mutex mu_;
   // Looked up by string_view without a copy (a transparent hash).
   struct NameHash {

@@ -68,6 +68,10 @@ struct ContainerRequirements {
 
 struct PodRequest {
   std::string name;  // "namespace/name", for messages
+  // metadata.uid, namespace and name ("" when the request has none).
+  std::string uid;
+  std::string namespace_name = "default";
+  std::string pod_name;
   std::map<std::string, int64_t, std::less<>> resources;
   std::vector<ContainerRequirements> requirements;  // non-empty sets only
   // Set when the device request rules refuse the pod: why, and every

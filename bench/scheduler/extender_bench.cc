@@ -13,7 +13,9 @@
 //   BM_ParseFloorOnDemand  simdjson On-Demand reading only each node's name
 //                          and annotation string;
 //   BM_NodeNamesFromCache  filter + prioritize of 5,000 NodeNames answered
-//                          from the node cache.
+//                          from the node cache; assumed:2000 with 2,000
+//                          pods assumed bound (1 or 2 GPUs each) on random
+//                          nodes (docs/extender.md, "Assumed allocations").
 #include <benchmark/benchmark.h>
 #include <simdjson.h>
 
@@ -27,6 +29,7 @@
 
 #include "kdm/k8s/devices_annotation.h"
 #include "kdm/kube/node_informer.h"
+#include "kdm/scheduler/assumptions.h"
 #include "kdm/scheduler/extender.h"
 #include "kdm/scheduler/extender_json.h"
 #include "kdm/scheduler/http_server.h"
@@ -280,8 +283,24 @@ void BM_NodeNamesFromCache(benchmark::State& state) {
     o.annotations.emplace(std::string(kdm::k8s::kDevicesAnnotationKey), c.annotations[i]);
     objects.push_back(std::move(o));
   }
+  const int assumed = static_cast<int>(state.range(0));
+  kdm::scheduler::Assumptions assumptions(
+      {.timeout = std::chrono::hours(1), .bind_wait = std::chrono::milliseconds(0)});
+  kdm::scheduler::NodeCache cache(&topologies, assumed > 0 ? &assumptions : nullptr);
   cache.Replace(objects);
-  kdm::scheduler::Extender extender({.cache = &cache, .topologies = &topologies});
+  std::mt19937_64 rng(29);
+  for (int i = 0; i < assumed; ++i) {
+    const std::string node = c.names[std::uniform_int_distribution<int>(0, kNodes - 1)(rng)];
+    assumptions.Bound({.uid = "uid-" + std::to_string(i),
+                       .namespace_name = "bench",
+                       .name = "pod-" + std::to_string(i),
+                       .node = node,
+                       .requests = {{"nvidia.com/gpu", 1 + i % 2}}},
+                      kdm::scheduler::Assumptions::Source::kWatch);
+  }
+  kdm::scheduler::Extender extender({.cache = &cache,
+                                     .topologies = &topologies,
+                                     .assumptions = assumed > 0 ? &assumptions : nullptr});
   std::string body = c.names_body;
   kdm::scheduler::PadBody(&body);
   extender.Prioritize(body);
@@ -293,6 +312,7 @@ void BM_NodeNamesFromCache(benchmark::State& state) {
     benchmark::DoNotOptimize(p);
   }
   state.counters["nodes"] = kNodes;
+  state.counters["assumed"] = assumed;
 }
 
 #define KDM_P99(b)                                                                            \
@@ -311,7 +331,7 @@ KDM_P99(BENCHMARK(BM_Prioritize)->ArgName("cold")->Arg(0)->Arg(1));
 KDM_P99(BENCHMARK(BM_FilterPrioritize)->ArgName("cold")->Arg(0)->Arg(1));
 KDM_P99(BENCHMARK(BM_ParseFloorDom));
 KDM_P99(BENCHMARK(BM_ParseFloorOnDemand));
-KDM_P99(BENCHMARK(BM_NodeNamesFromCache));
+KDM_P99(BENCHMARK(BM_NodeNamesFromCache)->ArgName("assumed")->Arg(0)->Arg(2000));
 
 }  // namespace
 

@@ -3,7 +3,9 @@
 // --listen, scoring nodes from their kdm.io/devices annotation with
 // kdm::scheduler. With --kubeconfig or --in-cluster it also keeps a node
 // cache (LIST + WATCH), so that a scheduler configured with
-// nodeCacheCapable: true can send node names only.
+// nodeCacheCapable: true can send node names only, and watches bound pods to
+// assume their devices taken until their node publishes them
+// (--assume-timeout, --bind-wait), and POST /bind posts Bindings.
 //
 // Prints "kdm extender: listening on HOST:PORT" on stderr once serving;
 // SIGINT/SIGTERM stop it (exit 0). Exit codes: 0 stopped, 1 runtime error
@@ -20,11 +22,13 @@
 #include "duration_flag.h"
 #include "kdm/base/env.h"
 #include "kdm/http/listen_address.h"
+#include "kdm/kube/binding.h"
 #include "kdm/kube/client.h"
 #include "kdm/scheduler/extender.h"
 #include "kdm/scheduler/http_server.h"
 #include "kdm/scheduler/metrics.h"
 #include "kdm/scheduler/node_cache.h"
+#include "kdm/scheduler/pod_watch.h"
 #include "kube_flags.h"
 
 namespace kdm::cli {
@@ -43,6 +47,8 @@ struct ExtenderFlags {
   uint64_t max_total_body_bytes = 192ull << 20;
   std::string request_budget = "500ms";
   uint64_t topology_cache_bytes = k8s::kDefaultTopologyCacheBytes;
+  std::string assume_timeout = "30s";
+  std::string bind_wait = "100ms";
   int verbosity = 0;
 };
 
@@ -85,6 +91,18 @@ int RunExtender(const ExtenderFlags& flags) {
                 "--request-budget: " + (budget.ok() ? std::string("must be 1ms..60s")
                                                     : std::string(budget.status().message())));
   }
+  StatusOr<std::chrono::milliseconds> assume_timeout = ParseDurationFlag(flags.assume_timeout);
+  if (!assume_timeout.ok() || *assume_timeout > std::chrono::hours(1)) {
+    return fail(kUsageError, "--assume-timeout: " +
+                                 (assume_timeout.ok() ? std::string("must be 0 (off) to 1h")
+                                                      : std::string(assume_timeout.status().message())));
+  }
+  StatusOr<std::chrono::milliseconds> bind_wait = ParseDurationFlag(flags.bind_wait);
+  if (!bind_wait.ok() || *bind_wait > std::chrono::seconds(5)) {
+    return fail(kUsageError,
+                "--bind-wait: " + (bind_wait.ok() ? std::string("must be 0 (off) to 5s")
+                                                  : std::string(bind_wait.status().message())));
+  }
   if (flags.verbosity < 0) return fail(kUsageError, "-v: must be 0 or more");
 
   scheduler::ExtenderServer::Options server_options;
@@ -120,26 +138,57 @@ int RunExtender(const ExtenderFlags& flags) {
   k8s::TopologyCache topologies(flags.topology_cache_bytes);
   std::unique_ptr<scheduler::ExtenderMetrics> metrics = scheduler::ExtenderMetrics::Create();
   metrics->WatchTopologyCache(&topologies);
+  // Assumed allocations need the API server's bound pods.
+  std::unique_ptr<scheduler::Assumptions> assumptions;
+  if (client && assume_timeout->count() > 0) {
+    assumptions = std::make_unique<scheduler::Assumptions>(scheduler::Assumptions::Options{
+        .timeout = *assume_timeout, .bind_wait = *bind_wait, .metrics = metrics.get()});
+  }
   std::unique_ptr<scheduler::NodeCache> cache;
+  std::unique_ptr<scheduler::PodWatch> pod_watch;
   if (client) {
-    cache = std::make_unique<scheduler::NodeCache>(&topologies);
+    cache = std::make_unique<scheduler::NodeCache>(&topologies, assumptions.get());
     if (Status s = cache->Start(client.get()); !s.ok()) {
       return fail(kRuntimeError, "node cache: " + std::string(s.message()));
     }
   }
+  if (assumptions) {
+    pod_watch = std::make_unique<scheduler::PodWatch>(assumptions.get());
+    if (Status s = pod_watch->Start(client.get()); !s.ok()) {
+      cache->Stop();
+      return fail(kRuntimeError, "pod watch: " + std::string(s.message()));
+    }
+  }
+  auto stop_watches = [&] {
+    if (pod_watch) pod_watch->Stop();
+    if (cache) cache->Stop();
+  };
   scheduler::Extender::Options extender_options;
   extender_options.policy = *policy;
   extender_options.cache = cache.get();
   extender_options.metrics = metrics.get();
   extender_options.topologies = &topologies;
   extender_options.request_budget = *budget;
+  extender_options.assumptions = assumptions.get();
+  if (client) {
+    // kube-scheduler's bind call must answer within its httpTimeout (5 s).
+    kube::Client* c = client.get();
+    extender_options.bind = [c](const scheduler::BindArgs& a) {
+      return kube::CreateBinding(*c,
+                                 kube::Binding{.namespace_name = a.pod_namespace,
+                                               .name = a.pod_name,
+                                               .uid = a.pod_uid,
+                                               .node = a.node},
+                                 std::chrono::seconds(4));
+    };
+  }
   scheduler::Extender extender(extender_options);
   server_options.extender = &extender;
   server_options.metrics = metrics.get();
   RaiseFdLimit();  // after every flag and file was checked: a bad one is one line
   auto server = scheduler::ExtenderServer::Start(std::move(server_options));
   if (!server.ok()) {
-    if (cache) cache->Stop();
+    stop_watches();
     // A PEM that does not load is named by its flag and file.
     std::string m(server.status().message());
     if (m.rfind("TLS certificate: ", 0) == 0) m = "--tls-cert " + flags.tls_cert + ": " + m;
@@ -148,12 +197,12 @@ int RunExtender(const ExtenderFlags& flags) {
   }
   std::cerr << "kdm extender: listening on " << host << ":" << (*server)->port() << " policy "
             << scheduler::ScorePolicyName(*policy) << (cache ? " with node cache" : "")
-            << std::endl;
+            << (assumptions ? " and assumed pods" : "") << std::endl;
   int signal = 0;
   sigwait(&stop_signals, &signal);
   spdlog::info("event=extender_stopping signal={}", signal);
   (*server)->Stop();
-  if (cache) cache->Stop();
+  stop_watches();
   return kOk;
 }
 
@@ -187,6 +236,13 @@ void AddExtenderCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--request-budget", flags->request_budget,
                   "Time one request may spend on its nodes; the rest pass unjudged / score 0")
+      ->capture_default_str();
+  cmd->add_option("--assume-timeout", flags->assume_timeout,
+                  "With --kubeconfig/--in-cluster: how long a bound pod's devices count as "
+                  "taken while its node's annotation does not show it (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--bind-wait", flags->bind_wait,
+                  "How long a filter waits for the bind of the pod before it (0: not at all)")
       ->capture_default_str();
   cmd->add_option("-v", flags->verbosity, "Log verbosity: 0 info, 1 debug")->capture_default_str();
   cmd->callback([flags, &exit_code] { exit_code = RunExtender(*flags); });

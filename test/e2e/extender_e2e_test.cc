@@ -311,6 +311,12 @@ TEST_F(ExtenderE2eTest, BadFlagsAreClearErrors) {
        2,
        "--topology-cache-bytes"},
       {{"--listen", "127.0.0.1:0", "--threads", "0"}, 2, "--threads"},
+      // Assumed allocations (issue 29).
+      {{"--listen", "127.0.0.1:0", "--assume-timeout", "soon"}, 2, "--assume-timeout"},
+      {{"--listen", "127.0.0.1:0", "--assume-timeout", "2h"}, 2, "--assume-timeout: must be 0"},
+      {{"--listen", "127.0.0.1:0", "--assume-timeout", "-1s"}, 2, "--assume-timeout"},
+      {{"--listen", "127.0.0.1:0", "--bind-wait", "10s"}, 2, "--bind-wait: must be 0"},
+      {{"--listen", "127.0.0.1:0", "--bind-wait", "1x"}, 2, "--bind-wait"},
       {{"--listen", "127.0.0.1:0", "--max-body-bytes", "10"}, 2, "--max-body-bytes"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {

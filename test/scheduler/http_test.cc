@@ -160,9 +160,19 @@ TEST_F(HttpTest, WrongMethodsPathsAndNonHttpAreRefused) {
   EXPECT_EQ(Send(port(), http::verb::get, "/filter", "").status, 405);
   EXPECT_EQ(Send(port(), http::verb::put, "/prioritize", "{}").status, 405);
   EXPECT_EQ(Send(port(), http::verb::post, "/healthz", "").status, 405);
-  HttpReply nf = Post(port(), "/bind", "{}");
+  EXPECT_EQ(Send(port(), http::verb::get, "/bind", "").status, 405);
+  HttpReply nf = Post(port(), "/preempt", "{}");
   EXPECT_EQ(nf.status, 404);
-  EXPECT_THAT(nf.body, HasSubstr("no such path: /bind"));
+  EXPECT_THAT(nf.body, HasSubstr("no such path: /preempt"));
+  // /bind is served: bad args are a 400 naming the field; good ones, with no
+  // API server to post to, an ExtenderBindingResult naming what is missing.
+  HttpReply bad = Post(port(), "/bind", "{}");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_THAT(bad.body, HasSubstr("PodName"));
+  HttpReply bind = Post(port(), "/bind",
+                        R"({"PodName":"p","PodNamespace":"ml","PodUID":"u1","Node":"n1"})");
+  EXPECT_EQ(bind.status, 200);
+  EXPECT_THAT(bind.body, HasSubstr("--kubeconfig"));
   HttpReply h = Send(port(), http::verb::get, "/healthz", "");
   EXPECT_EQ(h.status, 200);
   EXPECT_EQ(h.body, "ok");
