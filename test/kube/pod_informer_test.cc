@@ -2,7 +2,8 @@
 // field selector is what is requested, LIST then WATCH events are delivered
 // in order (ADDED / MODIFIED / DELETED) as parsed pods, a 410 relists only
 // after the back-off (on kdm::FakeClock), a deep event is skipped and the
-// next delivered, and a pod with a bad quantity is delivered with `error`.
+// next delivered, a pod with a bad quantity is delivered with `error`, and
+// an event over the client's line limit relists.
 // The loop is NodeInformer's (kube/reflector.h); node_informer_test.cc
 // covers the rest of it.
 #include "kdm/kube/pod_informer.h"
@@ -52,16 +53,21 @@ class PodInformerTest : public ::testing::Test {
         TestApiServer::Start({.cert_pem = pki->server.cert_pem, .key_pem = pki->server.key_pem});
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
+    ca_pem_ = pki->ca.cert_pem;
+    client_ = MakeClient(/*max_line_bytes=*/8ull << 20);
+  }
+  std::unique_ptr<Client> MakeClient(uint64_t max_line_bytes) {
     Client::Options options;
+    options.max_line_bytes = max_line_bytes;
     options.config.source = "test";
     options.config.host = "127.0.0.1";
     options.config.port = server_->port();
-    options.config.ca = Pem{pki->ca.cert_pem, "the test CA"};
+    options.config.ca = Pem{ca_pem_, "the test CA"};
     options.config.token = "t";
     options.retry.max_attempts = 1;  // the informer's own back-off is under test
     StatusOr<std::unique_ptr<Client>> c = Client::Create(std::move(options));
-    ASSERT_TRUE(c.ok()) << c.status();
-    client_ = std::move(*c);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
   }
   void TearDown() override {
     if (informer_) informer_->Stop();
@@ -104,6 +110,7 @@ class PodInformerTest : public ::testing::Test {
     return log_;
   }
 
+  std::string ca_pem_;
   std::unique_ptr<TestApiServer> server_;
   std::unique_ptr<Client> client_;
   std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
@@ -213,6 +220,32 @@ TEST_F(PodInformerTest, BadQuantityIsHandedOverAndAPodWithoutUidRelists) {
   PodInformer::Stats stats = informer_->stats();
   EXPECT_EQ(stats.errors, 1u);
   EXPECT_THAT(stats.last_error, HasSubstr("the object has no metadata.uid"));
+}
+
+// A pod event over the client's line limit breaks the watch mid-line: the
+// informer LISTs again (which reads the pod whole) rather than rewatching
+// into the same line.
+TEST_F(PodInformerTest, EventOverTheLineLimitRelists) {
+  client_ = MakeClient(/*max_line_bytes=*/4096);
+  ASSERT_NE(client_, nullptr);
+  const std::string big = R"({"metadata":{"name":"big","namespace":"ml","uid":"uid-big",)"
+                          R"("resourceVersion":"11","labels":{"x":")" +
+                          std::string(100'000, 'x') + R"("}},"spec":{"nodeName":"n1"}})";
+  server_->Enqueue({.body = BoundPodList("10", {})});
+  auto feed1 = std::make_shared<WatchFeed>();
+  server_->Enqueue({.feed = feed1});
+  feed1->Send(PodEvent("ADDED", big));
+  server_->Enqueue({.body = BoundPodList("11", {big})});
+  auto feed2 = std::make_shared<WatchFeed>();
+  server_->Enqueue({.feed = feed2});
+  StartInformer();
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return feed2->attached(); }));
+  EXPECT_THAT(Log(), ElementsAre("list ", "list big@n1"));
+  PodInformer::Stats stats = informer_->stats();
+  EXPECT_EQ(stats.errors, 1u);
+  EXPECT_THAT(stats.last_error, HasSubstr("RESOURCE_EXHAUSTED"));
+  EXPECT_EQ(stats.lists, 2u);
+  EXPECT_EQ(stats.resource_version, "11");
 }
 
 TEST_F(PodInformerTest, StartNeedsAClientAndCallbacks) {
