@@ -37,6 +37,7 @@ struct RawResource {
   std::string_view matrix;  // raw JSON text of the cells
   std::string_view pcie;
   std::optional<DeviceAttributes> attributes;
+  std::optional<topology::Policy> policy;
 };
 
 struct RawAnnotation {
@@ -46,6 +47,7 @@ struct RawAnnotation {
   // Views into the parser's buffers, valid until it reads again.
   std::string_view node;
   std::string_view updated;
+  std::optional<std::vector<uint64_t>> pods;  // sorted
   std::map<std::string, RawResource, std::less<>> resources;
 };
 
@@ -195,6 +197,75 @@ Status ReadAttributes(od::value v, std::string_view resource, DeviceAttributes* 
   return OkStatus();
 }
 
+// `policy`: a string; a name this reader does not know (a newer writer's
+// policy) leaves it unset.
+Status ReadPolicy(od::value v, std::string_view resource, std::optional<topology::Policy>* out) {
+  std::string_view s;
+  if (v.get_string().get(s)) return BadIn(resource, ".policy", "must be a string");
+  StatusOr<topology::Policy> p = topology::ParsePolicy(s);
+  if (p.ok()) {
+    *out = *p;
+  } else {
+    out->reset();
+  }
+  return OkStatus();
+}
+
+// One fingerprint's text: exactly 16 lowercase hex digits.
+std::optional<uint64_t> ParseFingerprint(std::string_view s) {
+  if (s.size() != 16) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    uint64_t digit = 0;
+    if (c >= '0' && c <= '9') {
+      digit = static_cast<uint64_t>(c - '0');
+    } else if (c >= 'a' && c <= 'f') {
+      digit = static_cast<uint64_t>(c - 'a' + 10);
+    } else {
+      return std::nullopt;
+    }
+    v = (v << 4) | digit;
+  }
+  return v;
+}
+
+// `pods`: fingerprints in any order, sorted on return; a duplicate is
+// refused at the index where it repeats an earlier entry.
+Status ReadPods(od::value v, std::vector<uint64_t>* out) {
+  od::array a;
+  if (v.get_array().get(a)) return BadField("pods", "must be an array");
+  out->clear();
+  for (auto item : a) {
+    const size_t i = out->size();
+    if (i == kMaxAnnotationPods) {
+      return BadField("pods", "more than " + std::to_string(kMaxAnnotationPods) + " entries");
+    }
+    std::string_view s;
+    if (item.get_string().get(s)) return BadField("pods" + Index(i), "must be a string");
+    std::optional<uint64_t> f = ParseFingerprint(s);
+    if (!f) return BadField("pods" + Index(i), "must be 16 lowercase hex digits");
+    out->push_back(*f);
+  }
+  // Sorted with the positions: the first repeat is the smallest second
+  // position among equal values.
+  std::vector<std::pair<uint64_t, uint32_t>> sorted;
+  sorted.reserve(out->size());
+  for (size_t i = 0; i < out->size(); ++i) sorted.emplace_back((*out)[i], static_cast<uint32_t>(i));
+  std::sort(sorted.begin(), sorted.end());
+  std::optional<uint32_t> repeat;
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    if (sorted[i].first == sorted[i - 1].first && (!repeat || sorted[i].second < *repeat)) {
+      repeat = sorted[i].second;
+    }
+  }
+  if (repeat) {
+    return BadField("pods" + Index(*repeat),
+                    "duplicate pod " + FormatPodFingerprint((*out)[*repeat]));
+  }
+  for (size_t i = 0; i < sorted.size(); ++i) (*out)[i] = sorted[i].first;
+  return OkStatus();
+}
+
 Status ReadCellsText(od::value v, std::string_view resource, const char* key,
                      std::string_view* raw) {
   od::array cells;
@@ -229,6 +300,8 @@ Status ReadResource(od::value v, std::string_view resource, RawResource* r) {
     } else if (key == "attributes") {
       r->attributes.emplace();
       KDM_RETURN_IF_ERROR(ReadAttributes(f.value(), resource, &*r->attributes));
+    } else if (key == "policy") {
+      KDM_RETURN_IF_ERROR(ReadPolicy(f.value(), resource, &r->policy));
     }
   }
   if (!has_devices) return BadIn(resource, "", "missing key 'devices'");
@@ -317,6 +390,9 @@ StatusOr<RawAnnotation> ReadAnnotation(std::string_view text, size_t readable_pa
       if (f.value().get_string().get(s)) return BadField(std::string(key), "must be a string");
       (key == "node" ? out.node : out.updated) = s;
       if (key == "node") has_node = true;
+    } else if (key == "pods") {
+      out.pods.emplace();
+      KDM_RETURN_IF_ERROR(ReadPods(f.value(), &*out.pods));
     } else if (key == "resources") {
       od::object res;
       if (f.value().get_object().get(res)) return BadField("resources", "must be an object");
@@ -451,6 +527,32 @@ ResourceDevices BuildResourceDevices(const ResourceInput& input, std::string* wa
   return out;
 }
 
+uint64_t PodFingerprint(std::string_view namespace_name, std::string_view name) {
+  constexpr uint64_t kOffsetBasis = 0xcbf29ce484222325ull;
+  constexpr uint64_t kPrime = 0x100000001b3ull;
+  uint64_t h = kOffsetBasis;
+  auto add = [&h](std::string_view bytes) {
+    for (char c : bytes) {
+      h ^= static_cast<uint64_t>(static_cast<unsigned char>(c));
+      h *= kPrime;
+    }
+  };
+  add(namespace_name);
+  add("/");
+  add(name);
+  return h;
+}
+
+std::string FormatPodFingerprint(uint64_t fingerprint) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i) {
+    out[static_cast<size_t>(i)] = kDigits[fingerprint & 0xf];
+    fingerprint >>= 4;
+  }
+  return out;
+}
+
 std::string FormatRfc3339(std::chrono::system_clock::time_point t) {
   std::time_t secs = std::chrono::system_clock::to_time_t(t);
   std::tm tm{};
@@ -468,6 +570,11 @@ std::string EncodeDevicesAnnotation(const DevicesAnnotation& a) {
   doc["version"] = a.version;
   doc["node"] = a.node;
   doc["updated"] = a.updated;
+  if (a.pods) {
+    ordered_json pods = ordered_json::array();
+    for (uint64_t p : *a.pods) pods.push_back(FormatPodFingerprint(p));
+    doc["pods"] = std::move(pods);
+  }
   doc["resources"] = ordered_json::object();
   for (const auto& [name, r] : a.resources) {
     ordered_json res;
@@ -479,6 +586,7 @@ std::string EncodeDevicesAnnotation(const DevicesAnnotation& a) {
       res["devices"].push_back(std::move(dev));
     }
     res["available"] = r.available;
+    if (r.policy) res["policy"] = std::string(topology::PolicyName(*r.policy));
     if (r.topology) {
       topology::TopologyCells cells = topology::RenderCells(*r.topology);
       res["matrix"] = cells.matrix;
@@ -510,9 +618,13 @@ StatusOr<std::string> EncodeDevicesAnnotationWithin(const DevicesAnnotation& a, 
   };
   // Each device is at least {"id":"ID","numa":0}, each free one "ID", each
   // cell of `matrix` and `pcie` "X" and a separator: escaping only grows.
+  // Each pod is "0123456789abcdef" and a separator.
   uint64_t least = a.node.size() + a.updated.size();
+  if (a.pods) least += 18 * static_cast<uint64_t>(a.pods->size());
+  if (least > max_bytes) return too_large("at least " + std::to_string(least));
   for (const auto& [name, r] : a.resources) {
     least += name.size();
+    if (r.policy) least += 10 + topology::PolicyName(*r.policy).size();
     for (const PublishedDevice& d : r.devices) least += 18 + d.id.size();
     for (const std::string& id : r.available) least += 3 + id.size();
     if (r.topology) {
@@ -533,8 +645,10 @@ StatusOr<DevicesAnnotation> DecodeDevicesAnnotation(std::string_view text) {
   DevicesAnnotation out;
   out.node = std::string(raw.node);
   out.updated = std::string(raw.updated);
+  out.pods = std::move(raw.pods);
   for (auto& [name, r] : raw.resources) {
     ResourceDevices res;
+    res.policy = r.policy;
     for (size_t i = 0; i < r.ids.size(); ++i)
       res.devices.push_back({std::string(r.ids[i]), r.numa[i]});
     for (int pos : r.available) res.available.emplace_back(r.ids[pos]);
@@ -677,9 +791,11 @@ StatusOr<NodeDevices> DecodeNodeDevices(std::string_view text, TopologyCache* to
                                         size_t readable_padding) {
   KDM_ASSIGN_OR_RETURN(RawAnnotation raw, ReadAnnotation(text, readable_padding));
   NodeDevices out;
+  out.pods = std::move(raw.pods);
   for (auto& [name, r] : raw.resources) {
     ResourceView view;
     view.device_count = static_cast<int>(r.ids.size());
+    view.policy = r.policy;
     view.available = std::move(r.available);
     std::sort(view.available.begin(), view.available.end());
     if (r.attributes) view.attributes = std::move(*r.attributes);

@@ -2,7 +2,9 @@
 // for the scheduler (docs/publish.md, "The annotation"). One JSON document per
 // node: per resource every allocatable (healthy) device with its NUMA node,
 // the ones no container holds, and optionally the link matrix (the cells of
-// docs/topology.md's JSON) and the devices' attributes.
+// docs/topology.md's JSON), the devices' attributes and the allocation policy
+// of the node's device plugin; for the node, the fingerprints of the pods
+// that hold devices (PodFingerprint).
 //
 // One writer and one reader, the only ones in kdm:
 // - EncodeDevicesAnnotation writes it deterministically (fixed key order,
@@ -10,8 +12,11 @@
 // - The reader (simdjson On-Demand) applies every check to every document:
 //   types of the keys it knows, version 1, id and resource name lengths,
 //   duplicate ids, NUMA nodes, `available` within `devices`, the cells and
-//   shape of the link matrix, attribute values (k8s/attributes.h). Keys it
-//   does not know are ignored (the format grows); above kMaxAnnotationBytes
+//   shape of the link matrix, attribute values (k8s/attributes.h), the pod
+//   fingerprints (16 lowercase hex digits, no duplicates, at most
+//   kMaxAnnotationPods). Keys it does not know are ignored (the format
+//   grows), and so is a policy name it does not know (a newer writer's
+//   policy reads as none); above kMaxAnnotationBytes
 //   it refuses. Two outputs share it: DecodeDevicesAnnotation (every field,
 //   the topology with the node's own device ids) and DecodeNodeDevices (what
 //   the extender scores on: free devices as positions, the topology shared
@@ -50,6 +55,7 @@
 #include "kdm/base/status.h"
 #include "kdm/base/sync.h"
 #include "kdm/k8s/attributes.h"
+#include "kdm/topology/allocator.h"
 #include "kdm/topology/topology.h"
 
 namespace kdm::k8s {
@@ -62,6 +68,17 @@ inline constexpr int kDevicesAnnotationVersion = 1;
 inline constexpr size_t kMaxAnnotationBytes = 256 * 1024;
 // The longest device id or resource name accepted when decoding.
 inline constexpr size_t kMaxNameBytes = 253;
+// The most pod fingerprints accepted when decoding.
+inline constexpr size_t kMaxAnnotationPods = 65536;
+
+// A pod's fingerprint in `pods`: FNV-1a 64-bit (offset basis
+// 0xcbf29ce484222325, prime 0x100000001b3) over the bytes of
+// `namespace_name + "/" + name`, so that a writer in any language can
+// produce it. Equal pods give equal fingerprints; two pods may collide
+// (about one pair in 2^64).
+uint64_t PodFingerprint(std::string_view namespace_name, std::string_view name);
+// The fingerprint as written: 16 lowercase hex digits ("00ab...").
+std::string FormatPodFingerprint(uint64_t fingerprint);
 
 struct PublishedDevice {
   std::string id;
@@ -78,6 +95,9 @@ struct ResourceDevices {
   // nodes equal `devices`. Written as `matrix` and `pcie` cells.
   std::optional<topology::Topology> topology;
   std::optional<DeviceAttributes> attributes;
+  // The policy the node's device plugin answers GetPreferredAllocation with
+  // (`policy`); nullopt: not said, or a name this reader does not know.
+  std::optional<topology::Policy> policy;
   friend bool operator==(const ResourceDevices&, const ResourceDevices&) = default;
 };
 
@@ -85,6 +105,11 @@ struct DevicesAnnotation {
   int version = kDevicesAnnotationVersion;
   std::string node;
   std::string updated;  // RFC 3339, UTC ("2026-11-24T23:00:00Z")
+  // The fingerprints of the pods holding at least one device on the node
+  // (`pods`), sorted ascending, no duplicates; nullopt: the key is absent
+  // (a writer that does not say; kdm's publisher always writes it).
+  // REQUIRES (encoding): sorted and unique.
+  std::optional<std::vector<uint64_t>> pods;
   std::map<std::string, ResourceDevices> resources;
   friend bool operator==(const DevicesAnnotation&, const DevicesAnnotation&) = default;
 };
@@ -128,7 +153,9 @@ StatusOr<std::string> EncodeDevicesAnnotationWithin(const DevicesAnnotation& ann
 
 // Parses a value written by any version-1 writer. INVALID_ARGUMENT naming the
 // field ("kdm.io/devices: resources['nvidia.com/gpu'].devices[2].numa: must
-// be a non-negative integer or null"), OUT_OF_RANGE above kMaxAnnotationBytes.
+// be a non-negative integer or null", "kdm.io/devices: pods[3]: must be 16
+// lowercase hex digits"), OUT_OF_RANGE above kMaxAnnotationBytes. `pods`
+// may be in any order: it is sorted on read.
 StatusOr<DevicesAnnotation> DecodeDevicesAnnotation(std::string_view text);
 
 // A topology known by its cells and NUMA nodes, its device ids the positions
@@ -212,10 +239,15 @@ struct ResourceView {
   // Null when the resource publishes no matrix.
   std::shared_ptr<const SharedTopology> topology;
   DeviceAttributes attributes;
+  // The node's plugin's allocation policy; nullopt: not said or unknown.
+  std::optional<topology::Policy> policy;
 };
 
 struct NodeDevices {
   std::map<std::string, ResourceView, std::less<>> resources;
+  // The pods holding devices on the node (fingerprints, ascending, unique);
+  // nullopt: the annotation does not say.
+  std::optional<std::vector<uint64_t>> pods;
 };
 
 // The same reader and checks as DecodeDevicesAnnotation, keeping what the

@@ -55,7 +55,12 @@ std::string FormatMs(milliseconds d) {
   return std::to_string(d.count()) + "ms";
 }
 
-bool RetryableStatus(int status) { return status == 409 || status == 429 || status >= 500; }
+// 409 is retried for a PATCH (a conflicting write may go through next
+// time), never for a create: the object exists, and posting it again would
+// only meet the same answer (or, for a binding, bind twice).
+bool RetryableStatus(int status, bool retry_conflict) {
+  return (status == 409 && retry_conflict) || status == 429 || status >= 500;
+}
 
 std::optional<milliseconds> ParseRetryAfter(std::string_view v) {
   while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
@@ -91,6 +96,15 @@ class ClientImpl final : public Client {
         WithRetries("PATCH", path, json, timeout, cancel, nullptr, {}, /*discard_body=*/true);
     if (!r.ok()) return r.status();
     return StatusForResponse("PATCH", path, ToResponse(std::move(*r->response)));
+  }
+
+  Status Post(std::string_view path, std::string_view json, milliseconds timeout,
+              Cancellation* cancel) override {
+    StatusOr<http::RoundTripResult> r =
+        WithRetries("POST", path, json, timeout, cancel, nullptr, {}, /*discard_body=*/true,
+                    /*retry_conflict=*/false);
+    if (!r.ok()) return r.status();
+    return StatusForResponse("POST", path, ToResponse(std::move(*r->response)));
   }
 
   StatusOr<Response> Send(std::string_view method, std::string_view path,
@@ -173,7 +187,8 @@ class ClientImpl final : public Client {
                                               std::string_view body, milliseconds timeout,
                                               Cancellation* cancel,
                                               const std::function<bool(std::string_view)>* on_line,
-                                              milliseconds idle_timeout, bool discard_body) {
+                                              milliseconds idle_timeout, bool discard_body,
+                                              bool retry_conflict = true) {
     const std::string what = std::string(method) + " " + std::string(path);
     // The deadline on the injected clock; each attempt gets what is left of
     // it as a real deadline for its I/O.
@@ -189,7 +204,17 @@ class ClientImpl final : public Client {
       std::optional<milliseconds> retry_after;
       if (r.streamed) return r;
       if (r.response) {
-        if (!RetryableStatus(r.response->status)) return r;
+        if (!RetryableStatus(r.response->status, retry_conflict)) {
+          if (r.response->status == 409 && attempt > 1) {
+            // The 409 may be this call's own earlier attempt, applied
+            // without its answer reaching us: the caller must know.
+            Status conflict = StatusForResponse(method, path, ToResponse(*r.response));
+            return Status(conflict.code(), conflict.message() + " (attempt " +
+                                               std::to_string(attempt) +
+                                               ": an earlier attempt may have been applied)");
+          }
+          return r;
+        }
         last = StatusForResponse(method, path, ToResponse(*r.response));
         if (!r.response->retry_after.empty())
           retry_after = ParseRetryAfter(r.response->retry_after);

@@ -1,5 +1,5 @@
-// kube::Client: HTTPS requests to the kube-apiserver (GET, merge PATCH, and
-// a streaming GET for watches), with the credentials of a ClientConfig.
+// kube::Client: HTTPS requests to the kube-apiserver (GET, merge PATCH, a
+// create POST, and a streaming GET for watches), with the credentials of a ClientConfig.
 //
 // - TLS verification is on unless the config says insecure-skip-tls-verify:
 //   the server's certificate must chain to the config's CA (or the system's
@@ -8,7 +8,7 @@
 //   A client certificate and key are presented when the config has them.
 // - Every call has a deadline, which bounds everything: name lookup, connect,
 //   handshake, the answer, and the waits between retries.
-// - Retries: 409, 429, 5xx and connection failures are tried again with
+// - Retries: 409 (not for Post), 429, 5xx and connection failures are tried again with
 //   exponential back-off and jitter; a Retry-After header (seconds) replaces
 //   the back-off for that wait. A wait that would end past the deadline is
 //   not started: the last failure is returned instead.
@@ -112,6 +112,17 @@ class Client {
   // error described above.
   virtual Status MergePatch(std::string_view path, std::string_view json,
                             std::chrono::milliseconds timeout, Cancellation* cancel = nullptr) = 0;
+
+  // POST `path` with `json` as application/json to create an object (a
+  // pods/binding): OK for a 2xx answer, whose body (the created object or a
+  // Status, unused) is not read, or the error described above. Retried as
+  // above except on 409: a create answered 409 Conflict (it exists, or the
+  // pod is bound already) is returned at once as ABORTED, never posted
+  // again. A 409 that answers a retry (an earlier attempt was answered 5xx
+  // or lost after it was sent, so it may have landed) says so in its
+  // message: "... (attempt N: an earlier attempt may have been applied)".
+  virtual Status Post(std::string_view path, std::string_view json,
+                      std::chrono::milliseconds timeout, Cancellation* cancel = nullptr) = 0;
 
   // The one request, with retries, answering any HTTP status: GET/PATCH and
   // error mapping for callers that handle statuses themselves (410 on LIST).

@@ -32,6 +32,10 @@
 // from any thread. Stop() cancels the request in flight at once and joins the
 // thread: it is bounded by the callback running at the time.
 //
+// The loop is the one behind every informer of kdm::kube (PodInformer's
+// too, kube/pod_informer.h); its options and counts are ListWatchOptions
+// and ListWatchStats (kube/list_watch.h).
+//
 // Example:
 //   NodeInformer::Options o;
 //   o.client = client.get();
@@ -53,59 +57,25 @@
 #include "kdm/base/clock.h"
 #include "kdm/base/status.h"
 #include "kdm/kube/client.h"
+#include "kdm/kube/list_watch.h"
 #include "kdm/kube/node_decode.h"
 
 namespace kdm::kube {
 
 class NodeInformer {
  public:
-  struct Options {
-    // Not owned; must outlive the informer.
-    Client* client = nullptr;
+  struct Options : ListWatchOptions {
     std::string path = "/api/v1/nodes";
-    // Bounds the LIST and the start of each watch.
-    std::chrono::milliseconds request_timeout{30'000};
-    // A watch with no byte (not even a bookmark) for this long is restarted.
-    std::chrono::milliseconds idle_timeout{300'000};
-    // Back-off before a LIST again or after a failed or short watch
-    // (client-go's reflector: 800 ms doubling to 30 s, reset after 2 min).
-    std::chrono::milliseconds initial_backoff{800};
-    std::chrono::milliseconds max_backoff{30'000};
-    std::chrono::milliseconds backoff_reset{120'000};
-    // Each wait is lengthened by a random part of it, up to this fraction.
-    double backoff_jitter = 0.5;
-    // A watch the server ends sooner than this without sending a line is
-    // "short": the next one waits a back-off.
-    std::chrono::milliseconds short_watch{1000};
-    // Seed of the jitter; 0 picks one at random.
-    uint64_t jitter_seed = 0;
     // The annotations to hand over in NodeObject::annotations; others are
     // skipped unread. Empty: none.
     std::vector<std::string> annotation_keys;
-    // The time seam of the back-off waits (the client has its own, for its
-    // retries). Null is taken as NewRealClock() too.
-    std::shared_ptr<kdm::Clock> clock = NewRealClock();
     // The whole set, after each LIST: replaces what the caller knew.
     std::function<void(std::vector<NodeObject> nodes)> on_list;
     // One change seen by the watch.
     std::function<void(NodeEventType type, const NodeObject& node)> on_event;
   };
 
-  struct Stats {
-    uint64_t lists = 0;
-    uint64_t watches = 0;
-    uint64_t events = 0;
-    uint64_t bookmarks = 0;
-    uint64_t relists_after_gone = 0;
-    uint64_t errors = 0;
-    // Waits before a LIST or watch (the back-off above), and short watches.
-    uint64_t backoffs = 0;
-    uint64_t short_watches = 0;
-    // Watch events and LIST items refused for their nesting (and skipped).
-    uint64_t refused = 0;
-    std::string resource_version;
-    std::string last_error;
-  };
+  using Stats = ListWatchStats;
 
   // Starts the thread. Errors: INVALID_ARGUMENT without a client or callbacks.
   static StatusOr<std::unique_ptr<NodeInformer>> Start(Options options);

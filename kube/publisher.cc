@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "kdm/base/log_value.h"
@@ -11,10 +12,16 @@ k8s::DevicesAnnotation BuildDevicesAnnotation(
     const std::string& node, const std::string& updated, const NodeDevices& devices,
     const std::map<std::string, topology::Topology>& topologies,
     const std::map<std::string, k8s::DeviceAttributes>& attributes,
-    std::vector<std::string>* warnings) {
+    std::vector<std::string>* warnings, const std::map<std::string, topology::Policy>& policies) {
   k8s::DevicesAnnotation a;
   a.node = node;
   a.updated = updated;
+  std::vector<uint64_t> pods;
+  pods.reserve(devices.holders.size());
+  for (const auto& [ns, name] : devices.holders) pods.push_back(k8s::PodFingerprint(ns, name));
+  std::sort(pods.begin(), pods.end());
+  pods.erase(std::unique(pods.begin(), pods.end()), pods.end());
+  a.pods = std::move(pods);
   std::set<std::string> names;
   for (const auto& [r, _] : devices.allocatable) names.insert(r);
   for (const auto& [r, _] : topologies) names.insert(r);
@@ -32,7 +39,8 @@ k8s::DevicesAnnotation BuildDevicesAnnotation(
     auto attrs = attributes.find(r);
     if (attrs != attributes.end()) in.attributes = attrs->second;
     std::string warning;
-    a.resources[r] = k8s::BuildResourceDevices(in, &warning);
+    k8s::ResourceDevices& built = a.resources[r] = k8s::BuildResourceDevices(in, &warning);
+    if (auto p = policies.find(r); p != policies.end()) built.policy = p->second;
     if (!warning.empty() && warnings) warnings->push_back(r + ": " + warning);
   }
   return a;
@@ -59,8 +67,9 @@ Publisher::StepResult Publisher::Step() {
   read_failing_ = false;
 
   std::vector<std::string> warnings;
-  k8s::DevicesAnnotation a = BuildDevicesAnnotation(options_.node, "", *read, options_.topologies,
-                                                    options_.attributes, &warnings);
+  k8s::DevicesAnnotation a =
+      BuildDevicesAnnotation(options_.node, "", *read, options_.topologies, options_.attributes,
+                             &warnings, options_.policies);
   for (const std::string& w : warnings) {
     if (warned_.insert(w).second) {
       spdlog::warn("event=publish_without_matrix detail={}", QuoteLogValue(w, kMaxLogValueBytes));

@@ -39,6 +39,7 @@
 #include "kdm/base/clock.h"
 #include "kdm/base/status.h"
 #include "kdm/k8s/devices_annotation.h"
+#include "kdm/topology/allocator.h"
 #include "kdm/topology/topology.h"
 
 namespace kdm::kube {
@@ -49,18 +50,25 @@ struct NodeDevices {
   std::map<std::string, std::map<std::string, std::optional<int>>> allocatable;
   // Resource -> every device id some container holds.
   std::map<std::string, std::set<std::string>> in_use;
+  // (namespace, name) of every pod at least one of whose containers holds a
+  // device of any resource.
+  std::set<std::pair<std::string, std::string>> holders;
 };
 
 // Builds the annotation of `devices`. Published resources: every resource
 // with allocatable devices, plus every one named in `topologies` or
-// `attributes` (with no devices if none is allocatable). Each topology's
-// device ids must already be the resource's device ids. `warnings` (when
+// `attributes` (with no devices if none is allocatable); a resource named
+// only in `policies` is not published. Each topology's device ids must
+// already be the resource's device ids. `pods` is always set: the
+// fingerprints of `devices.holders` (empty when no pod holds a device).
+// `policies` gives a published resource its `policy`. `warnings` (when
 // given) receives one line per resource published without its matrix.
 k8s::DevicesAnnotation BuildDevicesAnnotation(
     const std::string& node, const std::string& updated, const NodeDevices& devices,
     const std::map<std::string, topology::Topology>& topologies,
     const std::map<std::string, k8s::DeviceAttributes>& attributes,
-    std::vector<std::string>* warnings = nullptr);
+    std::vector<std::string>* warnings = nullptr,
+    const std::map<std::string, topology::Policy>& policies = {});
 
 class DeviceSource {
  public:
@@ -84,6 +92,8 @@ class Publisher {
     std::string node;  // the Node object's name
     std::map<std::string, topology::Topology> topologies;
     std::map<std::string, k8s::DeviceAttributes> attributes;
+    // Resource -> the policy of the node's device plugin (`policy`).
+    std::map<std::string, topology::Policy> policies;
     std::chrono::milliseconds interval{std::chrono::seconds(1)};
     std::chrono::milliseconds min_write_interval{std::chrono::seconds(1)};
     std::chrono::milliseconds resync{std::chrono::minutes(5)};

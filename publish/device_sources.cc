@@ -20,11 +20,14 @@ kube::NodeDevices NodeDevicesOf(const std::vector<devicemanager::ContainerDevice
     }
   }
   for (const auto& pod : pods) {
+    bool holds = false;
     for (const auto& c : pod.containers) {
       for (const auto& d : c.devices) {
         out.in_use[d.resource_name].insert(d.device_ids.begin(), d.device_ids.end());
+        holds = holds || !d.device_ids.empty();
       }
     }
+    if (holds) out.holders.emplace(pod.namespace_name, pod.name);
   }
   return out;
 }

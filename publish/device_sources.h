@@ -29,7 +29,8 @@ namespace kdm::publish {
 
 // The NodeDevices of a pod-resources reading: `allocatable` (id -> NUMA
 // node; a device listed on several NUMA nodes keeps the first, a NUMA node
-// outside 0..2^20 counts as none) and the ids any container of `pods` holds.
+// outside 0..2^20 counts as none), the ids any container of `pods` holds,
+// and as holders the pods with at least one such id.
 kube::NodeDevices NodeDevicesOf(const std::vector<devicemanager::ContainerDevices>& allocatable,
                                 const std::vector<devicemanager::PodResources>& pods);
 

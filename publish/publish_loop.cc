@@ -55,6 +55,7 @@ std::unique_ptr<PublishLoop> PublishLoop::Start(PublishOptions options,
   publisher.node = std::move(options.node);
   publisher.topologies = std::move(options.topologies);
   publisher.attributes = std::move(options.attributes);
+  publisher.policies = std::move(options.policies);
   publisher.interval = options.interval;
   publisher.min_write_interval = options.min_write_interval;
   publisher.resync = options.resync;

@@ -26,6 +26,7 @@
 #include "kdm/kube/client.h"
 #include "kdm/kube/node_annotation_writer.h"
 #include "kdm/kube/publisher.h"
+#include "kdm/topology/allocator.h"
 #include "kdm/topology/topology.h"
 
 namespace kdm::publish {
@@ -36,6 +37,8 @@ struct PublishOptions {
   // Resource -> its topology, device ids already the node's (ApplyIdsFile).
   std::map<std::string, topology::Topology> topologies;
   std::map<std::string, k8s::DeviceAttributes> attributes;
+  // Resource -> its device plugin's policy (--plugin-policy).
+  std::map<std::string, topology::Policy> policies;
   std::chrono::milliseconds interval{1000};
   std::chrono::milliseconds min_write_interval{1000};
   std::chrono::milliseconds resync{300'000};

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -685,6 +686,203 @@ TEST(DecodeNodeDevicesTest, DeeplyNestedDocumentsAreRefusedOrSkippedWithoutRecur
       EXPECT_EQ(full.status(), view.status());
     }
   }
+}
+
+// ------------------------------------------------- pods and policy
+
+TEST(PodFingerprintTest, IsFnv1a64OverNamespaceSlashName) {
+  // FNV-1a's published vectors, through the separator: "" + "/" + "" is "/".
+  EXPECT_EQ(PodFingerprint("", ""), 0xaf63a24c860189feull);
+  EXPECT_EQ(PodFingerprint("foo", "bar"), 0x571d17d6ef2def0dull);
+  // docs/publish.md's vector.
+  EXPECT_EQ(PodFingerprint("default", "pod-a"), 0x1cc7008e3498d9b4ull);
+  EXPECT_EQ(FormatPodFingerprint(PodFingerprint("default", "pod-a")), "1cc7008e3498d9b4");
+  // Bytes, not chars: UTF-8 above 0x7f is not sign-extended.
+  EXPECT_EQ(PodFingerprint("ns", "caf\xc3\xa9"), 0x16ab894ea137fddfull);
+  // The separator is part of the input ("ab/" and "a/b" differ); a
+  // namespace never holds a '/', so no two pods share the hashed text.
+  EXPECT_NE(PodFingerprint("ab", ""), PodFingerprint("a", "b"));
+  EXPECT_EQ(FormatPodFingerprint(0), "0000000000000000");
+  EXPECT_EQ(FormatPodFingerprint(0xffffffffffffffffull), "ffffffffffffffff");
+  EXPECT_EQ(FormatPodFingerprint(0xabcull), "0000000000000abc");
+}
+
+DevicesAnnotation ExampleWithPodsAndPolicy() {
+  DevicesAnnotation a = Example();
+  a.pods =
+      std::vector<uint64_t>{PodFingerprint("default", "pod-a"), PodFingerprint("default", "pod-b")};
+  std::sort(a.pods->begin(), a.pods->end());
+  a.resources["nvidia.com/gpu"].policy = topology::Policy::kBestSet;
+  return a;
+}
+
+TEST(AnnotationTest, PodsAndPolicyAreWrittenInPlaceAndRoundTrip) {
+  DevicesAnnotation a = ExampleWithPodsAndPolicy();
+  std::string value = EncodeDevicesAnnotation(a);
+  EXPECT_EQ(value, EncodeDevicesAnnotation(ExampleWithPodsAndPolicy()));
+  EXPECT_EQ(value.rfind(R"({"version":1,"node":"gpu-node-7","updated":"2026-11-24T23:00:00Z",)"
+                        R"("pods":["1cc7008e3498d9b4","1cc7038e3498decd"],"resources":{)",
+                        0),
+            0u)
+      << value;
+  EXPECT_THAT(value, HasSubstr(R"("available":["GPU-0","GPU-2","GPU-3","GPU-4","GPU-5","GPU-7"],)"
+                               R"("policy":"best-set","matrix":)"));
+  // Only the resource that says it.
+  EXPECT_EQ(value.find("\"policy\""), value.rfind("\"policy\""));
+  StatusOr<DevicesAnnotation> back = DecodeDevicesAnnotation(value);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, a);
+  TopologyCache cache;
+  StatusOr<NodeDevices> view = DecodeNodeDevices(value, &cache);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->pods, a.pods);
+  EXPECT_EQ(view->resources.at("nvidia.com/gpu").policy, topology::Policy::kBestSet);
+  EXPECT_EQ(view->resources.at("example.com/fpga").policy, std::nullopt);
+  // An empty list is written and read as empty, not as absent.
+  a.pods = std::vector<uint64_t>{};
+  value = EncodeDevicesAnnotation(a);
+  EXPECT_THAT(value, HasSubstr(R"("updated":"2026-11-24T23:00:00Z","pods":[],"resources")"));
+  back = DecodeDevicesAnnotation(value);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->pods, std::vector<uint64_t>{});
+  // Every policy name.
+  for (topology::Policy p :
+       {topology::Policy::kPacked, topology::Policy::kBestSet, topology::Policy::kFirstFit}) {
+    a.resources["example.com/fpga"].policy = p;
+    back = DecodeDevicesAnnotation(EncodeDevicesAnnotation(a));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->resources.at("example.com/fpga").policy, p);
+  }
+}
+
+TEST(AnnotationTest, DocumentsWithoutPodsOrPolicyReadAsNone) {
+  const std::string old = EncodeDevicesAnnotation(Example());
+  EXPECT_EQ(old.find("\"pods\""), std::string::npos);
+  EXPECT_EQ(old.find("\"policy\""), std::string::npos);
+  StatusOr<DevicesAnnotation> back = DecodeDevicesAnnotation(old);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->pods, std::nullopt);
+  EXPECT_EQ(back->resources.at("nvidia.com/gpu").policy, std::nullopt);
+  TopologyCache cache;
+  StatusOr<NodeDevices> view = DecodeNodeDevices(old, &cache);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->pods, std::nullopt);
+  EXPECT_EQ(view->resources.at("nvidia.com/gpu").policy, std::nullopt);
+}
+
+TEST(AnnotationTest, PodsAreSortedOnReadAndAnUnknownPolicyIsNone) {
+  json doc = json::parse(WithResource(
+      {{"devices", json::array()}, {"available", json::array()}, {"policy", "spread-v9"}}));
+  doc["pods"] = {"ffffffffffffffff", "0000000000000001", "1cc7008e3498d9b4"};
+  for (bool view : {false, true}) {
+    std::optional<std::vector<uint64_t>> pods;
+    std::optional<topology::Policy> policy = topology::Policy::kPacked;
+    TopologyCache cache;
+    if (view) {
+      StatusOr<NodeDevices> d = DecodeNodeDevices(doc.dump(), &cache);
+      ASSERT_TRUE(d.ok()) << d.status();
+      pods = d->pods;
+      policy = d->resources.at("r.io/x").policy;
+    } else {
+      StatusOr<DevicesAnnotation> d = DecodeDevicesAnnotation(doc.dump());
+      ASSERT_TRUE(d.ok()) << d.status();
+      pods = d->pods;
+      policy = d->resources.at("r.io/x").policy;
+    }
+    ASSERT_TRUE(pods.has_value());
+    EXPECT_THAT(*pods, ElementsAre(1u, 0x1cc7008e3498d9b4ull, 0xffffffffffffffffull));
+    // A policy a newer writer knows reads as none, not as an error.
+    EXPECT_EQ(policy, std::nullopt);
+  }
+}
+
+TEST(AnnotationTest, BadPodsAndPolicyNameTheField) {
+  auto with_pods = [](const json& pods) {
+    json doc =
+        json::parse(WithResource({{"devices", json::array()}, {"available", json::array()}}));
+    doc["pods"] = pods;
+    return doc.dump();
+  };
+  struct Case {
+    std::string text;
+    std::string expect;
+  };
+  std::vector<Case> cases = {
+      {with_pods("1cc7008e3498d9b4"), "kdm.io/devices: pods: must be an array"},
+      {with_pods(nullptr), "kdm.io/devices: pods: must be an array"},
+      {with_pods(json::object({{"a", 1}})), "pods: must be an array"},
+      {with_pods({"1cc7008e3498d9b4", 7}), "pods[1]: must be a string"},
+      {with_pods({"1CC7008E3498D9B4"}), "pods[0]: must be 16 lowercase hex digits"},
+      {with_pods({"0000000000000001", "1cc7008e3498d9b"}),
+       "pods[1]: must be 16 lowercase hex digits"},
+      {with_pods({"1cc7008e3498d9b40"}), "pods[0]: must be 16 lowercase hex digits"},
+      {with_pods({"0x1cc7008e3498d9"}), "pods[0]: must be 16 lowercase hex digits"},
+      {with_pods({"1cc7008e3498d9bg"}), "pods[0]: must be 16 lowercase hex digits"},
+      {with_pods({""}), "pods[0]: must be 16 lowercase hex digits"},
+      {with_pods({" 1cc7008e3498d9b"}), "pods[0]: must be 16 lowercase hex digits"},
+      {with_pods({std::string(100000, 'a')}), "pods[0]: must be 16 lowercase hex digits"},
+      {with_pods({"ffffffffffffffff", "0000000000000001", "0000000000000002", "0000000000000001",
+                  "ffffffffffffffff"}),
+       "pods[3]: duplicate pod 0000000000000001"},
+      {WithResource({{"devices", json::array()}, {"available", json::array()}, {"policy", 1}}),
+       "resources['r.io/x'].policy: must be a string"},
+      {WithResource(
+           {{"devices", json::array()}, {"available", json::array()}, {"policy", nullptr}}),
+       "resources['r.io/x'].policy: must be a string"},
+      {WithResource(
+           {{"devices", json::array()}, {"available", json::array()}, {"policy", {"packed"}}}),
+       "resources['r.io/x'].policy: must be a string"},
+  };
+  // A list that is still short enough for the size bound reads.
+  std::vector<std::string> many;
+  for (int i = 0; i < 13000; ++i)
+    many.push_back(FormatPodFingerprint(PodFingerprint("ns", std::to_string(i))));
+  cases.push_back({with_pods(many), ""});
+  for (const Case& c : cases) {
+    TopologyCache cache;
+    StatusOr<NodeDevices> view = DecodeNodeDevices(c.text, &cache);
+    StatusOr<DevicesAnnotation> full = DecodeDevicesAnnotation(c.text);
+    if (c.expect.empty()) {
+      ASSERT_TRUE(full.ok()) << full.status();
+      EXPECT_EQ(full->pods->size(), many.size());
+      EXPECT_TRUE(view.ok()) << view.status();
+      continue;
+    }
+    ASSERT_FALSE(full.ok()) << c.text.substr(0, 120);
+    EXPECT_EQ(full.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(full.status().message()), HasSubstr(c.expect));
+    // One line, however long the value.
+    EXPECT_EQ(full.status().message().find('\n'), std::string::npos);
+    EXPECT_LT(full.status().message().size(), 200u);
+    EXPECT_EQ(view.status(), full.status());
+  }
+}
+
+TEST(AnnotationTest, SizeBoundCountsPodsAndPolicy) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{100}, size_t{5000}}) {
+    DevicesAnnotation a = ExampleWithPodsAndPolicy();
+    a.resources["example.com/fpga"].policy = topology::Policy::kFirstFit;
+    a.pods->clear();
+    for (size_t i = 0; i < n; ++i) a.pods->push_back(PodFingerprint("ns", std::to_string(i)));
+    std::sort(a.pods->begin(), a.pods->end());
+    const std::string value = EncodeDevicesAnnotation(a);
+    // The lower bound never passes the real size: exactly the value's
+    // size is enough, one byte less is not.
+    StatusOr<std::string> fits = EncodeDevicesAnnotationWithin(a, value.size());
+    ASSERT_TRUE(fits.ok()) << n << ": " << fits.status();
+    EXPECT_EQ(*fits, value);
+    EXPECT_FALSE(EncodeDevicesAnnotationWithin(a, value.size() - 1).ok());
+  }
+  // Pods alone past the limit are refused before anything is rendered.
+  DevicesAnnotation a;
+  a.node = "n";
+  a.pods.emplace();
+  for (uint64_t i = 0; i < 20000; ++i) a.pods->push_back(i);
+  StatusOr<std::string> refused = EncodeDevicesAnnotationWithin(a);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("would be at least 360001 bytes, over the limit of 262144"));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -24,7 +25,8 @@ using Result = Publisher::StepResult;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// Eight GPUs GPU0..GPU7 (the dgx1-v100 preset's ids); `used` of them held.
+// Eight GPUs GPU0..GPU7 (the dgx1-v100 preset's ids); `used` of them held,
+// GPU<i> by pod default/pod-<i>.
 class FakeSource final : public DeviceSource {
  public:
   StatusOr<NodeDevices> Read() override {
@@ -32,7 +34,10 @@ class FakeSource final : public DeviceSource {
     if (!fail.ok()) return fail;
     NodeDevices d;
     for (int i = 0; i < 8; ++i) d.allocatable["nvidia.com/gpu"]["GPU" + std::to_string(i)] = i / 4;
-    for (int i = 0; i < used; ++i) d.in_use["nvidia.com/gpu"].insert("GPU" + std::to_string(i));
+    for (int i = 0; i < used; ++i) {
+      d.in_use["nvidia.com/gpu"].insert("GPU" + std::to_string(i));
+      d.holders.emplace("default", "pod-" + std::to_string(i));
+    }
     return d;
   }
   std::atomic<int> used{0};
@@ -258,6 +263,50 @@ TEST(BuildDevicesAnnotationTest, NamedResourcesArePublishedEvenWithoutDevices) {
   d.allocatable["nvidia.com/gpu"]["GPU-x"] = 0;
   a = BuildDevicesAnnotation("n", "t", d, topos, attrs, &warnings);
   EXPECT_THAT(warnings, ElementsAre(HasSubstr("nvidia.com/gpu: device 'GPU-x' is allocatable")));
+}
+
+TEST_F(PublisherTest, PodsFollowTheHoldersAndThePolicyIsWritten) {
+  Publisher::Options o = Opts();
+  o.policies["nvidia.com/gpu"] = topology::Policy::kBestSet;
+  Publisher p(o, &source_, &writer_);
+  ASSERT_EQ(p.Step(), Result::kWritten);
+  EXPECT_THAT(writer_.values[0], HasSubstr(R"("updated":"2026-11-24T23:00:00Z","pods":[],)"));
+  EXPECT_THAT(writer_.values[0], HasSubstr(R"("policy":"best-set")"));
+  // Two pods start holding GPUs: a new value, with their fingerprints.
+  source_.used = 2;
+  clock_->Advance(1s);
+  ASSERT_EQ(p.Step(), Result::kWritten);
+  StatusOr<k8s::DevicesAnnotation> a = k8s::DecodeDevicesAnnotation(writer_.values[1]);
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::vector<uint64_t> want = {k8s::PodFingerprint("default", "pod-0"),
+                                k8s::PodFingerprint("default", "pod-1")};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(a->pods, want);
+  EXPECT_EQ(a->resources.at("nvidia.com/gpu").policy, topology::Policy::kBestSet);
+}
+
+TEST(BuildDevicesAnnotationTest, PodsAreTheHoldersFingerprintsSortedAndPolicyPerResource) {
+  NodeDevices d;
+  d.allocatable["nvidia.com/gpu"]["GPU0"] = 0;
+  d.allocatable["example.com/fpga"]["f0"] = std::nullopt;
+  d.in_use["nvidia.com/gpu"] = {"GPU0"};
+  d.holders = {{"team-b", "job-3"}, {"default", "pod-b"}, {"default", "pod-a"}};
+  std::map<std::string, topology::Policy> policies = {
+      {"nvidia.com/gpu", topology::Policy::kFirstFit},
+      {"vendor.com/npu", topology::Policy::kPacked}};  // no devices, not published
+  k8s::DevicesAnnotation a = BuildDevicesAnnotation("n", "t", d, {}, {}, nullptr, policies);
+  // docs/publish.md's vectors, sorted.
+  ASSERT_TRUE(a.pods.has_value());
+  EXPECT_THAT(*a.pods,
+              ElementsAre(0x1cc7008e3498d9b4ull, 0x1cc7038e3498decdull, 0x42dce724367973d7ull));
+  EXPECT_EQ(a.resources.at("nvidia.com/gpu").policy, topology::Policy::kFirstFit);
+  EXPECT_EQ(a.resources.at("example.com/fpga").policy, std::nullopt);
+  EXPECT_EQ(a.resources.count("vendor.com/npu"), 0u);
+  // No holder: the key is still written, empty.
+  d.holders.clear();
+  a = BuildDevicesAnnotation("n", "t", d, {}, {});
+  EXPECT_EQ(a.pods, std::vector<uint64_t>{});
+  EXPECT_THAT(k8s::EncodeDevicesAnnotation(a), HasSubstr(R"("updated":"t","pods":[],)"));
 }
 
 }  // namespace

@@ -132,6 +132,7 @@ TEST_F(ManagerSourceTest, ReadsAllocatableAndHeldDevicesWithoutASocket) {
   EXPECT_THAT(before->allocatable.at(kSourceGpu),
               ElementsAre(Pair("gpu0", 0), Pair("gpu1", 0), Pair("gpu2", 1), Pair("gpu4", 0)));
   EXPECT_TRUE(before->in_use.empty());
+  EXPECT_TRUE(before->holders.empty());
 
   ASSERT_NO_FATAL_FAILURE(Admit(GpuPod("u1", 2)));
   StatusOr<kube::NodeDevices> after = source.Read();
@@ -142,11 +143,13 @@ TEST_F(ManagerSourceTest, ReadsAllocatableAndHeldDevicesWithoutASocket) {
   for (const auto& d : held) {
     for (const auto& id : d.device_ids) EXPECT_EQ(after->in_use.at(kSourceGpu).count(id), 1u);
   }
+  EXPECT_THAT(after->holders, ElementsAre(Pair("ml", "train-u1")));
   // Without active pods nothing is in use, whatever the Manager recorded.
   ManagerSource no_pods(manager_.get(), nullptr);
   StatusOr<kube::NodeDevices> none = no_pods.Read();
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->in_use.empty());
+  EXPECT_TRUE(none->holders.empty());
 }
 
 TEST_F(ManagerSourceTest, SaysWhatThePodResourcesSocketSays) {
@@ -171,6 +174,28 @@ TEST_F(ManagerSourceTest, SaysWhatThePodResourcesSocketSays) {
   EXPECT_EQ(a->allocatable, b->allocatable);
   EXPECT_EQ(a->in_use, b->in_use);
   EXPECT_EQ(b->in_use.at(kSourceGpu).size(), 3u);
+  EXPECT_EQ(a->holders, b->holders);
+  EXPECT_THAT(b->holders, ElementsAre(Pair("ml", "train-u1"), Pair("ml", "train-u2")));
+}
+
+TEST(NodeDevicesOfTest, HoldersArePodsWithAtLeastOneDevice) {
+  using devicemanager::ContainerResources;
+  using devicemanager::PodResources;
+  std::vector<PodResources> pods = {
+      // Two containers, the second holding a device of another resource.
+      {"ml", "both", {{"init", {}}, {"main", {{"vendor.com/npu", {"n0"}, std::nullopt}}}}},
+      // A resource entry without ids holds nothing.
+      {"ml", "empty-ids", {{"main", {{kSourceGpu, {}, 0}}}}},
+      {"ml", "no-containers", {}},
+      {"ml", "no-devices", {{"main", {}}, {"side", {}}}},
+      {"default", "gpu", {{"main", {{kSourceGpu, {"gpu0", "gpu1"}, 0}}}}},
+      // The same pod listed twice (a server's repeat) is one holder.
+      {"default", "gpu", {{"main", {{kSourceGpu, {"gpu1"}, 0}}}}},
+  };
+  kube::NodeDevices d = NodeDevicesOf({}, pods);
+  EXPECT_THAT(d.holders, ElementsAre(Pair("default", "gpu"), Pair("ml", "both")));
+  EXPECT_THAT(d.in_use.at(kSourceGpu), ElementsAre("gpu0", "gpu1"));
+  EXPECT_TRUE(NodeDevicesOf({}, {}).holders.empty());
 }
 
 }  // namespace
