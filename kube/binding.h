@@ -30,6 +30,7 @@
 #define KDM_KUBE_BINDING_H_
 
 #include <chrono>
+#include <cstddef>
 #include <string>
 
 #include "kdm/base/status.h"

@@ -1,5 +1,6 @@
 // kube::Client: HTTPS requests to the kube-apiserver (GET, merge PATCH, a
-// create POST, and a streaming GET for watches), with the credentials of a ClientConfig.
+// create POST, and a streaming GET for watches), with the credentials of a
+// ClientConfig.
 //
 // - TLS verification is on unless the config says insecure-skip-tls-verify:
 //   the server's certificate must chain to the config's CA (or the system's
@@ -8,10 +9,10 @@
 //   A client certificate and key are presented when the config has them.
 // - Every call has a deadline, which bounds everything: name lookup, connect,
 //   handshake, the answer, and the waits between retries.
-// - Retries: 409 (not for Post), 429, 5xx and connection failures are tried again with
-//   exponential back-off and jitter; a Retry-After header (seconds) replaces
-//   the back-off for that wait. A wait that would end past the deadline is
-//   not started: the last failure is returned instead.
+// - Retries: 409 (not for Post), 429, 5xx and connection failures are tried
+//   again with exponential back-off and jitter; a Retry-After header
+//   (seconds) replaces the back-off for that wait. A wait that would end
+//   past the deadline is not started: the last failure is returned instead.
 // - Errors are one line naming the method, the path and the server's
 //   message: 401 -> UNAUTHENTICATED, 403 -> PERMISSION_DENIED, 404 ->
 //   NOT_FOUND, 409 -> ABORTED, 410 -> FAILED_PRECONDITION ("410 Gone"),

@@ -10,6 +10,10 @@
 // stack overflow. A refused watch line or LIST item is reported and skipped;
 // the rest of the stream or list is used.
 //
+// The envelope (event types, bookmarks, 410, the LIST's version and items)
+// and the nesting check are read by kube/watch_json.h, which the Pod
+// readers (kube/pod_decode.h) share.
+//
 // Thread-safety: pure functions.
 #ifndef KDM_KUBE_NODE_DECODE_H_
 #define KDM_KUBE_NODE_DECODE_H_

@@ -20,7 +20,7 @@ Status BadPodField(const std::string& where, const std::string& what) {
 }
 
 // object[key] when present and not null, else nullptr.
-const json* Member(const json& object, const char* key) {
+const json* PodMemberOrNull(const json& object, const char* key) {
   auto it = object.find(key);
   if (it == object.end() || it->is_null()) return nullptr;
   return &*it;
@@ -29,7 +29,7 @@ const json* Member(const json& object, const char* key) {
 // object[key] as a string: "" when absent or null, an error when another type.
 Status ReadPodString(const json& object, const char* key, const std::string& where,
                      std::string* out) {
-  const json* v = Member(object, key);
+  const json* v = PodMemberOrNull(object, key);
   if (v == nullptr) return OkStatus();
   if (!v->is_string()) return BadPodField(where, "must be a string");
   *out = v->get<std::string>();
@@ -56,13 +56,13 @@ Status ReadPodContainer(const json& v, const std::string& where, bool init, k8s:
   std::string restart_policy;
   KDM_RETURN_IF_ERROR(ReadPodString(v, "restartPolicy", where + ".restartPolicy", &restart_policy));
   c->restartable = init && restart_policy == "Always";
-  const json* resources = Member(v, "resources");
+  const json* resources = PodMemberOrNull(v, "resources");
   if (resources == nullptr) return OkStatus();
   if (!resources->is_object()) return BadPodField(where + ".resources", "must be an object");
-  if (const json* limits = Member(*resources, "limits")) {
+  if (const json* limits = PodMemberOrNull(*resources, "limits")) {
     KDM_RETURN_IF_ERROR(ReadResourceAmounts(*limits, where + ".resources.limits", &c->limits));
   }
-  if (const json* requests = Member(*resources, "requests")) {
+  if (const json* requests = PodMemberOrNull(*resources, "requests")) {
     KDM_RETURN_IF_ERROR(
         ReadResourceAmounts(*requests, where + ".resources.requests", &c->requests));
   }
@@ -72,7 +72,7 @@ Status ReadPodContainer(const json& v, const std::string& where, bool init, k8s:
 Status ReadPodContainers(const json& spec, const char* key, bool init,
                          std::vector<k8s::Container>* out) {
   const std::string where = std::string("spec.") + key;
-  const json* list = Member(spec, key);
+  const json* list = PodMemberOrNull(spec, key);
   if (list == nullptr) return OkStatus();
   if (!list->is_array()) return BadPodField(where, "must be an array");
   for (size_t i = 0; i < list->size(); ++i) {
@@ -87,12 +87,12 @@ Status ReadPodContainers(const json& spec, const char* key, bool init,
 // first field that was wrong.
 Status ReadPodBody(const json& object, PodObject* pod) {
   const json& metadata = object["metadata"];  // there: the identity was read
-  pod->deleting = Member(metadata, "deletionTimestamp") != nullptr;
-  if (const json* status = Member(object, "status")) {
+  pod->deleting = PodMemberOrNull(metadata, "deletionTimestamp") != nullptr;
+  if (const json* status = PodMemberOrNull(object, "status")) {
     if (!status->is_object()) return BadPodField("status", "must be an object");
     KDM_RETURN_IF_ERROR(ReadPodString(*status, "phase", "status.phase", &pod->phase));
   }
-  const json* spec = Member(object, "spec");
+  const json* spec = PodMemberOrNull(object, "spec");
   if (spec == nullptr) return OkStatus();
   if (!spec->is_object()) return BadPodField("spec", "must be an object");
   KDM_RETURN_IF_ERROR(ReadPodString(*spec, "nodeName", "spec.nodeName", &pod->node_name));
