@@ -63,11 +63,11 @@ void Assumptions::EndLocked(Entry& e, std::string_view reason) {
 }
 
 void Assumptions::EraseLocked(std::string_view uid, std::string_view reason) {
+  if (in_cycle_.erase(std::string(uid)) > 0) binds_changed_.SignalAll();
   auto it = pods_.find(std::string(uid));
   if (it == pods_.end()) return;
   EndLocked(it->second, reason);
   pods_.erase(it);
-  if (in_cycle_.erase(std::string(uid)) > 0) binds_changed_.SignalAll();
 }
 
 void Assumptions::SweepLocked(Clock::TimePoint now) {
@@ -80,10 +80,9 @@ void Assumptions::SweepLocked(Clock::TimePoint now) {
     if (e.state == State::kAssumed) {
       const auto waited =
           std::chrono::duration_cast<std::chrono::milliseconds>(now - e.since).count();
-      expired_lines_.push_back("pod=" +
-                               QuoteLogValue(e.pod.namespace_name + "/" + e.pod.name, 256) +
-                               " node=" + QuoteLogValue(e.pod.node, 256) +
-                               " waited_ms=" + std::to_string(waited));
+      expired_lines_.push_back(
+          "pod=" + QuoteLogValue(e.pod.namespace_name + "/" + e.pod.name, 256) +
+          " node=" + QuoteLogValue(e.pod.node, 256) + " waited_ms=" + std::to_string(waited));
       EndLocked(e, kExpired);
     }
     // A pod only /bind told of is forgotten; one the informer reports is
@@ -207,8 +206,7 @@ void Assumptions::NodeGone(std::string_view node) {
 }
 
 std::shared_ptr<const k8s::NodeDevices> Assumptions::View(
-    std::string_view node, const k8s::NodeDevices& base,
-    const std::shared_ptr<const void>& owner) {
+    std::string_view node, const k8s::NodeDevices& base, const std::shared_ptr<const void>& owner) {
   if (!enabled()) return nullptr;
   std::shared_ptr<const k8s::NodeDevices> out;
   {

@@ -113,8 +113,7 @@ class Assumptions {
   // assumed pods will take. Null when no assumption applies (use `base`).
   // `owner` keeps `base` alive and identifies it for the memo (null: not
   // memoised, e.g. a Node object from a request body).
-  std::shared_ptr<const k8s::NodeDevices> View(std::string_view node,
-                                               const k8s::NodeDevices& base,
+  std::shared_ptr<const k8s::NodeDevices> View(std::string_view node, const k8s::NodeDevices& base,
                                                const std::shared_ptr<const void>& owner);
 
   // The pod passed the filter on some node: the next pod's filter waits
@@ -152,7 +151,8 @@ class Assumptions {
   };
   Clock::TimePoint Now() const;
   void EndLocked(Entry& e, std::string_view reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EraseLocked(std::string_view uid, std::string_view reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseLocked(std::string_view uid, std::string_view reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SweepLocked(Clock::TimePoint now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BoundLocked(const BoundPod& pod, Source source, Clock::TimePoint now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -170,8 +170,7 @@ HttpAnswer Extender::Filter(const std::string& body) {
 HttpAnswer Extender::Prioritize(const std::string& body) {
   StatusOr<ExtenderArgs> args = DecodeExtenderArgs(body);
   if (!args.ok()) return {400, EncodeError(args.status().message())};
-  Nodes nodes =
-      Collect(*args, topologies_, options_.cache, options_.metrics, options_.assumptions);
+  Nodes nodes = Collect(*args, topologies_, options_.cache, options_.metrics, options_.assumptions);
   LogUnreadable(args->pod.name, nodes.unreadable, nodes.first_unreadable);
   const ScoreBudget budget(options_.request_budget, options_.clock, &stopping_);
   std::string_view spent;
@@ -203,7 +202,11 @@ HttpAnswer Extender::Prioritize(const std::string& body) {
 
 void Extender::RememberPod(const PodRequest& pod) {
   if (pod.uid.empty() || pod.resources.empty() || !pod.refused.empty()) return;
-  BoundPod p{.uid = pod.uid, .namespace_name = pod.namespace_name, .name = pod.pod_name};
+  BoundPod p{.uid = pod.uid,
+             .namespace_name = pod.namespace_name,
+             .name = pod.pod_name,
+             .node = "",
+             .requests = {}};
   for (const auto& [resource, n] : pod.resources) {
     if (n > 0) p.requests.emplace(resource, n);
   }

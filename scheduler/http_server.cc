@@ -38,8 +38,9 @@ HttpAnswer RouteExtenderRequest(const ExtenderServer::Options& o, http::Request&
     return {200, o.metrics ? o.metrics->Text() : ""};
   }
   *verb = "other";
-  return {404, EncodeError("no such path: " + std::string(path.substr(0, 200)) +
-                           " (POST /filter, POST /prioritize, POST /bind, GET /healthz, GET /metrics)")};
+  return {404,
+          EncodeError("no such path: " + std::string(path.substr(0, 200)) +
+                      " (POST /filter, POST /prioritize, POST /bind, GET /healthz, GET /metrics)")};
 }
 
 http::Response AnswerExtenderRequest(const ExtenderServer::Options& o, http::Request& req) {

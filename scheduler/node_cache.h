@@ -57,7 +57,12 @@ class NodeCache {
 
   // Starts the informer on `client` (not owned; must outlive Stop()).
   // `options.client` and the callbacks are set here.
-  Status Start(kube::Client* client, kube::NodeInformer::Options options = {});
+  Status Start(kube::Client* client, kube::NodeInformer::Options options);
+  // With the informer's default options.
+  Status Start(kube::Client* client) {
+    kube::NodeInformer::Options options;
+    return Start(client, std::move(options));
+  }
   // Stops the informer (joins its thread). Idempotent.
   void Stop();
 

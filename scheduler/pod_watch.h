@@ -39,7 +39,12 @@ class PodWatch {
 
   // Starts the informer on `client` (not owned; must outlive Stop()).
   // `options.client`, the path when empty, and the callbacks are set here.
-  Status Start(kube::Client* client, kube::PodInformer::Options options = {});
+  Status Start(kube::Client* client, kube::PodInformer::Options options);
+  // With the informer's default options.
+  Status Start(kube::Client* client) {
+    kube::PodInformer::Options options;
+    return Start(client, std::move(options));
+  }
   void Stop();
   std::optional<kube::PodInformer::Stats> informer_stats() const;
 

@@ -93,9 +93,10 @@ int RunExtender(const ExtenderFlags& flags) {
   }
   StatusOr<std::chrono::milliseconds> assume_timeout = ParseDurationFlag(flags.assume_timeout);
   if (!assume_timeout.ok() || *assume_timeout > std::chrono::hours(1)) {
-    return fail(kUsageError, "--assume-timeout: " +
-                                 (assume_timeout.ok() ? std::string("must be 0 (off) to 1h")
-                                                      : std::string(assume_timeout.status().message())));
+    return fail(kUsageError,
+                "--assume-timeout: " + (assume_timeout.ok()
+                                            ? std::string("must be 0 (off) to 1h")
+                                            : std::string(assume_timeout.status().message())));
   }
   StatusOr<std::chrono::milliseconds> bind_wait = ParseDurationFlag(flags.bind_wait);
   if (!bind_wait.ok() || *bind_wait > std::chrono::seconds(5)) {

@@ -125,7 +125,7 @@ TEST_F(AssumedExtenderTest, BadBindingArgsAreRefusedNamingTheField) {
       {R"({"PodName":"p","PodNamespace":"ml/x","PodUID":"u","Node":"n1"})", "PodNamespace"},
       {R"({"PodName":"p","PodNamespace":"ml","PodUID":"","Node":"n1"})", "PodUID"},
       {R"({"PodName":"p","PodNamespace":"ml","PodUID":"u","Node":"a%2Fb"})", "Node"},
-      {R"({"PodName":"p","PodNamespace":"ml","PodUID":"u","Node":"n1"} x)", "text after"},
+      {R"({"PodName":"p","PodNamespace":"ml","PodUID":"u","Node":"n1"} x)", "not JSON"},
       {R"({"PodName":"p","PodNamespace":"ml","PodUID":")" + std::string(300, 'u') +
            R"(","Node":"n1"})",
        "PodUID"},

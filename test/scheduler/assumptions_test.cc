@@ -74,8 +74,8 @@ class AssumptionsTest : public ::testing::Test {
 
 TEST_F(AssumptionsTest, AnAssumedPodTakesTheDevicesThePluginsPolicyWouldChoose) {
   const topology::Topology t = *topology::Preset("dgx1-v100");
-  for (topology::Policy policy : {topology::Policy::kPacked, topology::Policy::kBestSet,
-                                  topology::Policy::kFirstFit}) {
+  for (topology::Policy policy :
+       {topology::Policy::kPacked, topology::Policy::kBestSet, topology::Policy::kFirstFit}) {
     SCOPED_TRACE(std::string(topology::PolicyName(policy)));
     Assumptions a(Opts());
     const std::vector<int> free = {0, 2, 3, 5, 6, 7};

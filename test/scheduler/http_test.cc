@@ -169,8 +169,8 @@ TEST_F(HttpTest, WrongMethodsPathsAndNonHttpAreRefused) {
   HttpReply bad = Post(port(), "/bind", "{}");
   EXPECT_EQ(bad.status, 400);
   EXPECT_THAT(bad.body, HasSubstr("PodName"));
-  HttpReply bind = Post(port(), "/bind",
-                        R"({"PodName":"p","PodNamespace":"ml","PodUID":"u1","Node":"n1"})");
+  HttpReply bind =
+      Post(port(), "/bind", R"({"PodName":"p","PodNamespace":"ml","PodUID":"u1","Node":"n1"})");
   EXPECT_EQ(bind.status, 200);
   EXPECT_THAT(bind.body, HasSubstr("--kubeconfig"));
   HttpReply h = Send(port(), http::verb::get, "/healthz", "");
