@@ -362,24 +362,39 @@ class ClusterImpl : public Cluster {
     e2e::WriteFileAtomically(file, manifest.dump());
   }
 
-  // Waits until the extender passes every node for at least its free GPUs
-  // (`busy`: node -> GPUs held): its cache has the latest annotations.
+  // Waits until the extender's cache shows each node with exactly its free
+  // GPUs (`busy`: node -> GPUs held): a pod of that many passes the node's
+  // filter and a pod of one more fails it.
   Status WaitExtenderSees(const std::map<std::string, int>& busy) {
-    for (auto& n : nodes_) {
-      auto it = busy.find(n.spec.name);
-      const int free = 8 - (it == busy.end() ? 0 : it->second);
-      if (free <= 0) continue;
+    auto probe = [&](const std::string& node, int gpus) {
       json args = {
           {"Pod",
            {{"metadata", {{"name", "probe"}, {"namespace", kSimNamespace}, {"uid", "probe"}}},
-            {"spec", json::parse(PodSpecJson(free))}}},
-          {"NodeNames", json::array({n.spec.name})}};
+            {"spec", json::parse(PodSpecJson(gpus))}}},
+          {"NodeNames", json::array({node})}};
+      return PostExtender(port_, "filter", args.dump());
+    };
+    for (auto& n : nodes_) {
+      auto it = busy.find(n.spec.name);
+      const int free = 8 - (it == busy.end() ? 0 : it->second);
       StatusOr<json> last = UnavailableError("not asked");
       if (!e2e::WaitUntil(
               [&] {
-                last = PostExtender(port_, "filter", args.dump());
-                return last.ok() && (*last)["NodeNames"].is_array() &&
-                       (*last)["NodeNames"].size() == 1;
+                if (free > 0) {
+                  last = probe(n.spec.name, free);
+                  if (!last.ok() || !(*last)["NodeNames"].is_array() ||
+                      (*last)["NodeNames"].size() != 1) {
+                    return false;
+                  }
+                }
+                if (free < 8) {
+                  last = probe(n.spec.name, free + 1);
+                  if (!last.ok() ||
+                      ((*last)["NodeNames"].is_array() && !(*last)["NodeNames"].empty())) {
+                    return false;
+                  }
+                }
+                return true;
               },
               options_.wait_bound)) {
         return DeadlineExceededError(
