@@ -263,9 +263,12 @@ TEST_F(FakeClusterTest, BindingsRefuseUnknownBoundAndMalformed) {
   EXPECT_EQ(Call("POST", "/api/v1/namespaces/ml/pods/train/status", "{}").status, 404);
 
   EXPECT_EQ(Call("POST", path, kBindingBody).status, 201);
-  Client::Response again = Call("POST", path, kBindingBody);
-  EXPECT_EQ(again.status, 409);
-  EXPECT_THAT(again.body, HasSubstr("already assigned to node \\\"gpu-a\\\""));
+  // 409 (the client gives up at once: max_attempts 1) names the node.
+  auto again = client_->Send("POST", path, kBindingBody, std::chrono::seconds(10));
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kAborted);
+  EXPECT_THAT(again.status().message(), HasSubstr("409"));
+  EXPECT_THAT(again.status().message(), HasSubstr("already assigned to node \"gpu-a\""));
   EXPECT_EQ(cluster_->PodNode("ml", "train"), "gpu-a");
   EXPECT_EQ(cluster_->bindings(), 1u);
   MutexLock lock(&mu_);
