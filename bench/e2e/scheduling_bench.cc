@@ -43,7 +43,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "scheduling_bench: --kdm: %s is not an executable\n", kdm_binary.c_str());
     return 2;
   }
-  auto cluster = kdm::sim::Cluster::Start({.kdm_binary = kdm_binary});
+  kdm::sim::ClusterOptions options;
+  options.kdm_binary = kdm_binary;
+  auto cluster = kdm::sim::Cluster::Start(options);
   if (!cluster.ok()) {
     std::fprintf(stderr, "scheduling_bench: FAILED: %s\n", cluster.status().message().c_str());
     return 1;
@@ -72,7 +74,10 @@ int main(int argc, char** argv) {
         continue;
       }
       for (bool busy : {false, true}) {
-        auto r = (*cluster)->Run({.bursts = bursts, .partly_busy = busy});
+        kdm::sim::ScenarioOptions scenario;
+        scenario.bursts = bursts;
+        scenario.partly_busy = busy;
+        auto r = (*cluster)->Run(scenario);
         if (!r.ok()) {
           std::fprintf(stderr, "scheduling_bench: %s %s: %s\n", config, policy,
                        r.status().message().c_str());
