@@ -201,6 +201,7 @@ void FakeCluster::RecordLocked(bool pod, std::string type, json old_object, json
           .type = std::move(type),
           .old_object = std::move(old_object),
           .object = std::move(object)};
+  std::erase_if(watchers_, [](const Watcher& w) { return w.feed->detached(); });
   for (const auto& w : watchers_) {
     std::string line = LineFor(w, e);
     if (!line.empty()) w.feed->Send(std::move(line));
@@ -434,6 +435,11 @@ uint64_t FakeCluster::resource_version() const {
 uint64_t FakeCluster::bindings() const {
   MutexLock lock(&mu_);
   return bindings_;
+}
+
+size_t FakeCluster::OpenWatches() const {
+  MutexLock lock(&mu_);
+  return watchers_.size();
 }
 
 size_t FakeCluster::WatchesOpened(const std::string& collection) const {

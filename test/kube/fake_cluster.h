@@ -112,6 +112,9 @@ class FakeCluster {
   uint64_t bindings() const;
   // Watches opened, per collection ("nodes", "pods").
   size_t WatchesOpened(const std::string& collection) const;
+  // Watches kept: those whose connection had not gone at the last change
+  // (a watcher is dropped then, so no events queue up for nobody).
+  size_t OpenWatches() const;
 
  private:
   struct Event {

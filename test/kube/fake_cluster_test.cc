@@ -176,6 +176,11 @@ TEST_F(FakeClusterTest, NodeWatchesReplayFromTheirVersionAndStreamToEveryWatcher
     EXPECT_EQ(s[0]["type"], "MODIFIED");
     EXPECT_EQ(s[0]["object"]["metadata"]["annotations"]["b"], "2");
   }
+  // The clients have gone: the next change drops their watchers.
+  EXPECT_TRUE(kdm::test::WaitUntil([&] {
+    (void)cluster_->AddNode("gpu-" + std::to_string(cluster_->resource_version()), {});
+    return cluster_->OpenWatches() == 0;
+  }));
 }
 
 TEST_F(FakeClusterTest, ATooOldVersionIsGoneAndABadOneIsRefused) {
