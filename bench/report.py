@@ -6,8 +6,9 @@ Reads what ./run bench's benchmarks wrote into one directory:
   extender.json                     Google Benchmark JSON with repetitions
                                     (mean, p99 and min aggregates)
   e2e.jsonl                         one JSON object per figure, from
-                                    alloc_e2e_bench, churn_bench and
-                                    kubelet_bench.py ({"bench","name","value","unit"})
+                                    alloc_e2e_bench, churn_bench,
+                                    kubelet_bench.py and scheduling_bench
+                                    ({"bench","name","value","unit"})
   loadavg-start                     /proc/loadavg when the run began
 and prints one table: figure | value | floor | ratio | target | verdict,
 where ratio = value / floor and verdict is "met", "MISSED", "-" (no
@@ -211,7 +212,26 @@ def rows(e2e, topo, ckpt, ext):
         Row("  ... with 2,000 assumed pods, p99", x("BM_NodeNamesFromCache/assumed:2000", "p99"), "ms",
             floor=x("BM_NodeNamesFromCache/assumed:0", "p99"), target="<= 1.1x without",
             check=lambda v, r: r is not None and r <= 1.1),
-    ]
+    ] + scheduling_rows(g)
+
+
+def scheduling_rows(g):
+    """Issue 29: the scheduling simulation at full speed, before and after the
+    extender's assumption cache (scheduling_bench)."""
+    out = []
+    for config in ("before", "after"):
+        for policy, key in (("best-set", "best_set"), ("packed", "packed")):
+            for start, skey in (("empty", "empty"), ("partly busy", "busy")):
+                name = "scheduling.sim_%s_%s_%s_" % (config, key, skey)
+                label = "sim %s, %s, %s: " % (config, policy, start)
+                after = config == "after"
+                out.append(Row(label + "regret", g(name + "regret_pct"), "%",
+                               target="< 1 %" if after else None,
+                               check=(lambda v, r: v < 1.0) if after else None))
+                out.append(Row(label + "rejections", g(name + "rejections"), "pods",
+                               target="0" if after else None,
+                               check=(lambda v, r: v == 0) if after else None))
+    return out
 
 
 def git_commit():

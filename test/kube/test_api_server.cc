@@ -360,8 +360,14 @@ WatchFeed::Next WatchFeed::TakeForServer() {
   return next;
 }
 
+bool WatchFeed::detached() const {
+  MutexLock lock(&mu_);
+  return detached_;
+}
+
 void WatchFeed::AttachForServer(std::function<void()> wake) {
   MutexLock lock(&mu_);
+  if (!wake && wake_) detached_ = true;
   wake_ = std::move(wake);
   Wake();
 }

@@ -59,6 +59,9 @@ class WatchFeed {
   void Drop();
   // True once a connection has started streaming this feed.
   bool attached() const;
+  // True once the connection that streamed this feed has gone (closed by
+  // either side, or the server stopped).
+  bool detached() const;
 
   // For the server: what to write next, and a waker called on Send/End/Drop
   // (nullptr detaches the connection; later calls only queue).
@@ -77,6 +80,7 @@ class WatchFeed {
   bool end_ ABSL_GUARDED_BY(mu_) = false;
   bool drop_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> wake_ ABSL_GUARDED_BY(mu_);
+  bool detached_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 struct Reply {
