@@ -369,7 +369,9 @@ class ClusterImpl : public Cluster {
     auto probe = [&](const std::string& node, int gpus) {
       json args = {
           {"Pod",
-           {{"metadata", {{"name", "probe"}, {"namespace", kSimNamespace}, {"uid", "probe"}}},
+           // No uid: a probe is no scheduling cycle (the extender neither
+           // waits for its bind nor makes the next pod wait for it).
+           {{"metadata", {{"name", "probe"}, {"namespace", kSimNamespace}}},
             {"spec", json::parse(PodSpecJson(gpus))}}},
           {"NodeNames", json::array({node})}};
       return PostExtender(port_, "filter", args.dump());
