@@ -4,11 +4,12 @@
 // - the extender's reader (DecodeNodeDevices) gives the same verdict as
 //   DecodeDevicesAnnotation, with an empty topology cache and with the one
 //   cache every input of the run shares (a verdict never depends on what
-//   was read before), and the same free devices;
+//   was read before), and the same free devices, pods and policies;
 // - a refusal is INVALID_ARGUMENT (OUT_OF_RANGE above the size bound) and
 //   starts with "kdm.io/devices: ";
 // - an accepted value has unique device ids, `available` within `devices`,
-//   a topology (when present) over exactly those devices; it encodes to a
+//   a topology (when present) over exactly those devices, `pods` sorted
+//   without duplicates and within kMaxAnnotationPods; it encodes to a
 //   value that decodes to an equal annotation, and encoding is a fixed point.
 #include <cstddef>
 #include <cstdint>
@@ -32,11 +33,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  "messages differ: " << view.status() << " vs " << a.status());
       continue;
     }
+    FUZZ_CHECK(view->pods == a->pods, "pods differ");
     for (const auto& [name, r] : a->resources) {
       auto it = view->resources.find(name);
       FUZZ_CHECK(it != view->resources.end(), "resource " << name << " missing");
       FUZZ_CHECK(it->second.device_count == static_cast<int>(r.devices.size()), "count");
       FUZZ_CHECK(it->second.available.size() == r.available.size(), "available");
+      FUZZ_CHECK(it->second.policy == r.policy, "policy");
       FUZZ_CHECK((it->second.topology != nullptr) == r.topology.has_value(), "topology");
       if (r.topology) {
         const kdm::topology::Topology& t = it->second.topology->topology;
@@ -57,6 +60,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(a.status().message().rfind("kdm.io/devices: ", 0) == 0,
                "refusal does not say what: " << a.status());
     return 0;
+  }
+  if (a->pods) {
+    FUZZ_CHECK(a->pods->size() <= kdm::k8s::kMaxAnnotationPods, "pods: " << a->pods->size());
+    for (size_t i = 1; i < a->pods->size(); ++i) {
+      FUZZ_CHECK((*a->pods)[i - 1] < (*a->pods)[i], "pods not sorted and unique at " << i);
+    }
   }
   for (const auto& [name, r] : a->resources) {
     std::set<std::string> ids;

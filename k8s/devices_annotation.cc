@@ -83,7 +83,14 @@ Status ReadDevices(od::value v, std::string_view resource, RawResource* r) {
       } else if (key == "numa") {
         od::value nv;
         if (f.value().get(nv)) return BadIn(resource, ".devices" + Index(i) + ".numa", "not JSON");
-        if (nv.is_null()) {
+        // is_null() is an error (not false) for a token that starts like
+        // null and is not: taken as a bool, that error would throw.
+        bool is_null = false;
+        if (nv.is_null().get(is_null)) {
+          return BadIn(resource, ".devices" + Index(i) + ".numa",
+                       "must be a non-negative integer or null");
+        }
+        if (is_null) {
           numa.reset();
           continue;
         }

@@ -237,7 +237,13 @@ Status ReadNode(od::value v, const std::string& where, NodeItem* node) {
     } else if (k == "annotations") {
       od::value av;
       if (mf.value().get(av)) return BadRequest(where + ".metadata.annotations", "not JSON");
-      if (av.is_null()) continue;
+      // is_null() is an error (not false) for a token that starts like null
+      // and is not one: taken as a bool, that error would throw.
+      bool null = false;
+      if (av.is_null().get(null)) {
+        return BadRequest(where + ".metadata.annotations", "must be an object");
+      }
+      if (null) continue;
       od::object a;
       if (av.get_object().get(a))
         return BadRequest(where + ".metadata.annotations", "must be an object");
@@ -275,7 +281,9 @@ Status ReadNodes(od::value v, std::optional<std::vector<NodeItem>>* out) {
     if (k != "items") continue;
     od::value iv;
     if (f.value().get(iv)) return BadRequest("Nodes.items", "not JSON");
-    if (iv.is_null()) continue;
+    bool null = false;
+    if (iv.is_null().get(null)) return BadRequest("Nodes.items", "must be an array");
+    if (null) continue;
     od::array items;
     if (iv.get_array().get(items)) return BadRequest("Nodes.items", "must be an array");
     for (auto item : items) {
@@ -347,7 +355,9 @@ StatusOr<ExtenderArgs> DecodeExtenderArgs(const std::string& body) {
       return InvalidArgumentError(std::string("body is not JSON: ") + simdjson::error_message(e));
     }
     if (key == "Pod") {
-      if (v.is_null()) continue;
+      bool null = false;
+      if (v.is_null().get(null)) return BadRequest("Pod", "must be an object (a v1.Pod)");
+      if (null) continue;
       KDM_ASSIGN_OR_RETURN(args.pod, ReadPod(v));
       has_pod = true;
     } else if (key == "Nodes") {

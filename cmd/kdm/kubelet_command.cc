@@ -100,8 +100,9 @@ int RunKubelet(const KubeletFlags& flags) {
   if (flags.verbosity < 0) return usage("-v: must be 0 or more");
   if (!flags.publish && flags.publish_loop.any_given()) {
     return usage(
-        "--node-name, --topology, --ids, --nvml-library, --sysfs-root, --kubeconfig, --in-cluster, "
-        "--interval, --min-write-interval, --resync and --timeout need --publish");
+        "--node-name, --topology, --ids, --plugin-policy, --nvml-library, --sysfs-root, "
+        "--kubeconfig, --in-cluster, --interval, --min-write-interval, --resync and --timeout "
+        "need --publish");
   }
   PublishSetup publish_setup;
   std::unique_ptr<kube::Client> kube_client;

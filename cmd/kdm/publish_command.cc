@@ -85,7 +85,7 @@ int RunPublish(const PublishFlags& flags) {
     std::vector<std::string> warnings;
     k8s::DevicesAnnotation a = kube::BuildDevicesAnnotation(
         setup.options.node, k8s::FormatRfc3339(std::chrono::system_clock::now()), *devices,
-        setup.options.topologies, setup.options.attributes, &warnings);
+        setup.options.topologies, setup.options.attributes, &warnings, setup.options.policies);
     for (const std::string& w : warnings) std::cerr << "kdm publish: warning: " << w << "\n";
     // What the loop would send, so what the API server would take.
     StatusOr<std::string> value = k8s::EncodeDevicesAnnotationWithin(a);

@@ -21,7 +21,9 @@ std::optional<PublishFailure> SplitResource(const std::string& flag, const std::
   size_t eq = value.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == value.size()) {
     return PublishFailure{kPublishUsageError, flag + " " + Show(value) + ": expected RESOURCE=" +
-                                                  (flag == "--ids" ? "FILE" : "SOURCE")};
+                                                  (flag == "--ids"             ? "FILE"
+                                                   : flag == "--plugin-policy" ? "POLICY"
+                                                                               : "SOURCE")};
   }
   *resource = value.substr(0, eq);
   *rest = value.substr(eq + 1);
@@ -94,14 +96,36 @@ std::optional<PublishFailure> LoadTopologies(
   return std::nullopt;
 }
 
+// Parses every --plugin-policy RESOURCE=POLICY.
+std::optional<PublishFailure> ParsePluginPolicies(const std::vector<std::string>& values,
+                                                  std::map<std::string, topology::Policy>* out) {
+  for (const std::string& value : values) {
+    std::string resource, name;
+    if (auto f = SplitResource("--plugin-policy", value, &resource, &name)) return f;
+    if (out->count(resource)) {
+      return PublishFailure{kPublishUsageError,
+                            "--plugin-policy: resource " + resource + " given twice"};
+    }
+    StatusOr<topology::Policy> policy = topology::ParsePolicy(name);
+    if (!policy.ok()) {
+      return PublishFailure{kPublishUsageError, "--plugin-policy " + Show(value) + ": " +
+                                                    Show(name) +
+                                                    " is not a policy (packed, best-set or "
+                                                    "first-fit)"};
+    }
+    out->emplace(resource, *policy);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool PublishLoopFlags::any_given() const {
   const PublishLoopFlags defaults;
-  return !node_name.empty() || !topologies.empty() || !ids.empty() || !nvml_library.empty() ||
-         !sysfs_root.empty() || kube.given() || interval != defaults.interval ||
-         min_write_interval != defaults.min_write_interval || resync != defaults.resync ||
-         timeout != defaults.timeout;
+  return !node_name.empty() || !topologies.empty() || !ids.empty() || !plugin_policies.empty() ||
+         !nvml_library.empty() || !sysfs_root.empty() || kube.given() ||
+         interval != defaults.interval || min_write_interval != defaults.min_write_interval ||
+         resync != defaults.resync || timeout != defaults.timeout;
 }
 
 void AddPublishLoopFlags(CLI::App* cmd, PublishLoopFlags* flags) {
@@ -114,6 +138,11 @@ void AddPublishLoopFlags(CLI::App* cmd, PublishLoopFlags* flags) {
   cmd->add_option("--ids", flags->ids,
                   "RESOURCE=FILE: device ids of the topology's rows, the CSV of `nvidia-smi "
                   "--query-gpu=index,uuid --format=csv,noheader` (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--plugin-policy", flags->plugin_policies,
+                  "RESOURCE=POLICY: the policy (packed, best-set or first-fit) the node's device "
+                  "plugin of RESOURCE allocates with, published for the extender (repeatable; "
+                  "default: none said)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--nvml-library", flags->nvml_library,
                   "The NVML library for --topology RESOURCE=nvml (default: libnvidia-ml.so.1 "
@@ -165,6 +194,7 @@ std::optional<PublishFailure> LoadPublishFlags(const PublishLoopFlags& flags,
     }
     *field = *d;
   }
+  if (auto f = ParsePluginPolicies(flags.plugin_policies, &out->options.policies)) return f;
   auto attributes = ParseResourceAttributes(attribute_values);
   if (!attributes.ok()) return usage(attributes.status().message());
   std::map<std::string, k8s::DeviceAttributes> nvml_attributes;

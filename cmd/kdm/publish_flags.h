@@ -42,10 +42,11 @@ struct PublishFailure {
 
 struct PublishLoopFlags {
   std::string node_name;
-  std::vector<std::string> topologies;  // RESOURCE=SOURCE (repeatable)
-  std::vector<std::string> ids;         // RESOURCE=FILE (repeatable)
-  std::string nvml_library;             // for SOURCE nvml; empty: the loader's
-  std::string sysfs_root;               // for SOURCE nvml's NUMA nodes; empty: /sys
+  std::vector<std::string> topologies;       // RESOURCE=SOURCE (repeatable)
+  std::vector<std::string> ids;              // RESOURCE=FILE (repeatable)
+  std::vector<std::string> plugin_policies;  // RESOURCE=POLICY (repeatable)
+  std::string nvml_library;                  // for SOURCE nvml; empty: the loader's
+  std::string sysfs_root;                    // for SOURCE nvml's NUMA nodes; empty: /sys
   KubeClientFlags kube;
   std::string interval = "1s";
   std::string min_write_interval = "1s";
@@ -56,14 +57,15 @@ struct PublishLoopFlags {
   bool any_given() const;
 };
 
-// Adds --node-name, --topology, --ids, --nvml-library, --sysfs-root, --kubeconfig,
-// --in-cluster, --interval, --min-write-interval, --resync and --timeout.
+// Adds --node-name, --topology, --ids, --plugin-policy, --nvml-library, --sysfs-root,
+// --kubeconfig, --in-cluster, --interval, --min-write-interval, --resync and --timeout.
 void AddPublishLoopFlags(CLI::App* cmd, PublishLoopFlags* flags);
 
 // Everything the loop runs with, checked and loaded.
 struct PublishSetup {
   // node, topologies, attributes (--attributes, plus NVML's for an nvml
-  // resource without --attributes) and the durations.
+  // resource without --attributes), policies (--plugin-policy) and the
+  // durations.
   publish::PublishOptions options;
   // Lines to print as warnings (NVML attributes that could not be published).
   std::vector<std::string> warnings;

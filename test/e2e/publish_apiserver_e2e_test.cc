@@ -228,6 +228,11 @@ TEST_F(PublishApiServerE2eTest, AnAdmittedPodShowsAsFewerAvailableInTheNextPatch
   auto next = k8s::DecodeDevicesAnnotation(p[before].value);
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(next->resources[kGpu].available.size(), 6u) << p[before].value;
+  // The same PATCH names the pod that holds them (pod-resources List, over
+  // the socket); no --plugin-policy: no policy.
+  EXPECT_EQ(next->pods, std::vector<uint64_t>{k8s::PodFingerprint("default", "train")})
+      << p[before].value;
+  EXPECT_EQ(next->resources[kGpu].policy, std::nullopt);
 
   // Deleting the pod frees them again.
   fs::remove(Manifests() + "/train.yaml");
@@ -335,12 +340,16 @@ TEST_F(PublishApiServerE2eTest, ApiServerDownForTenSecondsThenTheRightValueLands
 TEST_F(PublishApiServerE2eTest, KubeletPublishPatchesItsOwnNode) {
   StartKubelet({"--publish", "--node-name", kNode, "--topology", "nvidia.com/gpu=preset:dgx1-v100",
                 "--attributes", "nvidia.com/gpu=cuda=12.2,brand=tesla", "--kubeconfig",
-                Kubeconfig(), "--interval", "100ms", "--min-write-interval", "200ms"});
+                Kubeconfig(), "--interval", "100ms", "--min-write-interval", "200ms",
+                "--plugin-policy", "nvidia.com/gpu=best-set"});
   StartGpuPlugin();
   ASSERT_TRUE(WaitUntil([&] { return LastShows(kGpu, 8); }, kWaitBound)) << LastValue() << "\n"
                                                                          << kubelet_->Log();
   std::optional<k8s::DevicesAnnotation> a = Last();
   ASSERT_TRUE(a.has_value());
+  // No pod holds a device yet: `pods` is written, empty.
+  EXPECT_EQ(a->pods, std::vector<uint64_t>{}) << LastValue();
+  EXPECT_EQ(a->resources[kGpu].policy, topology::Policy::kBestSet) << LastValue();
   ASSERT_TRUE(a->resources[kGpu].topology.has_value());
   EXPECT_EQ(*a->resources[kGpu].topology, *topology::Preset("dgx1-v100"));
   ASSERT_TRUE(a->resources[kGpu].attributes.has_value());
@@ -356,6 +365,16 @@ TEST_F(PublishApiServerE2eTest, KubeletPublishPatchesItsOwnNode) {
       kWaitBound))
       << LastValue() << "\n"
       << kubelet_->Log();
+  // The value that shows the admission names the pod (its fingerprint, as
+  // the extender computes it from the Pod) and still says the policy.
+  a = Last();
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->pods, std::vector<uint64_t>{k8s::PodFingerprint("default", "train")}) << LastValue();
+  EXPECT_THAT(
+      LastValue(),
+      HasSubstr("\"pods\":[\"" +
+                k8s::FormatPodFingerprint(k8s::PodFingerprint("default", "train")) + "\"]"));
+  EXPECT_EQ(a->resources[kGpu].policy, topology::Policy::kBestSet);
   // The --attributes still check requirements in the same agent.
   WriteFileAtomically(
       Manifests() + "/old.yaml",
@@ -542,6 +561,12 @@ TEST_F(PublishApiServerE2eTest, BadClientFlagsAndFilesAreClearErrors) {
       {{"--publish", "--node-name", "Bad_Node", "--kubeconfig", Kubeconfig()},
        2,
        "not a DNS-1123 subdomain"},
+      {{"--plugin-policy", "nvidia.com/gpu=packed"}, 2, "need --publish"},
+      {{"--publish", "--node-name", kNode, "--kubeconfig", Kubeconfig(), "--plugin-policy",
+        "nvidia.com/gpu=fastest"},
+       2,
+       "--plugin-policy \"nvidia.com/gpu=fastest\": \"fastest\" is not a policy (packed, "
+       "best-set or first-fit)"},
   };
   for (size_t i = 0; i < kubelet_cases.size(); ++i) {
     std::vector<std::string> args = {"kubelet", "--root", other};

@@ -80,14 +80,19 @@ TEST_F(PublishE2eTest, DryRunShowsTheDemoNodeAndAdmissionsChangeAvailable) {
   EXPECT_EQ(gpu.attributes->cuda, "12.2");
   EXPECT_EQ(gpu.attributes->memory_mib, 16160);
   EXPECT_THAT(out_, HasSubstr(R"("matrix":[["X","NV1","NV1","NV2","NV2","SYS","SYS","SYS"])"));
+  // No pod holds a GPU: `pods` is there, empty; no --plugin-policy, no policy.
+  EXPECT_EQ(a.pods, std::vector<uint64_t>{}) << out_;
+  EXPECT_EQ(gpu.policy, std::nullopt) << out_;
 
   // Admit a 2-GPU pod: the packed policy gives it an NV2 pair, which leaves
   // `available`.
   WriteFileAtomically(Manifests() + "/train.yaml", PodYaml("train", 2));
   std::vector<std::string> held = Gpus(WaitPhase("default_train", "Admitted"));
   ASSERT_EQ(held.size(), 2u);
-  a = DryRun();
+  a = DryRun({"--plugin-policy", "nvidia.com/gpu=packed"});
+  EXPECT_EQ(a.pods, std::vector<uint64_t>{k8s::PodFingerprint("default", "train")}) << out_;
   const k8s::ResourceDevices& after = a.resources[kGpu];
+  EXPECT_EQ(after.policy, topology::Policy::kPacked) << out_;
   EXPECT_EQ(after.devices.size(), 8u);
   ASSERT_EQ(after.available.size(), 6u) << out_;
   for (const std::string& id : held) {
@@ -196,6 +201,20 @@ TEST_F(PublishE2eTest, BadFlagsAreClearErrors) {
       {{"--ids", "nvidia.com/gpu=" + root_ + "/short.csv", "--dry-run"},
        2,
        "no --topology for this resource"},
+      {{"--plugin-policy", "nvidia.com/gpu", "--dry-run"}, 2, "expected RESOURCE=POLICY"},
+      {{"--plugin-policy", "=packed", "--dry-run"}, 2, "expected RESOURCE=POLICY"},
+      {{"--plugin-policy", "nvidia.com/gpu=", "--dry-run"}, 2, "expected RESOURCE=POLICY"},
+      {{"--plugin-policy", "gpu=packed", "--dry-run"}, 2, "is not an extended resource name"},
+      {{"--plugin-policy", "nvidia.com/gpu=Packed", "--dry-run"},
+       2,
+       "\"Packed\" is not a policy (packed, best-set or first-fit)"},
+      {{"--plugin-policy", "nvidia.com/gpu=spread\nkdm: forged", "--dry-run"},
+       2,
+       "is not a policy"},
+      {{"--plugin-policy", "nvidia.com/gpu=packed", "--plugin-policy", "nvidia.com/gpu=best-set",
+        "--dry-run"},
+       2,
+       "--plugin-policy: resource nvidia.com/gpu given twice"},
       {{"--attributes", "nvidia.com/gpu=cuda=twelve", "--dry-run"}, 2, "not a version"},
       {{"--interval", "soon", "--dry-run"}, 2, "--interval"},
       {{"--resync", "0s", "--dry-run"}, 2, "--resync: must be more than 0"},

@@ -688,6 +688,22 @@ TEST(DecodeNodeDevicesTest, DeeplyNestedDocumentsAreRefusedOrSkippedWithoutRecur
   }
 }
 
+// A token that starts like null and is not one was an error taken as a bool:
+// simdjson threw and the process (the extender, reading a Node) aborted.
+TEST(AnnotationTest, ABrokenNullIsRefusedNotThrown) {
+  for (const std::string numa : {"nulx", "nul\"x\"l", "n", "nullnull"}) {
+    const std::string text = R"({"version":1,"node":"n","resources":{"r.io/x":{"devices":)"
+                             R"([{"id":"a","numa":)" +
+                             numa + R"(}],"available":[]}}})";
+    StatusOr<DevicesAnnotation> full = DecodeDevicesAnnotation(text);
+    ASSERT_FALSE(full.ok()) << text;
+    EXPECT_EQ(full.status().code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_THAT(std::string(full.status().message()), HasSubstr("kdm.io/devices: ")) << text;
+    TopologyCache cache;
+    EXPECT_EQ(DecodeNodeDevices(text, &cache).status(), full.status()) << text;
+  }
+}
+
 // ------------------------------------------------- pods and policy
 
 TEST(PodFingerprintTest, IsFnv1a64OverNamespaceSlashName) {

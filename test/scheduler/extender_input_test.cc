@@ -285,5 +285,31 @@ TEST(ExtenderInputTest, DeeplyNestedBodiesAreRefusedOrSkippedWithoutRecursion) {
   }
 }
 
+// A token that starts like null and is not one ("nulx") was an error taken
+// as a bool where the reader allows null: simdjson threw and one request
+// aborted the extender.
+TEST(ExtenderInputTest, ABrokenNullIsA400NotACrash) {
+  const std::string pod = test::MakePod(1);
+  struct Case {
+    std::string body;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {R"({"Pod":nulx,"NodeNames":["a"]})", "Pod: must be an object"},
+      {R"({"Pod":nul"x"l,"NodeNames":["a"]})", "Pod: must be an object"},
+      {"{\"Pod\":" + pod + R"(,"Nodes":{"items":nulx}})", "Nodes.items: must be an array"},
+      {"{\"Pod\":" + pod + R"(,"Nodes":{"items":[{"metadata":{"name":"n","annotations":nulx}}]}})",
+       "Nodes.items[0].metadata.annotations: must be an object"},
+  };
+  Extender extender({});
+  for (const Case& c : cases) {
+    StatusOr<ExtenderArgs> args = DecodeExtenderArgs(c.body);
+    ASSERT_FALSE(args.ok()) << c.body;
+    EXPECT_EQ(args.status().code(), StatusCode::kInvalidArgument) << c.body;
+    EXPECT_THAT(std::string(args.status().message()), HasSubstr(c.expect)) << c.body;
+    EXPECT_EQ(extender.Filter(c.body).status, 400) << c.body;
+  }
+}
+
 }  // namespace
 }  // namespace kdm::scheduler
