@@ -276,7 +276,6 @@ void BM_ParseFloorOnDemand(benchmark::State& state) {
 void BM_NodeNamesFromCache(benchmark::State& state) {
   const Cluster& c = GetCluster();
   kdm::k8s::TopologyCache topologies;
-  kdm::scheduler::NodeCache cache(&topologies);
   std::vector<kdm::kube::NodeObject> objects;
   for (int i = 0; i < kNodes; ++i) {
     kdm::kube::NodeObject o{.name = c.names[i], .resource_version = "1"};

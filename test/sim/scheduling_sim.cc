@@ -44,11 +44,15 @@ constexpr char kSimNamespace[] = "sim";
 struct NodeSpec {
   std::string name;
   std::string preset;
+  // The node's `kdm plugin --policy`, published with --plugin-policy: the
+  // extender predicts each node's devices with its own plugin's policy.
+  std::string plugin_policy;
 };
 // One clearly best node (NVSwitch: every pair NV18).
 const std::vector<NodeSpec> kSimNodes = {
-    {"dgx-1", "dgx1-v100"},  {"dgx-2", "dgx1-v100"},  {"dgx-3", "dgx1-v100"},
-    {"pcie-1", "pcie-8gpu"}, {"pcie-2", "pcie-8gpu"}, {"hgx-1", "hgx-h100"},
+    {"dgx-1", "dgx1-v100", "packed"},    {"dgx-2", "dgx1-v100", "best-set"},
+    {"dgx-3", "dgx1-v100", "packed"},    {"pcie-1", "pcie-8gpu", "packed"},
+    {"pcie-2", "pcie-8gpu", "best-set"}, {"hgx-1", "hgx-h100", "packed"},
 };
 
 std::string PodSpecJson(int gpus) {
@@ -239,9 +243,10 @@ class ClusterImpl : public Cluster {
       KDM_RETURN_IF_ERROR(cluster_->AddNode(n.spec.name, {{kSimGpu, "8"}}));
       n.kubelet = std::make_unique<Process>(
           options_.kdm_binary,
-          std::vector<std::string>{"kubelet", "--root", n.root, "--publish", "--node-name",
-                                   n.spec.name, "--kubeconfig", kubeconfig_, "--topology",
-                                   std::string(kSimGpu) + "=preset:" + n.spec.preset},
+          std::vector<std::string>{
+              "kubelet", "--root", n.root, "--publish", "--node-name", n.spec.name, "--kubeconfig",
+              kubeconfig_, "--topology", std::string(kSimGpu) + "=preset:" + n.spec.preset,
+              "--plugin-policy", std::string(kSimGpu) + "=" + n.spec.plugin_policy},
           n.root + "/kubelet.log");
       nodes_.push_back(std::move(n));
     }
@@ -251,11 +256,11 @@ class ClusterImpl : public Cluster {
         return DeadlineExceededError("node " + n.spec.name +
                                      ": the kubelet did not start: " + n.kubelet->Log());
       }
-      n.plugin =
-          std::make_unique<Process>(options_.kdm_binary,
-                                    std::vector<std::string>{"plugin", "--root", n.root, "--preset",
-                                                             n.spec.preset, "--resource", kSimGpu},
-                                    n.root + "/plugin.log");
+      n.plugin = std::make_unique<Process>(
+          options_.kdm_binary,
+          std::vector<std::string>{"plugin", "--root", n.root, "--preset", n.spec.preset,
+                                   "--resource", kSimGpu, "--policy", n.spec.plugin_policy},
+          n.root + "/plugin.log");
     }
     k8s::TopologyCache topologies;
     for (auto& n : nodes_) {
@@ -367,13 +372,12 @@ class ClusterImpl : public Cluster {
   // filter and a pod of one more fails it.
   Status WaitExtenderSees(const std::map<std::string, int>& busy) {
     auto probe = [&](const std::string& node, int gpus) {
-      json args = {
-          {"Pod",
-           // No uid: a probe is no scheduling cycle (the extender neither
-           // waits for its bind nor makes the next pod wait for it).
-           {{"metadata", {{"name", "probe"}, {"namespace", kSimNamespace}}},
-            {"spec", json::parse(PodSpecJson(gpus))}}},
-          {"NodeNames", json::array({node})}};
+      json args = {{"Pod",
+                    // No uid: a probe is no scheduling cycle (the extender neither
+                    // waits for its bind nor makes the next pod wait for it).
+                    {{"metadata", {{"name", "probe"}, {"namespace", kSimNamespace}}},
+                     {"spec", json::parse(PodSpecJson(gpus))}}},
+                   {"NodeNames", json::array({node})}};
       return PostExtender(port_, "filter", args.dump());
     };
     for (auto& n : nodes_) {
