@@ -60,6 +60,9 @@ void Assumptions::EndLocked(Entry& e, std::string_view reason) {
   }
   Count(reason);
   if (options_.metrics) options_.metrics->AssumedPods(stats_.assumed);
+  spdlog::debug("event=assumption_ended pod={} node={} reason={}",
+                QuoteLogValue(e.pod.namespace_name + "/" + e.pod.name, 256),
+                QuoteLogValue(e.pod.node, 256), reason);
 }
 
 void Assumptions::EraseLocked(std::string_view uid, std::string_view reason) {
@@ -145,6 +148,9 @@ void Assumptions::BoundLocked(const BoundPod& pod, Source source, Clock::TimePoi
   pods_.emplace(pod.uid, std::move(e));
   ++stats_.assumed;
   ++(source == Source::kWatch ? stats_.started_watch : stats_.started_bind);
+  spdlog::debug("event=assumption_started pod={} node={} source={}",
+                QuoteLogValue(pod.namespace_name + "/" + pod.name, 256),
+                QuoteLogValue(pod.node, 256), source == Source::kWatch ? "watch" : "bind");
   if (options_.metrics) {
     options_.metrics->AssumptionStarted(source == Source::kWatch ? "watch" : "bind");
     options_.metrics->AssumedPods(stats_.assumed);

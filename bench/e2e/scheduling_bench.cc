@@ -87,6 +87,10 @@ int main(int argc, char** argv) {
         std::printf("%-7s %-9s %-12s %7.1f%% %10d %6d %12.2f\n", config, policy,
                     busy ? "partly busy" : "empty", r->regret_percent, r->rejections, r->pods,
                     r->decision_ms_mean);
+        // With the cache every regret is a defect worth reading: say which.
+        if (std::string(config) == "after") {
+          for (const std::string& note : r->notes) std::printf("          %s\n", note.c_str());
+        }
         std::string name = std::string("sim_") + config + "_" +
                            (std::string(policy) == "packed" ? "packed" : "best_set") + "_" +
                            (busy ? "busy" : "empty") + "_";

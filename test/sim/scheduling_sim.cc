@@ -329,7 +329,8 @@ class ClusterImpl : public Cluster {
   struct Decision {
     std::string pod;
     int gpus = 0;
-    std::string node;  // "" when unplaced
+    std::string node;    // "" when unplaced
+    std::string scores;  // the extender's answer, for the notes
   };
 
   void StopExtender() {
@@ -480,6 +481,25 @@ class ClusterImpl : public Cluster {
     }
   }
 
+  // Waits until each deleted pod's kubelet has let it go (its status file is
+  // removed, then its devices released, in the same manifest event). Until
+  // then a node may publish its devices as held, which the extender rightly
+  // counts: the next burst must not start on a state the kubelets do not
+  // have yet (an annotation from before the burst looks free all along).
+  Status WaitReleased(const std::vector<std::pair<std::string, std::string>>& pods) {
+    for (const auto& [name, node_name] : pods) {
+      SimNode* node = NodeNamed(node_name);
+      if (node == nullptr) continue;
+      const std::string path =
+          node->root + "/status/" + fakes::PodStatusFileName(kSimNamespace, name);
+      if (!e2e::WaitUntil([&] { return !fs::exists(path); }, options_.wait_bound)) {
+        return DeadlineExceededError("node " + node_name + " did not let pod " + name +
+                                     " go: " + path + " is still there");
+      }
+    }
+    return OkStatus();
+  }
+
   // kdm's score of placing `gpus` on `node` whose free devices are `free`.
   double TrueScore(scheduler::Scorer& scorer, const SimNode& node,
                    const std::set<std::string>& free, int gpus) {
@@ -525,6 +545,7 @@ StatusOr<Results> ClusterImpl::Run(const ScenarioOptions& o) {
   std::map<std::string, std::set<std::string>> base_free;  // node -> free ids
   for (auto& n : nodes_) base_free[n.spec.name] = {n.devices.begin(), n.devices.end()};
   std::vector<std::string> base_pods;
+  std::vector<std::pair<std::string, std::string>> base_placed;  // name, node
   if (o.partly_busy) {
     std::mt19937_64 base_rng(o.seed ^ 0x5bd1e995);
     std::vector<std::pair<std::string, std::string>> placed;
@@ -552,6 +573,7 @@ StatusOr<Results> ClusterImpl::Run(const ScenarioOptions& o) {
       }
       for (const auto& d : DevicesOf(statuses[name])) base_free[node].erase(d);
     }
+    base_placed = placed;
     KDM_RETURN_IF_ERROR(WaitPublished(base_free));
   }
   std::map<std::string, int> base_busy;
@@ -621,6 +643,7 @@ StatusOr<Results> ClusterImpl::Run(const ScenarioOptions& o) {
           KDM_ASSIGN_OR_RETURN(
               json scores,
               PostExtender(port_, "prioritize", json{{"Pod", pod}, {"NodeNames", passed}}.dump()));
+          d.scores = scores.dump();
           int best = -1;
           double best_tie = 0;
           for (const auto& s : scores) {
@@ -695,18 +718,20 @@ StatusOr<Results> ClusterImpl::Run(const ScenarioOptions& o) {
         std::snprintf(buf, sizeof buf, "%s (%d GPUs) on %s: score %.1f, best %.1f on %s",
                       d.pod.c_str(), d.gpus, d.node.c_str(), fits ? scores[d.node] : 0.0, best,
                       best_node.c_str());
-        results.notes.push_back(buf);
+        results.notes.push_back(buf + std::string(" ") + d.scores);
       }
       for (const auto& dev : DevicesOf(s)) free[d.node].erase(dev);
     }
 
-    // The burst goes; the nodes publish its devices free again.
+    // The burst goes; the kubelets let it go and publish its devices free.
     DeletePods(names);
+    KDM_RETURN_IF_ERROR(WaitReleased(placed));
     KDM_RETURN_IF_ERROR(WaitPublished(base_free));
     KDM_RETURN_IF_ERROR(WaitExtenderSees(base_busy));
   }
 
   DeletePods(base_pods);
+  KDM_RETURN_IF_ERROR(WaitReleased(base_placed));
   KDM_RETURN_IF_ERROR(WaitPublished({}));
   KDM_RETURN_IF_ERROR(WaitExtenderSees({}));
 
