@@ -52,11 +52,14 @@ void Assumptions::EndLocked(Entry& e, std::string_view reason) {
   if (e.state != State::kAssumed) return;
   e.state = State::kEnded;
   --stats_.assumed;
-  auto n = nodes_.find(e.pod.node);
+  auto n = nodes_.find(std::string_view(e.pod.node));
   if (n != nodes_.end()) {
     n->second.assumed.erase(e.seq);
     ++n->second.generation;
-    if (n->second.assumed.empty()) nodes_.erase(n);
+    if (n->second.assumed.empty()) {
+      nodes_.erase(n);
+      names_index_stale_ = true;
+    }
   }
   Count(reason);
   if (options_.metrics) options_.metrics->AssumedPods(stats_.assumed);
@@ -141,7 +144,9 @@ void Assumptions::BoundLocked(const BoundPod& pod, Source source, Clock::TimePoi
   e.seq = next_seq_++;
   e.from_watch = source == Source::kWatch;
   e.since = now;
-  NodeState& n = nodes_[pod.node];
+  auto [slot, added] = nodes_.try_emplace(pod.node);
+  if (added) names_index_stale_ = true;
+  NodeState& n = slot->second;
   n.assumed.emplace(e.seq, pod.uid);
   ++n.generation;
   deadlines_.push_back({now + options_.timeout, pod.uid, e.seq});
@@ -201,7 +206,7 @@ void Assumptions::ReplaceBound(const std::vector<BoundPod>& pods) {
 
 void Assumptions::NodeGone(std::string_view node) {
   MutexLock lock(&mu_);
-  auto n = nodes_.find(std::string(node));
+  auto n = nodes_.find(node);
   if (n == nodes_.end()) return;
   std::vector<std::string> uids;
   for (const auto& [seq, uid] : n->second.assumed) uids.push_back(uid);
@@ -211,53 +216,116 @@ void Assumptions::NodeGone(std::string_view node) {
   }
 }
 
+template <typename Owner>
+std::shared_ptr<const k8s::NodeDevices> Assumptions::ViewLocked(std::string_view node,
+                                                                NodeState* found,
+                                                                const k8s::NodeDevices& base,
+                                                                const Owner* owner) {
+  if (found == nullptr) return nullptr;
+  // Pods the annotation already shows end here: counted once, by it.
+  if (base.pods) {
+    std::vector<std::string> reflected;
+    for (const auto& [seq, uid] : found->assumed) {
+      const Entry& e = pods_.at(uid);
+      if (std::binary_search(base.pods->begin(), base.pods->end(), e.fingerprint)) {
+        reflected.push_back(uid);
+      }
+    }
+    if (!reflected.empty()) {
+      for (const std::string& uid : reflected) EndLocked(pods_.at(uid), kReflected);
+      auto n = nodes_.find(node);
+      if (n == nodes_.end()) return nullptr;
+      found = &n->second;
+    }
+  }
+  NodeState& state = *found;
+  const void* const owner_id = owner != nullptr ? static_cast<const void*>(owner->get()) : nullptr;
+  if (owner_id != nullptr && state.memo.owner.get() == owner_id &&
+      state.memo.generation == state.generation) {
+    return state.memo.view;
+  }
+  auto view = std::make_shared<k8s::NodeDevices>(base);
+  for (auto& [resource, r] : view->resources) {
+    std::vector<int> free = r.available;
+    for (const auto& [seq, uid] : state.assumed) {
+      const Entry& e = pods_.at(uid);
+      auto want = e.pod.requests.find(resource);
+      if (want == e.pod.requests.end() || free.empty()) continue;
+      std::vector<int> take = PredictDevices(r, free, want->second);
+      std::vector<int> left;
+      left.reserve(free.size());
+      std::set_difference(free.begin(), free.end(), take.begin(), take.end(),
+                          std::back_inserter(left));
+      free = std::move(left);
+    }
+    r.available = std::move(free);
+  }
+  ++stats_.views_computed;
+  std::shared_ptr<const k8s::NodeDevices> out = std::move(view);
+  if (owner_id != nullptr) state.memo = NodeMemo{*owner, state.generation, out};
+  return out;
+}
+
 std::shared_ptr<const k8s::NodeDevices> Assumptions::View(
     std::string_view node, const k8s::NodeDevices& base, const std::shared_ptr<const void>& owner) {
   if (!enabled()) return nullptr;
-  std::shared_ptr<const k8s::NodeDevices> out;
-  {
-    MutexLock lock(&mu_);
-    SweepLocked(Now());
-    auto n = nodes_.find(std::string(node));
-    if (n == nodes_.end()) return nullptr;
-    // Pods the annotation already shows end here: counted once, by it.
-    if (base.pods) {
-      std::vector<std::string> reflected;
-      for (const auto& [seq, uid] : n->second.assumed) {
-        const Entry& e = pods_.at(uid);
-        if (std::binary_search(base.pods->begin(), base.pods->end(), e.fingerprint)) {
-          reflected.push_back(uid);
-        }
-      }
-      for (const std::string& uid : reflected) EndLocked(pods_.at(uid), kReflected);
-      n = nodes_.find(std::string(node));
-      if (n == nodes_.end()) return nullptr;
+  MutexLock lock(&mu_);
+  SweepLocked(Now());
+  auto n = nodes_.find(node);
+  return ViewLocked(node, n == nodes_.end() ? nullptr : &n->second, base, &owner);
+}
+
+std::vector<std::shared_ptr<const k8s::NodeDevices>> Assumptions::Views(
+    const std::vector<std::string>& names, const std::vector<const k8s::NodeDevices*>& bases,
+    const std::vector<std::shared_ptr<const CachedNode>>* owners) {
+  std::vector<std::shared_ptr<const k8s::NodeDevices>> out(names.size());
+  if (!enabled()) return out;
+  MutexLock lock(&mu_);
+  SweepLocked(Now());
+  if (nodes_.empty()) return out;  // nothing assumed: every view is its base
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (bases[i] == nullptr) continue;
+    NodeState* state = FindNodeLocked(names[i]);
+    if (state == nullptr) continue;
+    // A reflected pod may end the node's last assumption and erase it: the
+    // index is rebuilt before the next lookup.
+    if (owners != nullptr) {
+      out[i] = ViewLocked(names[i], state, *bases[i], &(*owners)[i]);
+    } else {
+      out[i] = ViewLocked(names[i], state, *bases[i],
+                          static_cast<std::shared_ptr<const void>*>(nullptr));
     }
-    NodeState& state = n->second;
-    if (owner && state.memo.owner == owner && state.memo.generation == state.generation) {
-      return state.memo.view;
-    }
-    auto view = std::make_shared<k8s::NodeDevices>(base);
-    for (auto& [resource, r] : view->resources) {
-      std::vector<int> free = r.available;
-      for (const auto& [seq, uid] : state.assumed) {
-        const Entry& e = pods_.at(uid);
-        auto want = e.pod.requests.find(resource);
-        if (want == e.pod.requests.end() || free.empty()) continue;
-        std::vector<int> take = PredictDevices(r, free, want->second);
-        std::vector<int> left;
-        left.reserve(free.size());
-        std::set_difference(free.begin(), free.end(), take.begin(), take.end(),
-                            std::back_inserter(left));
-        free = std::move(left);
-      }
-      r.available = std::move(free);
-    }
-    ++stats_.views_computed;
-    out = std::move(view);
-    if (owner) state.memo = NodeMemo{owner, state.generation, out};
   }
   return out;
+}
+
+namespace {
+uint64_t NameHashOf(std::string_view s) {
+  return static_cast<uint64_t>(std::hash<std::string_view>{}(s)) | 1;  // never 0: an empty slot
+}
+}  // namespace
+
+Assumptions::NodeState* Assumptions::FindNodeLocked(std::string_view node) {
+  if (names_index_stale_) {
+    size_t slots = 16;
+    while (slots < 2 * nodes_.size()) slots *= 2;
+    names_index_.assign(slots, 0);
+    names_entries_.assign(slots, {nullptr, nullptr});
+    for (auto& [name, state] : nodes_) {
+      const uint64_t h = NameHashOf(name);
+      size_t i = h & (slots - 1);
+      while (names_index_[i] != 0) i = (i + 1) & (slots - 1);
+      names_index_[i] = h;
+      names_entries_[i] = {&name, &state};
+    }
+    names_index_stale_ = false;
+  }
+  const uint64_t h = NameHashOf(node);
+  const size_t mask = names_index_.size() - 1;
+  for (size_t i = h & mask; names_index_[i] != 0; i = (i + 1) & mask) {
+    if (names_index_[i] == h && *names_entries_[i].first == node) return names_entries_[i].second;
+  }
+  return nullptr;
 }
 
 void Assumptions::InCycle(std::string_view uid) {

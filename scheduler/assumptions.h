@@ -55,6 +55,8 @@
 
 namespace kdm::scheduler {
 
+struct CachedNode;  // node_cache.h
+
 // A pod bound to a node, as the informer or /bind knows it.
 struct BoundPod {
   std::string uid;
@@ -116,6 +118,14 @@ class Assumptions {
   std::shared_ptr<const k8s::NodeDevices> View(std::string_view node, const k8s::NodeDevices& base,
                                                const std::shared_ptr<const void>& owner);
 
+  // View for each node of a request under one lock: out[i] for names[i]
+  // and bases[i] (skipped where null), each memoised by owners[i] when
+  // `owners` is given (a NodeNames request's cached nodes). A request over
+  // 5,000 nodes costs one lookup per node.
+  std::vector<std::shared_ptr<const k8s::NodeDevices>> Views(
+      const std::vector<std::string>& names, const std::vector<const k8s::NodeDevices*>& bases,
+      const std::vector<std::shared_ptr<const CachedNode>>* owners);
+
   // The pod passed the filter on some node: the next pod's filter waits
   // for its bind.
   void InCycle(std::string_view uid);
@@ -157,6 +167,18 @@ class Assumptions {
   void BoundLocked(const BoundPod& pod, Source source, Clock::TimePoint now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Count(std::string_view reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct NodeState;
+  // `owner` (may be null, or hold null): a shared_ptr keeping `base` alive
+  // and naming it for the memo; copied only when a view is memoised.
+  template <typename Owner>
+  std::shared_ptr<const k8s::NodeDevices> ViewLocked(std::string_view node, NodeState* state,
+                                                     const k8s::NodeDevices& base,
+                                                     const Owner* owner)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The state of `node` when it has assumed pods, else null: a probe of
+  // names_index_ (rebuilt when the set of such nodes changed), cheaper than
+  // a map lookup for the thousands of nodes of a request that have none.
+  NodeState* FindNodeLocked(std::string_view node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlushLogs() ABSL_LOCKS_EXCLUDED(log_mu_);
 
   const Options options_;
@@ -164,7 +186,12 @@ class Assumptions {
   CondVar binds_changed_;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   std::unordered_map<std::string, Entry> pods_ ABSL_GUARDED_BY(mu_);
-  std::unordered_map<std::string, NodeState> nodes_ ABSL_GUARDED_BY(mu_);
+  // Looked up by string_view without a copy (a transparent hash).
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, NodeState, NameHash, std::equal_to<>> nodes_ ABSL_GUARDED_BY(mu_);
   // (deadline, uid, seq) in deadline order: the timeout is one constant.
   struct Deadline {
     Clock::TimePoint at;
@@ -172,6 +199,13 @@ class Assumptions {
     uint64_t seq;
   };
   std::deque<Deadline> deadlines_ ABSL_GUARDED_BY(mu_);
+  // Open addressing over nodes_ by the hashes of their names (hash 0: an
+  // empty slot); the states are nodes_'s (stable while in the map).
+  // Hashes alone, 8 bytes a slot, so that the probes of a request's
+  // thousands of names stay in cache; the entries beside them.
+  std::vector<uint64_t> names_index_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<const std::string*, NodeState*>> names_entries_ ABSL_GUARDED_BY(mu_);
+  bool names_index_stale_ ABSL_GUARDED_BY(mu_) = true;
   // Pods in their cycle: uid -> when the wait for its bind ends (real time).
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> in_cycle_
       ABSL_GUARDED_BY(mu_);

@@ -81,13 +81,10 @@ Nodes Collect(const ExtenderArgs& args, k8s::TopologyCache* topologies, const No
   }
   if (errors > 0 && metrics) metrics->AnnotationErrors(errors);
   if (assumptions != nullptr && assumptions->enabled()) {
-    out.adjusted.resize(out.names.size());
+    // A cached node's view is memoised while the node is unchanged.
+    out.adjusted =
+        assumptions->Views(out.names, out.devices, out.cached.empty() ? nullptr : &out.cached);
     for (size_t i = 0; i < out.names.size(); ++i) {
-      if (out.devices[i] == nullptr) continue;
-      // A cached node's view is memoised while the node is unchanged.
-      std::shared_ptr<const void> owner;
-      if (!out.cached.empty()) owner = out.cached[i];
-      out.adjusted[i] = assumptions->View(out.names[i], *out.devices[i], owner);
       if (out.adjusted[i]) out.devices[i] = out.adjusted[i].get();
     }
   }
