@@ -167,7 +167,6 @@ class Assumptions {
   void BoundLocked(const BoundPod& pod, Source source, Clock::TimePoint now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Count(std::string_view reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  struct NodeState;
   // `owner` (may be null, or hold null): a shared_ptr keeping `base` alive
   // and naming it for the memo; copied only when a view is memoised.
   template <typename Owner>

@@ -98,6 +98,19 @@ TEST_F(SchedulingSimE2eTest, PackedNeverRejectsAndPicksTheBestNodeWithAssumption
   ExpectBoundsHold("packed");
 }
 
+// With kube-scheduler's bindVerb the extender binds: POST /bind assumes the
+// pod and posts the Binding to the API server itself; the kubelets learn
+// their pods from those bindings.
+TEST_F(SchedulingSimE2eTest, BindingThroughTheExtenderNeverRejectsEither) {
+  ASSERT_TRUE(cluster_->StartExtender("best-set", After()).ok()) << cluster_->ExtenderLog();
+  sim::Results r = Scenario("best-set bindVerb partly-busy full-speed",
+                            {.partly_busy = true, .bind_through_extender = true});
+  EXPECT_GT(r.pods, 0);
+  EXPECT_EQ(r.rejections, 0);
+  EXPECT_EQ(r.unplaced, 0);
+  EXPECT_LT(r.regret_percent, 1.0);
+}
+
 TEST_F(SchedulingSimE2eTest, WithoutAssumptionsTheSameBurstsRejectOrRegret) {
   ASSERT_TRUE(cluster_->StartExtender("best-set", Before()).ok()) << cluster_->ExtenderLog();
   int bad = 0;

@@ -110,7 +110,9 @@ std::optional<Published> ReadPublished(const std::string& annotation) {
 // small pool, as kube-scheduler's default binder does after a cycle.
 class Binder {
  public:
-  Binder(kube::Client* client, int threads) : client_(client) {
+  // `extender_port` != 0: bind through the extender's POST /bind.
+  Binder(kube::Client* client, int threads, uint16_t extender_port = 0)
+      : client_(client), extender_port_(extender_port) {
     for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
   }
   ~Binder() {
@@ -148,6 +150,20 @@ class Binder {
       queue_.pop_front();
       ++busy_;
       lock.unlock();
+      if (extender_port_ != 0) {
+        json args = {{"PodName", name},
+                     {"PodNamespace", kSimNamespace},
+                     {"PodUID", "uid-" + name},
+                     {"Node", node}};
+        StatusOr<json> r = PostExtender(extender_port_, "bind", args.dump());
+        lock.lock();
+        if (!r.ok() || !r->is_object() || r->value("Error", "?") != "") {
+          failures_[name] = r.ok() ? r->dump() : std::string(r.status().message());
+        }
+        --busy_;
+        cv_.notify_all();
+        continue;
+      }
       json binding = {{"apiVersion", "v1"},
                       {"kind", "Binding"},
                       {"metadata", {{"name", name}, {"namespace", kSimNamespace}}},
@@ -165,6 +181,7 @@ class Binder {
   }
 
   kube::Client* client_;
+  const uint16_t extender_port_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<std::string, std::string>> queue_;
@@ -611,7 +628,8 @@ StatusOr<Results> ClusterImpl::Run(const ScenarioOptions& o) {
     std::vector<Decision> decisions;
     std::map<std::string, int> assumed;  // the loop's own GPU count per node
     {
-      Binder binder(client_.get(), o.binder_threads);
+      Binder binder(client_.get(), o.binder_threads,
+                    o.bind_through_extender ? port_ : static_cast<uint16_t>(0));
       const auto start = std::chrono::steady_clock::now();
       for (size_t i = 0; i < names.size(); ++i) {
         if (o.rate_per_second > 0) {

@@ -67,6 +67,9 @@ struct ScenarioOptions {
   bool scheduler_gpu_count = false;
   uint64_t seed = 29;
   int binder_threads = 4;
+  // Bind through the extender (kube-scheduler's bindVerb: POST /bind, which
+  // posts the Binding itself) instead of the default binder.
+  bool bind_through_extender = false;
 };
 
 struct Results {
