@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "kdm/base/env.h"
+#include "kdm/base/file_lock.h"
 #include "kdm/base/file_system.h"
 #include "kdm/base/log_value.h"
 #include "kdm/devicemanager/device_snapshot.h"
@@ -243,11 +244,18 @@ Status ManagerImpl::Start() {
     kdm::MutexLock lock(&mu_);
     KDM_RETURN_IF_ERROR(RestoreCheckpointLocked(*data, boot_id, active, /*active_read=*/true));
   }
-  KDM_ASSIGN_OR_RETURN(std::vector<std::string> removed,
-                       RemoveSocketsExcept(*options_.env, dir, pluginapi::kKubeletSocketName));
-  for (const auto& name : removed) {
+  // A socket whose lock file (<socket>.lock) is held has a live owner (kdm's
+  // plugins hold one) and is kept; one without a lock file is removed as the
+  // kubelet removes every socket but its own.
+  KDM_ASSIGN_OR_RETURN(SocketSweep sweep,
+                       RemoveUnlockedSockets(*options_.env, dir, pluginapi::kKubeletSocketName));
+  for (const auto& name : sweep.removed) {
     spdlog::info("event=stale_socket_removed dir={} socket={}", dir,
                  QuoteLogValue(name, kMaxLogValueBytes));
+  }
+  for (const auto& [name, pid] : sweep.kept) {
+    spdlog::info("event=live_socket_kept dir={} socket={} holder_pid={}", dir,
+                 QuoteLogValue(name, kMaxLogValueBytes), pid);
   }
   KDM_ASSIGN_OR_RETURN(registration_,
                        RegistrationServer::Start(

@@ -27,6 +27,11 @@ inline constexpr int kOk = 0;
 inline constexpr int kRuntimeError = 1;
 inline constexpr int kUsageError = 2;
 
+// The lock file `kdm kubelet --root R` holds for its whole life,
+// R/<kAgentLockName> (kdm/base/file_lock.h): a second agent on R, and
+// `kdm conform --root R`, see it held and refuse.
+inline constexpr std::string_view kAgentLockName = ".kdm-kubelet.lock";
+
 // Makes a stderr logger named `name` (UTC timestamps, one event per line,
 // flushed at once) the default logger, at `level`.
 void SetUpStderrLogging(const std::string& name, spdlog::level::level_enum level);

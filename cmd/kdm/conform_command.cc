@@ -4,10 +4,14 @@
 //
 // Exit codes: 0 no check failed; 1 at least one check failed; 2 bad usage
 // (missing --resource, neither or both of --root and --plugin-socket, a
-// malformed --timeout, an unknown --only id, an unknown argument); 3 the
+// malformed --timeout, an unknown --only id, an unknown argument, a --root
+// whose agent is alive: its lock .kdm-kubelet.lock is held, so
+// --plugin-socket is the way); 3 the
 // plugin could not be checked at all (no plugin registered within
 // --timeout, the socket cannot be dialed, the directory cannot be used) or
-// the --junit file cannot be written (the text report is still printed).
+// the --junit file cannot be written (the text report is still printed), or
+// <root>/device-plugins/kubelet.sock.lock is held by another process (another
+// `kdm conform --root`). With --root, that lock is held while the checks run.
 // Path flags may be relative (made absolute at once); a socket path too
 // long for a unix socket or a directory that cannot be made is exit 3 with a
 // message naming the flag.
@@ -18,6 +22,7 @@
 
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,8 +30,11 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "duration_flag.h"
+#include "kdm/base/file_lock.h"
+#include "kdm/base/file_system.h"
 #include "kdm/conformance/report.h"
 #include "kdm/conformance/runner.h"
+#include "kdm/pluginapi/constants.h"
 
 namespace kdm::cli {
 namespace {
@@ -91,14 +99,43 @@ int RunConform(const ConformFlags& f) {
   SetUpLogging(f.verbose);
   // A socket path that cannot work and a directory that cannot be made are
   // said here, naming their flag, before anything is served or dialled.
+  // kubelet.sock.lock is held while the checks run: an agent started on the
+  // same root meanwhile refuses instead of taking kubelet.sock over.
+  std::optional<FileLock> kubelet_sock_lock;
   if (!options.root.empty()) {
     const std::string dir = options.root + "/device-plugins";
     if (Status s = CheckSocketPathFlag("--root", dir + "/kubelet.sock"); !s.ok()) {
       return ConformFail(kCannotCheck, s.message());
     }
+    // A root with a live agent: its kubelet.sock is the agent's, and serving
+    // ours there would cut its plugins off. Said before anything is touched.
+    const std::string agent_lock = JoinPath(options.root, kAgentLockName);
+    // A lock file that cannot be opened (no root yet, a file in the way) has
+    // no holder: what is wrong with the directory is said below.
+    StatusOr<bool> agent = IsFileLockHeld(agent_lock);
+    if (agent.ok() && *agent) {
+      const std::optional<int64_t> pid = LockHolderPid(agent_lock);
+      return ConformFail(kUsageError,
+                         "--root " + options.root + " has a live agent (" +
+                             (pid ? "pid " + std::to_string(*pid) : std::string("a process")) +
+                             " holds " + agent_lock +
+                             "); to check a plugin registered with it, use --plugin-socket " + dir +
+                             "/<the plugin's socket> instead");
+    }
     if (Status s = MakeDirectoryFlag("--root", dir); !s.ok()) {
       return ConformFail(kCannotCheck, s.message());
     }
+    StatusOr<FileLock> lock =
+        FileLock::Acquire(SocketLockPath(JoinPath(dir, pluginapi::kKubeletSocketName)));
+    if (!lock.ok()) {
+      if (!IsLockHeldError(lock.status())) {
+        return ConformFail(kCannotCheck, "--root: " + lock.status().message());
+      }
+      return ConformFail(kCannotCheck,
+                         "--root " + options.root +
+                             ": device-plugins/kubelet.sock is in use: " + lock.status().message());
+    }
+    kubelet_sock_lock.emplace(std::move(*lock));
   } else if (Status s = CheckSocketPathFlag("--plugin-socket", options.plugin_socket); !s.ok()) {
     return ConformFail(kCannotCheck, s.message());
   }

@@ -4,7 +4,11 @@
 // Exit codes: 0 after SIGTERM/SIGINT (clean shutdown), 1 when the agent
 // cannot start (message on stderr; for a --root that cannot work, e.g. too
 // long for its sockets or not creatable, the message names --root), 2 usage.
-// --root may be relative; it is made absolute at once.
+// --root may be relative; it is made absolute at once. One agent per root:
+// the agent holds <root>/.kdm-kubelet.lock and
+// <root>/device-plugins/kubelet.sock.lock (flock, kdm/base/file_lock.h) for
+// its whole life; when either is held by another process it exits 1 at once
+// with one line naming the holder's pid, having touched nothing.
 //
 // `--publish` also runs the publish loop of `kdm publish` (kdm/publish/),
 // reading the agent's Manager in-process (publish::ManagerSource: the answers
@@ -25,6 +29,9 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "duration_flag.h"
+#include "kdm/base/env.h"
+#include "kdm/base/file_lock.h"
+#include "kdm/base/file_system.h"
 #include "kdm/checkpoint/paths.h"
 #include "kdm/fakes/node_agent.h"
 #include "kdm/kube/client.h"
@@ -151,6 +158,28 @@ int RunKubelet(const KubeletFlags& flags) {
     }
   }
   if (Status s = MakeDirectoryFlag("--root", options.root); !s.ok()) return cannot_start(s);
+  // One agent per root: a second one stops here, in one line naming the
+  // holder's pid, before it touches a socket or a file under --root. The
+  // locks are held until this process ends, however it ends.
+  auto in_use = [&](const Status& s, const std::string& what) {
+    if (!IsLockHeldError(s)) return cannot_start(s);
+    std::cerr << "kdm kubelet: --root " << options.root << ": " << what << ": " << s.message()
+              << "\n";
+    return kRuntimeError;
+  };
+  StatusOr<FileLock> root_lock = FileLock::Acquire(JoinPath(options.root, kAgentLockName));
+  if (!root_lock.ok()) return in_use(root_lock.status(), "another agent runs on it");
+  // kubelet.sock has a second possible owner, `kdm conform --root`, which
+  // takes only this lock.
+  const std::string plugin_dir = options.root + "/device-plugins";
+  if (Status s = Env::Default()->CreateDirectories(plugin_dir, 0750); !s.ok()) {
+    return cannot_start(s.WithPrefix("--root"));
+  }
+  StatusOr<FileLock> kubelet_sock_lock =
+      FileLock::Acquire(SocketLockPath(JoinPath(plugin_dir, "kubelet.sock")));
+  if (!kubelet_sock_lock.ok()) {
+    return in_use(kubelet_sock_lock.status(), "device-plugins/kubelet.sock is in use");
+  }
   spdlog::info(
       "event=starting root={} checkpoint={} grace={}ms rpc_timeout={}ms pre_start_timeout={}ms "
       "registration_grace={}ms metrics_addr={}",

@@ -11,7 +11,8 @@
 // Exit codes: 0 after SIGTERM or SIGINT (a clean stop); 1 a runtime error (a
 // topology file that cannot be read or parsed, a socket path too long for a
 // unix socket, a directory that cannot be used, a socket that cannot be
-// bound); 2 bad usage (missing or conflicting flags, a malformed number, an
+// bound, a socket whose lock <socket>.lock another live plugin holds: one
+// line naming its pid); 2 bad usage (missing or conflicting flags, a malformed number, an
 // unknown preset, policy or fault, an empty or malformed resource name,
 // --fault together with --health-file, a flag that does not apply to --nvml
 // or needs it, a bad DP_DISABLE_HEALTHCHECKS, --nvml on a machine without
@@ -41,6 +42,8 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "duration_flag.h"
+#include "kdm/base/file_lock.h"
+#include "kdm/base/file_system.h"
 #include "kdm/base/log_value.h"
 #include "kdm/fakes/faulty_plugin.h"
 #include "kdm/fakes/gpu_plugin.h"
@@ -349,6 +352,19 @@ int RunPlugin(const PluginFlags& given) {
     if (Status s = MakeDirectoryFlag("--root", config.plugin_dir); !s.ok()) {
       return PluginFail(kRuntimeError, s.message());
     }
+  }
+  // One plugin per socket: <socket>.lock beside it is held until this
+  // process ends, however it ends. A second plugin on the same socket stops
+  // here, naming the holder's pid, before it touches the first one's socket;
+  // the agent's stale-socket sweep keeps a socket whose lock is held.
+  const std::string socket_path = JoinPath(config.plugin_dir, own_socket);
+  StatusOr<FileLock> socket_lock = FileLock::Acquire(SocketLockPath(socket_path));
+  if (!socket_lock.ok()) {
+    if (IsLockHeldError(socket_lock.status())) {
+      return PluginFail(kRuntimeError, "socket " + socket_path + " is in use by another plugin: " +
+                                           socket_lock.status().message());
+    }
+    return PluginFail(kRuntimeError, std::string(dir_flag) + ": " + socket_lock.status().message());
   }
   if (f.fault_given) return RunFaultyPlugin(f, config, stop_signals);
   if (f.nvml) return RunNvmlPlugin(f, config, stop_signals);
