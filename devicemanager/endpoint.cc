@@ -250,8 +250,7 @@ int Endpoint::CancelCalls() {
 }
 
 Status Endpoint::CancelledCallError(const char* method) const {
-  return CancelledError(std::string(method) + " of " + resource_ +
-                        " cancelled: shutting down");
+  return CancelledError(std::string(method) + " of " + resource_ + " cancelled: shutting down");
 }
 
 Endpoint::Snapshot Endpoint::Latest() const {
