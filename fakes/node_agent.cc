@@ -353,12 +353,30 @@ void NodeAgentImpl::Stop() {
   if (stopped_) return;
   stopped_ = true;
   if (manager_ && health_subscription_ >= 0) manager_->Unsubscribe(health_subscription_);
-  // Running admissions end within the plugin RPC deadlines; their results
-  // are posted to io_ and dropped with it.
-  if (admissions_) admissions_->Stop();
+  // Stop means stop: the io thread ends first (after the handler it may be
+  // running), so no admission result, manifest event or status write is
+  // acted on from here; results still posted to io_ are dropped with it.
   work_.reset();
   io_.stop();
   if (io_thread_.joinable()) io_thread_.join();
+  // Then the plugin RPCs in flight are cancelled rather than waited for (a
+  // hung plugin would hold the stop until its deadline), and the admissions
+  // end at once. A pod whose admission was cut short keeps the status file
+  // it had before the stop; its manifest is admitted again at the next start.
+  const int cancelled_calls = manager_ ? manager_->CancelPluginCalls() : 0;
+  for (const auto& [uid, flight] : in_flight_) {
+    auto file = files_.find(flight.file_name);
+    const bool named = file != files_.end() && file->second.pod;
+    spdlog::info("event=admission_cancelled file={} pod={}/{} uid={}",
+                 QuoteLogValue(flight.file_name, kMaxLogValueBytes),
+                 named ? file->second.pod->namespace_name : "", named ? file->second.pod->name : "",
+                 QuoteLogValue(uid, kMaxLogValueBytes));
+  }
+  if (!in_flight_.empty() || cancelled_calls > 0) {
+    spdlog::info("event=admissions_cancelled admissions={} plugin_calls={}", in_flight_.size(),
+                 cancelled_calls);
+  }
+  if (admissions_) admissions_->Stop();
   if (watcher_) watcher_->Stop();
   node_timer_.reset();
   health_timer_.reset();

@@ -11,7 +11,9 @@
 // --timeout, the socket cannot be dialed, the directory cannot be used) or
 // the --junit file cannot be written (the text report is still printed), or
 // <root>/device-plugins/kubelet.sock.lock is held by another process (another
-// `kdm conform --root`). With --root, that lock is held while the checks run.
+// `kdm conform --root`). With --root, that lock is held while the checks run;
+// 130/143 stopped by SIGINT/SIGTERM (the socket it served is removed, no
+// report).
 // Path flags may be relative (made absolute at once); a socket path too
 // long for a unix socket or a directory that cannot be made is exit 3 with a
 // message naming the flag.
@@ -19,11 +21,14 @@
 #include <signal.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -60,6 +65,34 @@ int ConformFail(int code, const std::string& message) {
 
 void SetUpLogging(bool verbose) {
   SetUpStderrLogging("kdm-conform", verbose ? spdlog::level::debug : spdlog::level::warn);
+}
+
+// A check run has nothing to finish cleanly: on SIGINT or SIGTERM a watcher
+// thread removes `socket` (the kubelet.sock we serve under --root; "" for
+// none; only a socket is removed), writes one line and exits at once with
+// 128 + signal (130, 143), the report left unprinted. Blocks both signals in
+// the caller first, so every later thread inherits the mask.
+void ExitOnStopSignal(std::string socket) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::thread([signals, socket = std::move(socket)] {
+    int sig = 0;
+    while (sigwait(&signals, &sig) != 0) {
+    }
+    struct stat st;
+    bool removed = false;
+    if (!socket.empty() && ::lstat(socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      removed = ::unlink(socket.c_str()) == 0;
+    }
+    std::string line = "kdm conform: event=stopped signal=" + StopSignalName(sig) +
+                       (removed ? " removed=" + socket : "") +
+                       " exit_code=" + std::to_string(128 + sig) + "\n";
+    (void)!::write(STDERR_FILENO, line.data(), line.size());
+    ::_exit(128 + sig);
+  }).detach();
 }
 
 std::vector<std::string> SplitIds(const std::string& text) {
@@ -141,6 +174,9 @@ int RunConform(const ConformFlags& f) {
   }
   // A plugin that goes away mid-check must not kill us with SIGPIPE.
   signal(SIGPIPE, SIG_IGN);
+  // Before the runner's threads exist: SIGINT/SIGTERM removes the
+  // registration socket we serve and ends the run at once.
+  ExitOnStopSignal(options.root.empty() ? "" : options.root + "/device-plugins/kubelet.sock");
 
   StatusOr<conformance::Report> report = conformance::Runner::Run(options);
   if (!report.ok()) return ConformFail(kCannotCheck, report.status().message());

@@ -1,7 +1,9 @@
 // `kdm kubelet --root DIR`: the fake kubelet (kdm::fakes::NodeAgent) as a
 // process. Flag parsing, logging and signals only.
 //
-// Exit codes: 0 after SIGTERM/SIGINT (clean shutdown), 1 when the agent
+// Exit codes: 0 after SIGTERM/SIGINT (clean shutdown: plugin RPCs in flight
+// are cancelled, nothing is admitted or written after the signal), 130/143
+// after a second SIGINT/SIGTERM during the shutdown (out at once), 1 when the agent
 // cannot start (message on stderr; for a --root that cannot work, e.g. too
 // long for its sockets or not creatable, the message names --root), 2 usage.
 // --root may be relative; it is made absolute at once. One agent per root:
@@ -134,13 +136,9 @@ int RunKubelet(const KubeletFlags& flags) {
     kube_client = std::move(*made);
   }
 
-  // Block the stop signals before any thread exists: every thread inherits
-  // the mask and only sigwait below receives them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Before any thread exists (see StopSignals): the first SIGTERM/SIGINT
+  // stops the agent cleanly, a second one exits at once (130/143).
+  StopSignals stop_signals("kdm kubelet");
   signal(SIGPIPE, SIG_IGN);
 
   SetUpLogging(flags.verbosity);
@@ -211,14 +209,15 @@ int RunKubelet(const KubeletFlags& flags) {
           [loop = publish_loop.get()] { return loop->annotations_too_large(); });
     }
   }
-  int sig = 0;
-  while (sigwait(&stop_signals, &sig) != 0) {
-  }
-  spdlog::info("event=stopping signal={}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  const int sig = stop_signals.Wait();
+  const auto stop_start = std::chrono::steady_clock::now();
+  spdlog::info("event=stopping signal={}", StopSignalName(sig));
   // The loop reads the agent's Manager: it stops first.
   if (publish_loop) publish_loop->Stop();
   (*agent)->Stop();
-  spdlog::info("event=stopped");
+  spdlog::info("event=stopped took_ms={}", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                               std::chrono::steady_clock::now() - stop_start)
+                                               .count());
   return 0;
 }
 

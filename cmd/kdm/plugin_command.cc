@@ -182,7 +182,7 @@ std::optional<std::string> CheckUsage(const PluginFlags& f, fakes::PluginConfig*
 // The one serve loop of `kdm plugin`, healthy or faulty: waits for SIGTERM or
 // SIGINT and logs registrations (and failures) as they happen. Returns the
 // signal that ended it.
-int ServeUntilSignal(const sigset_t& stop_signals, const fakes::PluginConfig& config,
+int ServeUntilSignal(StopSignals& stop_signals, const fakes::PluginConfig& config,
                      const std::function<int()>& registration_count,
                      const std::function<Status()>& last_registration_error,
                      const std::string& fault) {
@@ -209,9 +209,8 @@ int ServeUntilSignal(const sigset_t& stop_signals, const fakes::PluginConfig& co
   int sig = 0;
   while (true) {
     // Bounded wait: registration changes are logged between waits.
-    timespec wait{0, 100'000'000};
-    sig = sigtimedwait(&stop_signals, nullptr, &wait);
-    if (sig == SIGTERM || sig == SIGINT) break;
+    sig = stop_signals.WaitFor(std::chrono::milliseconds(100));
+    if (sig != 0) break;
     log_registration();
   }
   log_registration();
@@ -220,7 +219,7 @@ int ServeUntilSignal(const sigset_t& stop_signals, const fakes::PluginConfig& co
 
 // Runs a FaultyPlugin until SIGTERM or SIGINT (see RunPlugin).
 int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
-                    const sigset_t& stop_signals) {
+                    StopSignals& stop_signals) {
   spdlog::info("event=fault_mode fault={}", f.fault);
   StatusOr<std::unique_ptr<fakes::FaultyPlugin>> created =
       fakes::FaultyPlugin::Create(config, f.fault);
@@ -267,7 +266,7 @@ StatusOr<PluginFlags> WithAbsolutePaths(const PluginFlags& given) {
 
 // Runs the NVML GPU plugin until SIGTERM or SIGINT (see RunPlugin).
 int RunNvmlPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
-                  const sigset_t& stop_signals) {
+                  StopSignals& stop_signals) {
   nvml::NvmlPluginConfig c;
   c.resource_name = config.resource_name;
   c.plugin_dir = config.plugin_dir;
@@ -324,13 +323,9 @@ int RunPlugin(const PluginFlags& given) {
   PluginFlags f = *absolute;
   if (f.nvml && f.resource.empty()) f.resource = nvml::kNvidiaGpuResource;
 
-  // Block the stop signals before any thread exists, so every thread
-  // inherits the mask and only the sigtimedwait below receives them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Before any thread exists (see StopSignals): the first SIGTERM/SIGINT
+  // stops the plugin cleanly, a second one exits at once (130/143).
+  StopSignals stop_signals("kdm plugin");
 
   fakes::PluginConfig config;
   if (auto usage = CheckUsage(f, &config)) return PluginFail(kUsageError, *usage);
