@@ -127,7 +127,8 @@ class GetAgentE2eTest : public KubeletE2eTest {
 
   // The NUMA column of a device, from node.json.
   std::string Numa(const std::string& id) {
-    for (const auto& d : Node()["devices"]) {
+    const json node = Node();  // kept alive: the loop walks into it
+    for (const auto& d : node.value("devices", json::array())) {
       if (d["id"] != id) continue;
       std::string out;
       for (const auto& n : d["numa_nodes"]) {
@@ -305,7 +306,9 @@ spec:
 )");
   ASSERT_TRUE(WaitUntil(
       [&] {
-        return HasRow(ReadFile(out), {"default", "c", "-", "-", "-", "-", "Pending", "Admitting"});
+        // Active (listed by pod-resources, no devices yet) while admitted.
+        return HasRow(ReadFile(out),
+                      {"default", "c", "main", "-", "-", "-", "Pending", "Admitting"});
       },
       kWaitBound))
       << ReadFile(out) << ReadFile(err);
