@@ -25,6 +25,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "duration_flag.h"
+#include "kdm/base/file_system.h"
 #include "kdm/conformance/report.h"
 #include "kdm/conformance/runner.h"
 
@@ -96,8 +97,10 @@ int RunConform(const ConformFlags& f) {
     if (Status s = CheckSocketPathFlag("--root", dir + "/kubelet.sock"); !s.ok()) {
       return ConformFail(kCannotCheck, s.message());
     }
-    if (Status s = MakeDirectoryFlag("--root", dir); !s.ok()) {
-      return ConformFail(kCannotCheck, s.message());
+    // Mode 0750 (DIR too, when missing), as the device manager makes its
+    // plugin directory: what docs/conformance.md says.
+    if (Status s = EnsureDirectory(dir, 0750); !s.ok()) {
+      return ConformFail(kCannotCheck, s.WithPrefix("--root").message());
     }
   } else if (Status s = CheckSocketPathFlag("--plugin-socket", options.plugin_socket); !s.ok()) {
     return ConformFail(kCannotCheck, s.message());
