@@ -3,7 +3,9 @@
 // admission, the kubelet's rejection text, delete frees, change re-admits,
 // init containers and sidecars, bad manifests keep the agent running,
 // node.json, health drop, grace deletion, SIGKILL + restart recovers (both
-// checkpoint formats), SIGTERM/SIGINT exit 0, usage errors, metrics.
+// checkpoint formats), SIGTERM/SIGINT exit 0, usage errors, metrics (and its
+// one event=metrics_serving line), docs/kubelet.md's quick start as written,
+// README's command list against `kdm --help`.
 // Every wait is a bounded poll on a file or a log line; nothing asserts on
 // time.
 #include <arpa/inet.h>
@@ -449,6 +451,40 @@ TEST_F(KubeletE2eTest, QuickStartAsTheDocShowsIt) {
   json status = json::parse(ReadFile(node + "/status/default_train.json"), nullptr, false);
   ASSERT_FALSE(status.is_discarded()) << log;
   EXPECT_EQ(status["phase"], "Admitted") << log;
+}
+
+// Issue 30, item 10: README's command list lacked subcommands `kdm --help`
+// shows. Every one of them is in the README's list.
+TEST(ReadmeTest, ListsEverySubcommandKdmHelpShows) {
+  char tmpl[] = "/tmp/kdm-rd-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  std::string help;
+  {
+    Process p({"--help"}, dir + "/help.log");
+    ASSERT_TRUE(p.started());
+    EXPECT_EQ(p.Wait(), 0) << p.Log();
+    help = p.Log();
+  }
+  fs::remove_all(dir);
+  const std::string readme = ReadFile(std::string(KDM_TEST_SOURCE_DIR) + "/README.md");
+  const size_t at = readme.find("(`kdm --help`):");
+  ASSERT_NE(at, std::string::npos) << "README.md has no `kdm --help` list";
+  const std::string list = readme.substr(at, readme.find(".\n", at) - at);
+  ASSERT_NE(help.find("Subcommands:"), std::string::npos) << help;
+  std::istringstream lines(help.substr(help.find("Subcommands:")));
+  std::string line;
+  std::getline(lines, line);  // "Subcommands:"
+  int names = 0;
+  while (std::getline(lines, line) && !line.empty()) {
+    std::istringstream words(line);
+    std::string name;
+    if (!(words >> name)) break;
+    ++names;
+    EXPECT_NE(list.find("`" + name + "`"), std::string::npos)
+        << "README.md's command list lacks `" << name << "`: " << list;
+  }
+  EXPECT_GE(names, 9) << help;
 }
 
 }  // namespace
