@@ -80,15 +80,15 @@ std::shared_ptr<const ListedIds> IdsOf(const std::vector<Device>& devices) {
   return ids;
 }
 
-// NOT_FOUND naming the first id of `ids` that `listed` lacks (quoted and
+// `code` naming the first id of `ids` that `listed` lacks (quoted and
 // capped: the id comes from the caller), for the RPC `rpc` of `resource`.
 template <typename Ids>
-Status RefuseUnlisted(const ListedIds& listed, const Ids& ids, std::string_view rpc,
-                      const std::string& resource) {
+Status RefuseUnlisted(StatusCode code, const ListedIds& listed, const Ids& ids,
+                      std::string_view rpc, const std::string& resource) {
   for (const std::string& id : ids) {
     if (listed.count(id) == 0) {
-      return NotFoundError(std::string(rpc) + ": device " + QuoteLogValue(id, kMaxLogValueBytes) +
-                           " is not a device of " + resource);
+      return Status(code, std::string(rpc) + ": device " + QuoteLogValue(id, kMaxLogValueBytes) +
+                              " is not a device of " + resource);
     }
   }
   return OkStatus();
@@ -290,14 +290,16 @@ class PluginServerImpl final : public PluginServer {
   DevicePluginHandler& handler() { return *handler_; }
 
   // OK when the check is off or every id the call names is one the server
-  // lists now; else NOT_FOUND naming the first other id. Ids reach the
-  // handler only past this check (Options::refuse_unlisted_ids).
+  // lists now; else NOT_FOUND (Allocate, PreStartContainer) or
+  // INVALID_ARGUMENT (GetPreferredAllocation: its available ids must be
+  // devices, as kdm's allocator says) naming the first other id. Ids reach
+  // the handler only past this check (Options::refuse_unlisted_ids).
   Status CheckAllocateIds(const v1beta1::AllocateRequest& request) const {
     if (!options_.refuse_unlisted_ids) return OkStatus();
     std::shared_ptr<const ListedIds> listed = ListedIdsNow();
     for (const auto& container : request.container_requests()) {
-      KDM_RETURN_IF_ERROR(
-          RefuseUnlisted(*listed, container.devices_ids(), "Allocate", options_.resource_name));
+      KDM_RETURN_IF_ERROR(RefuseUnlisted(StatusCode::kNotFound, *listed, container.devices_ids(),
+                                         "Allocate", options_.resource_name));
     }
     return OkStatus();
   }
@@ -305,17 +307,19 @@ class PluginServerImpl final : public PluginServer {
     if (!options_.refuse_unlisted_ids) return OkStatus();
     std::shared_ptr<const ListedIds> listed = ListedIdsNow();
     for (const auto& container : request.container_requests()) {
-      KDM_RETURN_IF_ERROR(RefuseUnlisted(*listed, container.available_deviceids(),
-                                         "GetPreferredAllocation", options_.resource_name));
-      KDM_RETURN_IF_ERROR(RefuseUnlisted(*listed, container.must_include_deviceids(),
+      KDM_RETURN_IF_ERROR(RefuseUnlisted(StatusCode::kInvalidArgument, *listed,
+                                         container.available_deviceids(), "GetPreferredAllocation",
+                                         options_.resource_name));
+      KDM_RETURN_IF_ERROR(RefuseUnlisted(StatusCode::kInvalidArgument, *listed,
+                                         container.must_include_deviceids(),
                                          "GetPreferredAllocation", options_.resource_name));
     }
     return OkStatus();
   }
   Status CheckPreStartIds(const v1beta1::PreStartContainerRequest& request) const {
     if (!options_.refuse_unlisted_ids) return OkStatus();
-    return RefuseUnlisted(*ListedIdsNow(), request.devices_ids(), "PreStartContainer",
-                          options_.resource_name);
+    return RefuseUnlisted(StatusCode::kNotFound, *ListedIdsNow(), request.devices_ids(),
+                          "PreStartContainer", options_.resource_name);
   }
 
   // One call: the server's side of CallContext. Its waits end on Stop or a

@@ -10,7 +10,8 @@
 //   - registers with <dir>/kubelet.sock, retrying with back-off until it is
 //     registered or stopped; a refusal's text is kept (LastRegistrationError);
 //   - refuses an Allocate, GetPreferredAllocation or PreStartContainer
-//     naming an id it does not list (NOT_FOUND), before the handler runs;
+//     naming an id it does not list (NOT_FOUND; INVALID_ARGUMENT for
+//     GetPreferredAllocation), before the handler runs;
 //   - sends a full ListAndWatch snapshot to every open stream whenever the
 //     devices or their health change (SetDevices, SetHealth); a slow stream
 //     only ever gets the newest snapshot (coalescing, no queue);
@@ -101,8 +102,9 @@ class PluginServer {
         rewrite_register_request;
     // Refuse a call naming a device id the server does not list (its
     // current devices: `devices`, SetDevices) before the handler or the
-    // functions see it: Allocate, GetPreferredAllocation (available and
-    // must-include ids) and PreStartContainer answer NOT_FOUND naming the id
+    // functions see it: Allocate and PreStartContainer answer NOT_FOUND,
+    // GetPreferredAllocation (available and must-include ids)
+    // INVALID_ARGUMENT, naming the id
     // (`Allocate: device "x" is not a device of example.com/fpga`). A
     // real plugin leaves it on; only a plugin that breaks the protocol on
     // purpose (the faulty plugin alloc-accept-unknown) or whose handler

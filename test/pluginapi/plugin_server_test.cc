@@ -893,7 +893,7 @@ TEST_F(PluginServerTest, RegressionUnlistedIdsNeverReachTheFunctions) {
     grpc::ClientContext ctx;
     ctx.set_deadline(Deadline());
     grpc::Status s = stub->GetPreferredAllocation(&ctx, req, &presp);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_EQ(s.error_message(),
               "GetPreferredAllocation: device \"nope\" is not a device of example.com/widget");
     c->clear_available_deviceids();
@@ -902,7 +902,7 @@ TEST_F(PluginServerTest, RegressionUnlistedIdsNeverReachTheFunctions) {
     grpc::ClientContext ctx2;
     ctx2.set_deadline(Deadline());
     s = stub->GetPreferredAllocation(&ctx2, req, &presp);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(s.error_message().find("\"w9\""), std::string::npos) << s.error_message();
   }
   {
