@@ -324,9 +324,7 @@ Status NodeAgentImpl::Init() {
   if (metrics_) {
     auto server = dm::MetricsServer::Start(options_.metrics_addr, metrics_, manager_.get());
     if (!server.ok()) return server.status().WithPrefix("--metrics-addr");
-    metrics_server_ = std::move(*server);
-    spdlog::info("event=metrics_serving addr={} port={}", options_.metrics_addr,
-                 metrics_server_->port());
+    metrics_server_ = std::move(*server);  // it logs event=metrics_serving
   }
 
   admissions_ = std::make_unique<AdmissionQueue>(std::max(1, options_.admission_threads));
