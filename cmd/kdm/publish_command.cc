@@ -21,6 +21,7 @@
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,12 @@ int RunPublish(const PublishFlags& flags) {
   }
   for (const std::string& w : setup.warnings) std::cerr << "kdm publish: warning: " << w << "\n";
 
+  // Before any client (gRPC may start threads as a channel is made) and the
+  // loop's thread exist (see StopSignals): the first SIGTERM/SIGINT stops
+  // the loop cleanly, a second one exits at once (130/143). A dry run keeps
+  // the default signals.
+  std::optional<StopSignals> stop_signals;
+  if (!flags.dry_run) stop_signals.emplace("kdm publish");
   std::unique_ptr<kube::Client> kube_client;
   if (!flags.dry_run) {
     auto made = MakeKubeClient(flags.loop.kube);
@@ -95,10 +102,6 @@ int RunPublish(const PublishFlags& flags) {
     return kOk;
   }
 
-  // Before the loop's thread exists (see StopSignals): the first
-  // SIGTERM/SIGINT stops the loop cleanly, a second one exits at once
-  // (130/143).
-  StopSignals stop_signals("kdm publish");
   signal(SIGPIPE, SIG_IGN);
   spdlog::info("event=publish_starting node={} interval={}ms min_write_interval={}ms resync={}ms",
                setup.options.node, setup.options.interval.count(),
@@ -106,7 +109,7 @@ int RunPublish(const PublishFlags& flags) {
   RaiseFdLimit();  // after every flag and file was checked: a bad one is one line
   auto loop = publish::PublishLoop::Start(std::move(setup.options), std::move(source),
                                           std::move(kube_client));
-  const int sig = stop_signals.Wait();
+  const int sig = stop_signals->Wait();
   const auto stop_start = std::chrono::steady_clock::now();
   spdlog::info("event=publish_stopping signal={}", StopSignalName(sig));
   loop->Stop();
