@@ -54,7 +54,7 @@ void Assumptions::EndLocked(Entry& e, std::string_view reason) {
   --stats_.assumed;
   auto n = nodes_.find(std::string_view(e.pod.node));
   if (n != nodes_.end()) {
-    n->second.assumed.erase(e.seq);
+    n->second.assumed.erase(e.order);
     ++n->second.generation;
     if (n->second.assumed.empty()) {
       nodes_.erase(n);
@@ -130,8 +130,22 @@ void Assumptions::BoundLocked(const BoundPod& pod, Source source, Clock::TimePoi
   auto it = pods_.find(pod.uid);
   if (it != pods_.end()) {
     Entry& e = it->second;
-    if (source == Source::kWatch) e.from_watch = true;
-    if (e.pod.node == pod.node) return;  // known: assumed, or ended
+    if (e.pod.node == pod.node) {  // known: assumed, or ended
+      if (source == Source::kWatch && !e.from_watch && e.state == State::kAssumed) {
+        // First told by /bind, whose calls may overlap: its place among the
+        // node's pods is where the API server recorded it, the watch's order
+        // (the order the kubelet admits in).
+        auto n = nodes_.find(std::string_view(e.pod.node));
+        if (n != nodes_.end()) {
+          n->second.assumed.erase(e.order);
+          e.order = next_seq_++;
+          n->second.assumed.emplace(e.order, e.pod.uid);
+          ++n->second.generation;
+        }
+      }
+      if (source == Source::kWatch) e.from_watch = true;
+      return;
+    }
     // Bound elsewhere than first told (a bind that failed and a new one).
     EndLocked(e, kBindFailed);
     pods_.erase(it);
@@ -142,12 +156,13 @@ void Assumptions::BoundLocked(const BoundPod& pod, Source source, Clock::TimePoi
   e.pod = pod;
   e.fingerprint = k8s::PodFingerprint(pod.namespace_name, pod.name);
   e.seq = next_seq_++;
+  e.order = e.seq;
   e.from_watch = source == Source::kWatch;
   e.since = now;
   auto [slot, added] = nodes_.try_emplace(pod.node);
   if (added) names_index_stale_ = true;
   NodeState& n = slot->second;
-  n.assumed.emplace(e.seq, pod.uid);
+  n.assumed.emplace(e.order, pod.uid);
   ++n.generation;
   deadlines_.push_back({now + options_.timeout, pod.uid, e.seq});
   pods_.emplace(pod.uid, std::move(e));

@@ -144,7 +144,9 @@ class Assumptions {
   struct Entry {
     BoundPod pod;
     uint64_t fingerprint = 0;
-    uint64_t seq = 0;  // order the binds were seen
+    uint64_t seq = 0;    // identity (deadlines name it)
+    uint64_t order = 0;  // where it takes devices: the order binds were seen,
+                         // by the watch (the API server's order) once it did
     State state = State::kAssumed;
     bool from_watch = false;
     Clock::TimePoint since;
@@ -155,7 +157,7 @@ class Assumptions {
     std::shared_ptr<const k8s::NodeDevices> view;
   };
   struct NodeState {
-    std::map<uint64_t, std::string> assumed;  // seq -> uid
+    std::map<uint64_t, std::string> assumed;  // order -> uid
     uint64_t generation = 0;
     NodeMemo memo;
   };

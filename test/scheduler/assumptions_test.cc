@@ -124,6 +124,27 @@ TEST_F(AssumptionsTest, PodsTakeDevicesInTheOrderTheirBindsWereSeen) {
   EXPECT_EQ(Free(*v).size(), 2u);
 }
 
+TEST_F(AssumptionsTest, BindsThatOverlapTakeDevicesInTheWatchsOrder) {
+  const topology::Topology t = *topology::Preset("dgx1-v100");
+  std::vector<int> free = {0, 1, 2, 3, 4, 5, 6, 7};
+  Assumptions a(Opts());
+  // /bind calls of two pods overlap: the 4-GPU pod's came first, but the
+  // API server recorded the 1-GPU pod's Binding first (the watch says so).
+  a.Bound(Pod("four", "n1", 4), Assumptions::Source::kBind);
+  a.Bound(Pod("one", "n1", 1), Assumptions::Source::kBind);
+  a.Bound(Pod("one", "n1", 1), Assumptions::Source::kWatch);
+  a.Bound(Pod("four", "n1", 4), Assumptions::Source::kWatch);
+  std::shared_ptr<const k8s::NodeDevices> v = a.View("n1", NodeView("dgx1-v100", free), nullptr);
+  ASSERT_NE(v, nullptr);
+  auto one = topology::Allocate(t, free, {}, 1, topology::Policy::kPacked);
+  ASSERT_TRUE(one.ok());
+  free = Minus(free, one->chosen);
+  auto four = topology::Allocate(t, free, {}, 4, topology::Policy::kPacked);
+  ASSERT_TRUE(four.ok());
+  EXPECT_EQ(Free(*v), Minus(free, four->chosen));
+  EXPECT_EQ(a.stats().assumed, 2u);
+}
+
 TEST_F(AssumptionsTest, MoreAssumedThanFreeLeavesNothingFree) {
   Assumptions a(Opts());
   a.Bound(Pod("u1", "n1", 3), Assumptions::Source::kWatch);
