@@ -327,7 +327,8 @@ class ClusterImpl : public Cluster {
         !extender_->Running()) {
       return UnavailableError("kdm extender did not start: " + extender_->Log());
     }
-    // The cache is full when every node passes a filter for its free GPUs.
+    // The cache is full when every node passes a filter for its free GPUs
+    // and fails one for a GPU more (no opinion would pass both).
     return WaitExtenderSees(std::map<std::string, int>{});
   }
 
@@ -411,12 +412,14 @@ class ClusterImpl : public Cluster {
                     return false;
                   }
                 }
-                if (free < 8) {
-                  last = probe(n.spec.name, free + 1);
-                  if (!last.ok() ||
-                      ((*last)["NodeNames"].is_array() && !(*last)["NodeNames"].empty())) {
-                    return false;
-                  }
+                // Always, even with all 8 free: a node the extender has no
+                // opinion on (its node cache not synced yet) passes every
+                // filter, so only a pod of one more failing shows the
+                // extender knows the node.
+                last = probe(n.spec.name, free + 1);
+                if (!last.ok() ||
+                    ((*last)["NodeNames"].is_array() && !(*last)["NodeNames"].empty())) {
+                  return false;
                 }
                 return true;
               },
