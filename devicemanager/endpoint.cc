@@ -84,13 +84,17 @@ Endpoint::~Endpoint() { Stop(); }
 StatusOr<std::shared_ptr<Endpoint>> Endpoint::Connect(
     std::string resource, std::string socket_path,
     std::shared_ptr<v1beta1::DevicePlugin::StubInterface> stub, Deadlines deadlines,
-    Callbacks callbacks, SnapshotLimits limits) {
+    Callbacks callbacks, SnapshotLimits limits,
+    const std::function<void(const std::shared_ptr<Endpoint>&)>& on_created) {
   std::shared_ptr<Endpoint> ep(new Endpoint(std::move(resource), std::move(socket_path),
                                             std::move(stub), deadlines, std::move(callbacks),
                                             limits));
+  if (on_created) on_created(ep);
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(deadlines.options));
+    InFlightCall call(ep.get(), &ctx);
+    if (!call.admitted()) return ep->CancelledCallError(kGetDevicePluginOptions);
     v1beta1::Empty empty;
     grpc::Status s = ep->stub_->GetDevicePluginOptions(&ctx, empty, &ep->options_);
     if (!s.ok()) {
@@ -108,7 +112,7 @@ StatusOr<std::shared_ptr<Endpoint>> Endpoint::Connect(
 }
 
 bool Endpoint::HasFirstSnapshotOrEnded() const {
-  return latest_.seq > 0 || stream_ended_ || !first_refusal_.ok();
+  return latest_.seq > 0 || stream_ended_ || !first_refusal_.ok() || calls_cancelled_;
 }
 
 Status Endpoint::WaitForFirstSnapshot() {
@@ -117,6 +121,7 @@ Status Endpoint::WaitForFirstSnapshot() {
                        absl::FromChrono(deadlines_.first_snapshot));
   if (latest_.seq > 0) return OkStatus();
   if (!first_refusal_.ok()) return first_refusal_;
+  if (calls_cancelled_) return CancelledCallError(kListAndWatch);
   if (stream_ended_) {
     grpc::Status why = stream_status_.ok()
                            ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed")
@@ -222,6 +227,32 @@ void Endpoint::Stop() {
   }
 }
 
+Endpoint::InFlightCall::InFlightCall(Endpoint* ep, grpc::ClientContext* ctx) : ep_(ep), ctx_(ctx) {
+  kdm::MutexLock lock(&ep_->mu_);
+  if (ep_->calls_cancelled_) return;
+  ep_->calls_.insert(ctx_);
+  admitted_ = true;
+}
+
+Endpoint::InFlightCall::~InFlightCall() {
+  if (!admitted_) return;
+  kdm::MutexLock lock(&ep_->mu_);
+  ep_->calls_.erase(ctx_);
+}
+
+int Endpoint::CancelCalls() {
+  kdm::MutexLock lock(&mu_);
+  calls_cancelled_ = true;
+  // TryCancel neither blocks nor calls back into the Endpoint: safe under mu_,
+  // which keeps each context alive until its call has unregistered it.
+  for (grpc::ClientContext* ctx : calls_) ctx->TryCancel();
+  return static_cast<int>(calls_.size());
+}
+
+Status Endpoint::CancelledCallError(const char* method) const {
+  return CancelledError(std::string(method) + " of " + resource_ + " cancelled: shutting down");
+}
+
 Endpoint::Snapshot Endpoint::Latest() const {
   kdm::MutexLock lock(&mu_);
   return latest_;
@@ -251,6 +282,8 @@ StatusOr<std::vector<std::string>> Endpoint::GetPreferredAllocation(
   c->set_allocation_size(size);
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(deadlines_.rpc));
+  InFlightCall call(this, &ctx);
+  if (!call.admitted()) return CancelledCallError(kGetPreferredAllocation);
   v1beta1::PreferredAllocationResponse response;
   grpc::Status s = stub_->GetPreferredAllocation(&ctx, request, &response);
   if (!s.ok()) {
@@ -273,6 +306,8 @@ StatusOr<v1beta1::ContainerAllocateResponse> Endpoint::Allocate(
   for (const auto& id : ids) c->add_devices_ids(id);
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(deadlines_.rpc));
+  InFlightCall call(this, &ctx);
+  if (!call.admitted()) return CancelledCallError(kAllocate);
   v1beta1::AllocateResponse response;
   grpc::Status s = stub_->Allocate(&ctx, request, &response);
   if (!s.ok()) {
@@ -293,6 +328,8 @@ Status Endpoint::PreStartContainer(const std::vector<std::string>& ids) {
   for (const auto& id : ids) request.add_devices_ids(id);
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(deadlines_.pre_start));
+  InFlightCall call(this, &ctx);
+  if (!call.admitted()) return CancelledCallError(kPreStartContainer);
   v1beta1::PreStartContainerResponse response;
   grpc::Status s = stub_->PreStartContainer(&ctx, request, &response);
   if (!s.ok()) {

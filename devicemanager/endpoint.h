@@ -8,7 +8,9 @@
 // keeps only the newest one (Latest()) and tells its owner through
 // on_update. When the stream ends for any reason the Endpoint is stopped:
 // on_stream_end runs once, and every RPC then fails with
-// "endpoint <r> has been stopped". Every RPC has a deadline.
+// "endpoint <r> has been stopped". Every RPC has a deadline, and
+// CancelCalls() ends the ones in flight at once (a shutdown does not wait
+// for a hung plugin's deadline).
 //
 // Thread-safety: every method may be called from any thread. The callbacks
 // run on the reader thread, without any Endpoint lock held. Stop() (and the
@@ -29,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -114,11 +117,14 @@ class Endpoint {
   // dropped (logged, on_snapshot_refused). Errors: GetDevicePluginOptions
   // failed or timed out; the stream ended before its first message; the
   // first message broke `limits` (that message's error); no message within
-  // deadlines.first_snapshot. On error nothing is left running.
+  // deadlines.first_snapshot; CancelCalls() (CANCELLED). On error nothing is
+  // left running. `on_created`, when set, is given the Endpoint before its
+  // first RPC, so that its owner can CancelCalls() a Connect in flight.
   static StatusOr<std::shared_ptr<Endpoint>> Connect(
       std::string resource, std::string socket_path,
       std::shared_ptr<v1beta1::DevicePlugin::StubInterface> stub, Deadlines deadlines,
-      Callbacks callbacks, SnapshotLimits limits = {});
+      Callbacks callbacks, SnapshotLimits limits = {},
+      const std::function<void(const std::shared_ptr<Endpoint>&)>& on_created = nullptr);
 
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
@@ -127,6 +133,14 @@ class Endpoint {
   // Cancels the stream and joins the reader thread; RPCs fail from now on.
   // Idempotent. REQUIRES: see the file comment.
   void Stop();
+
+  // Cancels every GetPreferredAllocation, Allocate and PreStartContainer in
+  // flight, and Connect's GetDevicePluginOptions
+  // (grpc::ClientContext::TryCancel; each fails with CANCELLED), ends
+  // Connect's wait for the first device list, and fails every later call at
+  // once with CANCELLED. The stream is left alone (Stop() ends it). Returns
+  // how many calls were in flight. Idempotent.
+  int CancelCalls() ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string& resource() const { return resource_; }
   const std::string& socket_path() const { return socket_path_; }
@@ -150,6 +164,24 @@ class Endpoint {
            std::shared_ptr<v1beta1::DevicePlugin::StubInterface> stub, Deadlines deadlines,
            Callbacks callbacks, SnapshotLimits limits);
 
+  // Registers a unary call's context for CancelCalls() while it lives.
+  class InFlightCall {
+   public:
+    InFlightCall(Endpoint* ep, grpc::ClientContext* ctx);
+    ~InFlightCall();
+    InFlightCall(const InFlightCall&) = delete;
+    InFlightCall& operator=(const InFlightCall&) = delete;
+    // False when CancelCalls() came first: the call must not be made.
+    bool admitted() const { return admitted_; }
+
+   private:
+    Endpoint* const ep_;
+    grpc::ClientContext* const ctx_;
+    bool admitted_ = false;
+  };
+  // CANCELLED "<method> of <resource> cancelled: shutting down".
+  Status CancelledCallError(const char* method) const;
+
   void ReadLoop();
   // Waits (deadlines_.first_snapshot) for the first ListAndWatch message.
   Status WaitForFirstSnapshot() ABSL_LOCKS_EXCLUDED(mu_);
@@ -170,6 +202,9 @@ class Endpoint {
   bool stream_ended_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status stream_status_ ABSL_GUARDED_BY(mu_);
+  // Contexts of the unary calls in flight, and whether CancelCalls() ran.
+  std::set<grpc::ClientContext*> calls_ ABSL_GUARDED_BY(mu_);
+  bool calls_cancelled_ ABSL_GUARDED_BY(mu_) = false;
   // Why the first message was refused (Connect fails with it).
   Status first_refusal_ ABSL_GUARDED_BY(mu_);
 

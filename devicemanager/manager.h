@@ -260,6 +260,17 @@ class Manager {
   // thread. Idempotent; also safe without Start().
   virtual void Stop() = 0;
 
+  // For a shutdown that must not wait for a hung plugin: cancels every
+  // plugin RPC in flight (GetPreferredAllocation, Allocate,
+  // PreStartContainer) and fails every later Allocate,
+  // GetDeviceRunContainerOptions and GetContainerAllocation that needs a
+  // plugin with CANCELLED, at once; nothing is reserved or recorded for
+  // them. A registration in flight (its GetDevicePluginOptions, its wait for
+  // the first device list) fails with CANCELLED too, and later ones are
+  // refused; ListAndWatch streams are left to Stop(). Returns how many RPCs
+  // were in flight. Idempotent; call Stop() afterwards.
+  virtual int CancelPluginCalls() = 0;
+
   // Allocates devices for every device resource in `container`'s limits
   // (docs/kubelet-rules.md#allocation: its rules and texts). OK when nothing is
   // needed. On error no device stays reserved and nothing is recorded for the

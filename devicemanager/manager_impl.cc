@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "kdm/base/env.h"
+#include "kdm/base/file_lock.h"
 #include "kdm/base/file_system.h"
 #include "kdm/base/log_value.h"
 #include "kdm/devicemanager/device_snapshot.h"
@@ -243,11 +244,18 @@ Status ManagerImpl::Start() {
     kdm::MutexLock lock(&mu_);
     KDM_RETURN_IF_ERROR(RestoreCheckpointLocked(*data, boot_id, active, /*active_read=*/true));
   }
-  KDM_ASSIGN_OR_RETURN(std::vector<std::string> removed,
-                       RemoveSocketsExcept(*options_.env, dir, pluginapi::kKubeletSocketName));
-  for (const auto& name : removed) {
+  // A socket whose lock file (<socket>.lock) is held has a live owner (kdm's
+  // plugins hold one) and is kept; one without a lock file is removed as the
+  // kubelet removes every socket but its own.
+  KDM_ASSIGN_OR_RETURN(SocketSweep sweep,
+                       RemoveUnlockedSockets(*options_.env, dir, pluginapi::kKubeletSocketName));
+  for (const auto& name : sweep.removed) {
     spdlog::info("event=stale_socket_removed dir={} socket={}", dir,
                  QuoteLogValue(name, kMaxLogValueBytes));
+  }
+  for (const auto& [name, pid] : sweep.kept) {
+    spdlog::info("event=live_socket_kept dir={} socket={} holder_pid={}", dir,
+                 QuoteLogValue(name, kMaxLogValueBytes), pid);
   }
   KDM_ASSIGN_OR_RETURN(registration_,
                        RegistrationServer::Start(
@@ -300,6 +308,25 @@ Status ManagerImpl::RestoreCheckpointLocked(const checkpoint::CheckpointData& da
     }
   }
   return OkStatus();
+}
+
+int ManagerImpl::CancelPluginCalls() {
+  std::vector<std::shared_ptr<Endpoint>> endpoints;
+  {
+    kdm::MutexLock lock(&mu_);
+    calls_cancelled_ = true;
+    for (auto& [resource, state] : resources_) {
+      for (auto& [path, ep] : state.endpoints) endpoints.push_back(ep);
+      if (state.current) endpoints.push_back(state.current);
+    }
+    for (auto& ep : retired_) endpoints.push_back(ep);
+    for (auto& ep : connecting_) endpoints.push_back(ep);
+  }
+  // An endpoint listed twice (live and current) answers 0 the second time:
+  // its calls were cancelled by the first.
+  int cancelled = 0;
+  for (auto& ep : endpoints) cancelled += ep->CancelCalls();
+  return cancelled;
 }
 
 void ManagerImpl::Stop() {
@@ -398,7 +425,7 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
   };
   {
     kdm::MutexLock lock(&mu_);
-    if (stopping_) return UnavailableError("device manager is stopping");
+    if (stopping_ || calls_cancelled_) return UnavailableError("device manager is stopping");
     if (auto other = OtherResourceOfSocketLocked(resource, socket_path)) {
       return socket_taken(*other);
     }
@@ -418,14 +445,31 @@ Status ManagerImpl::RegisterPlugin(const std::string& resource, const std::strin
   callbacks.on_snapshot_refused = [this](Endpoint*, const Status&) {
     UpdateStats([](ManagerStats& st) { st.snapshots_refused++; });
   };
-  auto ep = Endpoint::Connect(resource, socket_path, *stub, deadlines, std::move(callbacks));
+  // A Connect in flight is cancelled by CancelPluginCalls like any call.
+  std::shared_ptr<Endpoint> connecting;
+  auto on_created = [&](const std::shared_ptr<Endpoint>& created) {
+    bool cancelled;
+    {
+      kdm::MutexLock lock(&mu_);
+      connecting = created;
+      connecting_.insert(created);
+      cancelled = calls_cancelled_;
+    }
+    if (cancelled) created->CancelCalls();
+  };
+  auto ep = Endpoint::Connect(resource, socket_path, *stub, deadlines, std::move(callbacks), {},
+                              on_created);
+  if (connecting) {
+    kdm::MutexLock lock(&mu_);
+    connecting_.erase(connecting);
+  }
   if (!ep.ok()) return refuse(ep.status());
 
   Deferred deferred;
   std::optional<std::string> taken_by;
   {
     kdm::MutexLock lock(&mu_);
-    if (stopping_) {
+    if (stopping_ || calls_cancelled_) {
       deferred.to_stop.push_back(*ep);
     } else if ((taken_by = OtherResourceOfSocketLocked(resource, socket_path))) {
       // Another resource's registration of this socket won the race.
@@ -713,6 +757,9 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
     std::optional<NumaHint> hint;
     if (options_.align_numa)
       hint = BestHint(ledger_.TopologyHints(pod, container, resource, count));
+    if (calls_cancelled_) {
+      return CancelledError("allocation of " + resource + " cancelled: shutting down");
+    }
     KDM_ASSIGN_OR_RETURN(plan, ledger_.Plan(pod, container, resource, count, hint));
     if (plan.reuse) return OkStatus();
     auto it = resources_.find(resource);
@@ -733,7 +780,15 @@ Status ManagerImpl::AllocateResource(const Pod& pod, const std::string& containe
     available.insert(available.end(), plan.candidates.begin(), plan.candidates.end());
     StatusOr<std::vector<std::string>> answer =
         ep->GetPreferredAllocation(available, plan.must_include, static_cast<int>(plan.size));
+    bool cancelled = false;
     if (!answer.ok()) {
+      kdm::MutexLock lock(&mu_);
+      cancelled = calls_cancelled_;
+    }
+    if (cancelled) {
+      // Stopping: no fallback to the default choice, no Allocate.
+      return release(answer.status());
+    } else if (!answer.ok()) {
       UpdateStats([](ManagerStats& s) { s.preferred_rpc_error++; });
       spdlog::warn(
           "event=preferred_allocation_fallback resource={} pod={} container={} "

@@ -92,6 +92,7 @@ class ManagerImpl : public Manager {
 
   Status Start() override ABSL_LOCKS_EXCLUDED(mu_);
   void Stop() override ABSL_LOCKS_EXCLUDED(mu_);
+  int CancelPluginCalls() override ABSL_LOCKS_EXCLUDED(mu_);
   Status Allocate(const Pod& pod, const std::string& container) override ABSL_LOCKS_EXCLUDED(mu_);
   StatusOr<RunContainerOptions> GetDeviceRunContainerOptions(const Pod& pod,
                                                              const std::string& container) override
@@ -238,12 +239,16 @@ class ManagerImpl : public Manager {
   Ledger ledger_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, ResourceState> resources_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<Endpoint>> retired_ ABSL_GUARDED_BY(mu_);
+  // Endpoints whose Connect runs now (RegisterPlugin), for CancelPluginCalls.
+  std::set<std::shared_ptr<Endpoint>> connecting_ ABSL_GUARDED_BY(mu_);
   // A Store is not thread-safe: used only with mu_ held (not expressible as
   // an annotation on a shared_ptr).
   const std::shared_ptr<checkpoint::Store> store_;
   uint64_t next_order_ ABSL_GUARDED_BY(mu_) = 0;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Set by CancelPluginCalls(): no plugin RPC is started any more.
+  bool calls_cancelled_ ABSL_GUARDED_BY(mu_) = false;
   // Facts whose write failed, merged (registered devices only), waiting for
   // the retry timer or the next write to carry them.
   std::optional<checkpoint::Change> pending_change_ ABSL_GUARDED_BY(mu_);

@@ -68,7 +68,8 @@ StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string&
       http::Server::Start(std::move(options), [metrics, manager](http::Request& r) {
         return AnswerScrape(*metrics, manager, r);
       }));
-  spdlog::info("event=metrics_serving address={} port={}", host_port, server->port());
+  // The one line saying where metrics are served (its callers log none).
+  spdlog::info("event=metrics_serving addr={} port={}", host_port, server->port());
   return std::unique_ptr<MetricsServer>(new MetricsServerImpl(std::move(server)));
 }
 

@@ -88,6 +88,8 @@ class WithholdSnapshots final : public ForwardingHandler {
 
   Status ListAndWatch(ListAndWatchStream& stream) override {
     HeldCallCounter::Hold hold(held_);
+    // Tests wait for this line to know a stream is held now.
+    spdlog::info("event=fault_holding fault=lw-no-snapshot rpc=ListAndWatch");
     SilentStream silent(stream);
     return inner().ListAndWatch(silent);
   }
@@ -405,6 +407,9 @@ class SlowPreferred final : public ForwardingHandler {
       const char* ended;
       {
         HeldCallCounter::Hold hold(held_);
+        // Tests wait for this line to know a call is held now.
+        spdlog::info("event=fault_holding fault=pref-slow rpc=GetPreferredAllocation size={}",
+                     container.allocation_size());
         WaitResult r = call.WaitUntilEnded(start + kSlowBound);
         ended = r == WaitResult::kDeadline ? "bound"
                 : call.ClientGone()        ? "client_gone"

@@ -73,6 +73,9 @@ StatusOr<std::unique_ptr<FaultyPlugin>> FaultyPlugin::Create(PluginConfig config
   o.watch_interval = config.watch_interval;
   o.cancel_check_interval = kCancelCheckInterval;
   o.after_bind_for_test = config.after_bind_for_test;
+  // The SDK refuses ids it does not list before any handler; this fault is
+  // the plugin that does not.
+  o.refuse_unlisted_ids = fault != "alloc-accept-unknown";
   KDM_ASSIGN_OR_RETURN(impl->server_, plugin::PluginServer::Create(std::move(o)));
   return std::unique_ptr<FaultyPlugin>(new FaultyPlugin(std::move(impl)));
 }

@@ -19,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "kdm/base/log_rate_limiter.h"
@@ -165,6 +166,10 @@ class NodeAgentImpl final : public NodeAgent {
               const std::string& message);
   void RetryRecovering();
   void RefreshNode();
+  // Every device the Manager has, healthy or not (node.json "devices").
+  std::vector<NodeDevice> NodeDevices();
+  // The pods not judged yet (node.json "pending_pods").
+  std::vector<PendingPod> PendingPods() const;
   void ScheduleNodeRefresh();
   // Health changes arrived: refresh the node and retry waiting pods once,
   // at most every kHealthRefreshInterval.
@@ -183,6 +188,9 @@ class NodeAgentImpl final : public NodeAgent {
   std::shared_ptr<dm::Metrics> metrics_;
   std::unique_ptr<dm::MetricsServer> metrics_server_;
   int64_t health_subscription_ = -1;
+  // Feeds device_health_ from before the Manager starts, so that a device a
+  // plugin lists as unhealthy from the start is known too.
+  int64_t device_subscription_ = -1;
 
   asio::io_context io_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
@@ -214,6 +222,16 @@ class NodeAgentImpl final : public NodeAgent {
   // Shared by the Manager's delivery thread (Admit) and the io thread (Flush).
   kdm::Mutex health_log_mu_;
   LogRateLimiter health_log_ ABSL_GUARDED_BY(health_log_mu_){kHealthLogBurst, 1s};
+
+  // The latest health of every device a health event named: the Manager's
+  // public API lists healthy devices only (GetAllocatableDevices). Written
+  // by the Manager's delivery thread, read by the io thread.
+  kdm::Mutex device_health_mu_;
+  std::map<std::pair<std::string, std::string>, bool> device_health_
+      ABSL_GUARDED_BY(device_health_mu_);
+  // io thread only: NUMA nodes of devices last seen healthy, kept for when
+  // they turn unhealthy.
+  std::map<std::pair<std::string, std::string>, std::vector<int64_t>> last_numa_;
 
   mutable kdm::Mutex active_mu_;
   std::map<std::string, dm::ActivePod> active_ ABSL_GUARDED_BY(active_mu_);
@@ -271,6 +289,11 @@ Status NodeAgentImpl::Init() {
     mo.metrics = metrics_;
   }
   KDM_ASSIGN_OR_RETURN(manager_, dm::Manager::Create(std::move(mo)));
+  device_subscription_ =
+      manager_->Subscribe([this](const std::vector<dm::DeviceHealthEvent>& events) {
+        kdm::MutexLock lock(&device_health_mu_);
+        for (const auto& e : events) device_health_[{e.resource_name, e.device_id}] = e.healthy;
+      });
   KDM_RETURN_IF_ERROR(manager_->Start().WithPrefix("device manager"));
   // An emptied or replaced checkpoint is otherwise silent: its pods are
   // admitted again, perhaps onto other devices.
@@ -301,9 +324,7 @@ Status NodeAgentImpl::Init() {
   if (metrics_) {
     auto server = dm::MetricsServer::Start(options_.metrics_addr, metrics_, manager_.get());
     if (!server.ok()) return server.status().WithPrefix("--metrics-addr");
-    metrics_server_ = std::move(*server);
-    spdlog::info("event=metrics_serving addr={} port={}", options_.metrics_addr,
-                 metrics_server_->port());
+    metrics_server_ = std::move(*server);  // it logs event=metrics_serving
   }
 
   admissions_ = std::make_unique<AdmissionQueue>(std::max(1, options_.admission_threads));
@@ -353,12 +374,31 @@ void NodeAgentImpl::Stop() {
   if (stopped_) return;
   stopped_ = true;
   if (manager_ && health_subscription_ >= 0) manager_->Unsubscribe(health_subscription_);
-  // Running admissions end within the plugin RPC deadlines; their results
-  // are posted to io_ and dropped with it.
-  if (admissions_) admissions_->Stop();
+  if (manager_ && device_subscription_ >= 0) manager_->Unsubscribe(device_subscription_);
+  // Stop means stop: the io thread ends first (after the handler it may be
+  // running), so no admission result, manifest event or status write is
+  // acted on from here; results still posted to io_ are dropped with it.
   work_.reset();
   io_.stop();
   if (io_thread_.joinable()) io_thread_.join();
+  // Then the plugin RPCs in flight are cancelled rather than waited for (a
+  // hung plugin would hold the stop until its deadline), and the admissions
+  // end at once. A pod whose admission was cut short keeps the status file
+  // it had before the stop; its manifest is admitted again at the next start.
+  const int cancelled_calls = manager_ ? manager_->CancelPluginCalls() : 0;
+  for (const auto& [uid, flight] : in_flight_) {
+    auto file = files_.find(flight.file_name);
+    const bool named = file != files_.end() && file->second.pod;
+    spdlog::info("event=admission_cancelled file={} pod={}/{} uid={}",
+                 QuoteLogValue(flight.file_name, kMaxLogValueBytes),
+                 named ? file->second.pod->namespace_name : "", named ? file->second.pod->name : "",
+                 QuoteLogValue(uid, kMaxLogValueBytes));
+  }
+  if (!in_flight_.empty() || cancelled_calls > 0) {
+    spdlog::info("event=admissions_cancelled admissions={} plugin_calls={}", in_flight_.size(),
+                 cancelled_calls);
+  }
+  if (admissions_) admissions_->Stop();
   if (watcher_) watcher_->Stop();
   node_timer_.reset();
   health_timer_.reset();
@@ -441,10 +481,78 @@ void NodeAgentImpl::FinishStartup() {
   spdlog::info("event=initial_scan_done pods={}", files_.size());
 }
 
+std::vector<NodeDevice> NodeAgentImpl::NodeDevices() {
+  std::map<std::pair<std::string, std::string>, NodeDevice> devices;
+  for (const dm::ContainerDevices& d : manager_->GetAllocatableDevices()) {
+    for (const std::string& id : d.device_ids) {
+      NodeDevice& device = devices[{d.resource_name, id}];
+      device.healthy = true;
+      if (d.numa_node) device.numa_nodes.push_back(*d.numa_node);
+    }
+  }
+  // Unhealthy: named unhealthy by the last health event and still counted
+  // in the resource's capacity (a resource whose grace expired is gone).
+  const dm::CapacityReport capacity = manager_->GetCapacity();
+  {
+    kdm::MutexLock lock(&device_health_mu_);
+    for (const auto& [key, healthy] : device_health_) {
+      auto r = capacity.resources.find(key.first);
+      if (healthy || r == capacity.resources.end() || r->second.capacity == 0) continue;
+      if (devices.count(key)) continue;
+      NodeDevice& device = devices[key];
+      auto numa = last_numa_.find(key);
+      if (numa != last_numa_.end()) device.numa_nodes = numa->second;
+    }
+  }
+  std::vector<NodeDevice> out;
+  for (auto& [key, device] : devices) {
+    device.resource = key.first;
+    device.id = key.second;
+    std::sort(device.numa_nodes.begin(), device.numa_nodes.end());
+    device.numa_nodes.erase(std::unique(device.numa_nodes.begin(), device.numa_nodes.end()),
+                            device.numa_nodes.end());
+    if (device.healthy) last_numa_[key] = device.numa_nodes;
+    auto attributes = options_.attributes.find(key.first);
+    if (attributes != options_.attributes.end() && attributes->second.model) {
+      device.model = *attributes->second.model;
+    }
+    out.push_back(std::move(device));
+  }
+  return out;
+}
+
+std::vector<PendingPod> NodeAgentImpl::PendingPods() const {
+  std::vector<PendingPod> out;
+  for (const auto& [file, entry] : files_) {
+    if (!entry.pod) continue;
+    const char* reason = nullptr;
+    switch (entry.state) {
+      case PodState::kRecovering:
+        reason = kReasonWaitingForPlugins;
+        break;
+      case PodState::kAdmitting:
+        reason = kReasonAdmitting;
+        break;
+      case PodState::kPending:
+        reason = kReasonWaitingForOtherAdmission;
+        break;
+      default:
+        break;
+    }
+    if (reason) out.push_back({entry.pod->namespace_name, entry.pod->name, reason});
+  }
+  std::sort(out.begin(), out.end(), [](const PendingPod& a, const PendingPod& b) {
+    return std::tie(a.namespace_name, a.name) < std::tie(b.namespace_name, b.name);
+  });
+  return out;
+}
+
 void NodeAgentImpl::RefreshNode() {
   NodeStatus node;
   node.capacity = manager_->GetCapacity();
   node.registrations = manager_->GetStats().registrations_accepted;
+  node.devices = NodeDevices();
+  node.pending_pods = PendingPods();
   std::string text = RenderNodeStatus(node);
   if (text == last_node_json_) return;
   if (Status s = WriteFileAtomically(status_dir_ + "/node.json", text); !s.ok()) {

@@ -41,8 +41,12 @@
 // Threads: one Asio thread runs the watcher, the per-file state and status
 // writes; the admission workers run the Manager's blocking calls; the
 // Manager, the pod-resources server and the metrics server own theirs.
-// Stop() joins them all (a running admission first finishes, bounded by
-// the plugin RPC deadlines).
+// Stop() joins them all without waiting for a plugin: it first ends the io
+// thread (from then on nothing is admitted and no status file is written),
+// then cancels the plugin RPCs in flight (Manager::CancelPluginCalls), so a
+// plugin hung in GetPreferredAllocation, Allocate or PreStartContainer does
+// not hold the stop until its deadline. A pod whose admission was cut short
+// keeps the status file it had (event=admission_cancelled).
 //
 // Thread-safety: Start/Stop from one thread; ActivePods() and manager() from
 // any thread.
@@ -144,8 +148,8 @@ class NodeAgent {
   // Stops if running.
   virtual ~NodeAgent() = default;
 
-  // Stops the watcher, the servers and the Manager and joins every thread.
-  // Idempotent.
+  // Stops the watcher, the servers and the Manager and joins every thread,
+  // cancelling plugin RPCs in flight (see the file comment). Idempotent.
   virtual void Stop() = 0;
 
   // The metrics server's port (0 when there is none).

@@ -291,6 +291,46 @@ StatusOr<NodeStatus> ParseNodeStatus(std::string_view text) {
   KDM_ASSIGN_OR_RETURN(node.capacity.deleted, Strings(*deleted, KeyPath("", "deleted_resources")));
   KDM_ASSIGN_OR_RETURN(const ordered_json* registrations, Member(root, "", "registrations"));
   KDM_ASSIGN_OR_RETURN(node.registrations, CountOf(*registrations, KeyPath("", "registrations")));
+  if (root.contains("devices")) {
+    KDM_ASSIGN_OR_RETURN(const ordered_json* devices,
+                         Typed(root, "", "devices", ordered_json::value_t::array));
+    node.devices.emplace();
+    for (size_t i = 0; i < devices->size(); ++i) {
+      const std::string at = IndexPath(KeyPath("", "devices"), i);
+      const ordered_json& d = (*devices)[i];
+      if (!d.is_object()) return Problem(at, "is not an object");
+      NodeDevice device;
+      KDM_ASSIGN_OR_RETURN(device.resource, StringAt(d, at, "resource"));
+      KDM_ASSIGN_OR_RETURN(device.id, StringAt(d, at, "id"));
+      KDM_ASSIGN_OR_RETURN(const ordered_json* healthy,
+                           Typed(d, at, "healthy", ordered_json::value_t::boolean));
+      device.healthy = healthy->get<bool>();
+      KDM_ASSIGN_OR_RETURN(const ordered_json* numa,
+                           Typed(d, at, "numa_nodes", ordered_json::value_t::array));
+      for (size_t k = 0; k < numa->size(); ++k) {
+        KDM_ASSIGN_OR_RETURN(int64_t n,
+                             CountOf((*numa)[k], IndexPath(KeyPath(at, "numa_nodes"), k)));
+        device.numa_nodes.push_back(n);
+      }
+      KDM_ASSIGN_OR_RETURN(device.model, StringAt(d, at, "model"));
+      node.devices->push_back(std::move(device));
+    }
+  }
+  if (root.contains("pending_pods")) {
+    KDM_ASSIGN_OR_RETURN(const ordered_json* pending,
+                         Typed(root, "", "pending_pods", ordered_json::value_t::array));
+    node.pending_pods.emplace();
+    for (size_t i = 0; i < pending->size(); ++i) {
+      const std::string at = IndexPath(KeyPath("", "pending_pods"), i);
+      const ordered_json& p = (*pending)[i];
+      if (!p.is_object()) return Problem(at, "is not an object");
+      PendingPod pod;
+      KDM_ASSIGN_OR_RETURN(pod.namespace_name, StringAt(p, at, "namespace"));
+      KDM_ASSIGN_OR_RETURN(pod.name, StringAt(p, at, "name"));
+      KDM_ASSIGN_OR_RETURN(pod.reason, StringAt(p, at, "reason"));
+      node.pending_pods->push_back(std::move(pod));
+    }
+  }
   return node;
 }
 
@@ -372,6 +412,23 @@ std::string RenderNodeStatus(const NodeStatus& status) {
   }
   root["deleted_resources"] = status.capacity.deleted;
   root["registrations"] = status.registrations;
+  if (status.devices) {
+    root["devices"] = ordered_json::array();
+    for (const NodeDevice& d : *status.devices) {
+      root["devices"].push_back({{"resource", d.resource},
+                                 {"id", d.id},
+                                 {"healthy", d.healthy},
+                                 {"numa_nodes", d.numa_nodes},
+                                 {"model", d.model}});
+    }
+  }
+  if (status.pending_pods) {
+    root["pending_pods"] = ordered_json::array();
+    for (const PendingPod& p : *status.pending_pods) {
+      root["pending_pods"].push_back(
+          {{"namespace", p.namespace_name}, {"name", p.name}, {"reason", p.reason}});
+    }
+  }
   return root.dump(2) + "\n";
 }
 

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,14 +89,48 @@ std::string PodStatusFileName(std::string_view namespace_name, std::string_view 
 // For a manifest whose pod name cannot be read: "manifest_<file name>.json".
 std::string ManifestStatusFileName(std::string_view manifest_file_name);
 
+// One device of the node, healthy or not (node.json "devices").
+struct NodeDevice {
+  std::string resource;
+  std::string id;
+  bool healthy = false;
+  std::vector<int64_t> numa_nodes;  // sorted; empty when unknown or none
+  std::string model;                // "" when the agent does not know it
+  friend bool operator==(const NodeDevice&, const NodeDevice&) = default;
+};
+
+// A pod the agent knows but has not judged yet (node.json "pending_pods").
+struct PendingPod {
+  std::string namespace_name;
+  std::string name;
+  std::string reason;  // kReasonWaitingForPlugins, kReasonAdmitting, ...
+  friend bool operator==(const PendingPod&, const PendingPod&) = default;
+};
+
+// Why a pod is pending: its plugins have not registered (yet) since a
+// restart; an admission runs for it now; it waits for another manifest's
+// admission of the same uid to end.
+inline constexpr char kReasonWaitingForPlugins[] = "WaitingForPlugins";
+inline constexpr char kReasonAdmitting[] = "Admitting";
+inline constexpr char kReasonWaitingForOtherAdmission[] = "WaitingForOtherAdmission";
+
 struct NodeStatus {
   devicemanager::CapacityReport capacity;
   int64_t registrations = 0;  // registrations accepted since the agent started
+  // Added after the first release of the schema: a file an older agent
+  // wrote lacks them (std::nullopt), and nullopt is not written.
+  std::optional<std::vector<NodeDevice>> devices;  // sorted by (resource, id)
+  std::optional<std::vector<PendingPod>> pending_pods;
 };
 
 // {"capacity": {"<r>": n}, "allocatable": {"<r>": n},
 //  "plugins": [{"resource": r, "state": s, "devices": n, "healthy": n}],
-//  "deleted_resources": [...], "registrations": n}
+//  "deleted_resources": [...], "registrations": n,
+//  "devices": [{"resource": r, "id": id, "healthy": b, "numa_nodes": [n],
+//               "model": m}],
+//  "pending_pods": [{"namespace": ns, "name": n, "reason": r}]}
+// "devices" and "pending_pods" are the only optional keys (an older agent
+// does not write them); within them every key is required.
 // A plugin's state is derived from its resource's counts: "Healthy" (some
 // device allocatable), "Unhealthy" (devices, none healthy: the plugin
 // disconnected or reports every device unhealthy), "Pending" (no devices:

@@ -32,8 +32,8 @@ Status NodeAnnotationWriter::Write(const std::string& node, const std::string& v
     return InvalidArgumentError("node " + Quote(node) +
                                 ": not a DNS-1123 subdomain, not a Node's name");
   }
-  Status patched =
-      client_->MergePatch("/api/v1/nodes/" + node, DevicesAnnotationPatch(value), timeout_);
+  Status patched = client_->MergePatch("/api/v1/nodes/" + node, DevicesAnnotationPatch(value),
+                                       timeout_, &cancel_);
   if (!patched.ok()) {
     return Status(patched.code(), "node '" + node + "': " + std::string(patched.message()));
   }

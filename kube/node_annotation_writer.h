@@ -39,9 +39,15 @@ class NodeAnnotationWriter final : public AnnotationWriter {
 
   Status Write(const std::string& node, const std::string& value) override;
 
+  // Ends a Write in flight at once (it fails with CANCELLED, its retries
+  // too) and fails every later one: a stop does not wait for a slow or hung
+  // API server. Thread-safe; sticky.
+  void Cancel() { cancel_.Cancel(); }
+
  private:
   Client* const client_;
   const std::chrono::milliseconds timeout_;
+  Cancellation cancel_;
 };
 
 }  // namespace kdm::kube

@@ -70,6 +70,8 @@ PublishLoop::~PublishLoop() { Stop(); }
 
 void PublishLoop::Stop() {
   if (publisher_) publisher_->Stop();
+  // A write in flight ends now, not at --timeout.
+  if (writer_) writer_->Cancel();
   if (thread_.joinable()) thread_.join();
 }
 

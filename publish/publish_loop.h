@@ -57,8 +57,9 @@ class PublishLoop {
   PublishLoop(const PublishLoop&) = delete;
   PublishLoop& operator=(const PublishLoop&) = delete;
 
-  // Stops the loop and joins its thread (within about one read of the
-  // source and one write). Idempotent; from the owner's thread.
+  // Stops the loop and joins its thread: a write in flight is cancelled
+  // (NodeAnnotationWriter::Cancel), a read of the source in flight is waited
+  // for (bounded by its deadline). Idempotent; from the owner's thread.
   void Stop();
 
   // Values never sent because they were over k8s::kMaxAnnotationBytes (each

@@ -1,16 +1,23 @@
 #include "cli_common.h"
 
 #include <grpc/support/log.h>
+#include <poll.h>
+#include <signal.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <thread>
 
 #include "kdm/base/log_value.h"
+#include "kdm/base/sync.h"
 #include "kdm/k8s/names.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/unix_target.h"
@@ -120,6 +127,75 @@ StatusOr<std::map<std::string, k8s::DeviceAttributes>> ParseResourceAttributes(
     out[resource] = *std::move(attrs);
   }
   return out;
+}
+
+struct StopSignals::State {
+  kdm::Mutex mu;
+  int first ABSL_GUARDED_BY(mu) = 0;
+  bool HasFirst() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return first != 0; }
+};
+
+std::string StopSignalName(int sig) {
+  if (sig == SIGINT) return "SIGINT";
+  if (sig == SIGTERM) return "SIGTERM";
+  return "signal " + std::to_string(sig);
+}
+
+namespace {
+
+// The second stop signal: out at once. No spdlog (its lock may be held by a
+// thread blocked on a full stderr); one write, only if it cannot block.
+[[noreturn]] void ExitOnSecondSignal(const std::string& command, int sig) {
+  const int code = 128 + sig;
+  const std::string line = command + ": event=stop_forced signal=" + StopSignalName(sig) +
+                           " exit_code=" + std::to_string(code) + "\n";
+  pollfd out{STDERR_FILENO, POLLOUT, 0};
+  if (::poll(&out, 1, 0) == 1 && (out.revents & POLLOUT) != 0) {
+    // At most PIPE_BUF bytes: a pipe that polls writable takes it whole.
+    (void)!::write(STDERR_FILENO, line.data(), std::min<size_t>(line.size(), PIPE_BUF));
+  }
+  ::_exit(code);
+}
+
+}  // namespace
+
+StopSignals::StopSignals(std::string command) : state_(std::make_shared<State>()) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::thread([state = state_, signals, command = std::move(command)] {
+    while (true) {
+      int sig = 0;
+      if (sigwait(&signals, &sig) != 0) continue;
+      {
+        kdm::MutexLock lock(&state->mu);
+        if (state->first == 0) {
+          state->first = sig;
+          continue;
+        }
+      }
+      ExitOnSecondSignal(command, sig);
+    }
+  }).detach();
+}
+
+int StopSignals::Wait() {
+  kdm::MutexLock lock(&state_->mu, kdm::Condition(state_.get(), &State::HasFirst));
+  return state_->first;
+}
+
+int StopSignals::WaitFor(std::chrono::milliseconds timeout) {
+  kdm::MutexLock lock(&state_->mu);
+  state_->mu.AwaitWithTimeout(kdm::Condition(state_.get(), &State::HasFirst),
+                              absl::FromChrono(timeout));
+  return state_->first;
+}
+
+int StopSignals::received() const {
+  kdm::MutexLock lock(&state_->mu);
+  return state_->first;
 }
 
 }  // namespace kdm::cli

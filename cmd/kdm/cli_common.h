@@ -12,7 +12,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +28,11 @@ namespace kdm::cli {
 inline constexpr int kOk = 0;
 inline constexpr int kRuntimeError = 1;
 inline constexpr int kUsageError = 2;
+
+// The lock file `kdm kubelet --root R` holds for its whole life,
+// R/<kAgentLockName> (kdm/base/file_lock.h): a second agent on R, and
+// `kdm conform --root R`, see it held and refuse.
+inline constexpr std::string_view kAgentLockName = ".kdm-kubelet.lock";
 
 // Makes a stderr logger named `name` (UTC timestamps, one event per line,
 // flushed at once) the default logger, at `level`.
@@ -69,6 +76,48 @@ void RaiseFdLimit();
 // see kdm's one-line errors, and `-v` still shows gRPC's detail. Call once,
 // before the first gRPC object is made.
 void RouteGrpcLogsToDebug();
+
+// The stop signals (SIGINT, SIGTERM) of a long-running command.
+//
+// Construct it before any thread exists: it blocks both signals in the
+// calling thread (every later thread inherits the mask) and starts a watcher
+// thread, the only one that takes them. The first signal is handed to
+// Wait()/WaitFor(): the command then stops cleanly. A second one, whatever
+// the process is doing then (a stop held by a hung peer, a log write blocked
+// on a full pipe), ends it at once with exit code 128 + signal, as a shell
+// reports a process killed by that signal: 130 for SIGINT, 143 for SIGTERM.
+// It writes `<command>: event=stop_forced signal=SIGTERM exit_code=143` to
+// stderr first when stderr can take it without blocking.
+//
+// Thread-safety: Wait/WaitFor/received from any thread. The watcher lives
+// until the process ends (it is never joined).
+//
+// Example:
+//   StopSignals stop("kdm kubelet");
+//   ... start threads ...
+//   int sig = stop.Wait();
+//   spdlog::info("event=stopping signal={}", StopSignalName(sig));
+class StopSignals {
+ public:
+  explicit StopSignals(std::string command);
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  // Blocks until the first stop signal; returns it (SIGINT or SIGTERM).
+  int Wait();
+  // As Wait(), for at most `timeout`; 0 when none came within it.
+  int WaitFor(std::chrono::milliseconds timeout);
+  // The first stop signal, or 0 when none came yet.
+  int received() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// "SIGINT", "SIGTERM", or "signal N".
+std::string StopSignalName(int sig);
 
 }  // namespace kdm::cli
 

@@ -4,10 +4,16 @@
 //
 // Exit codes: 0 no check failed; 1 at least one check failed; 2 bad usage
 // (missing --resource, neither or both of --root and --plugin-socket, a
-// malformed --timeout, an unknown --only id, an unknown argument); 3 the
+// malformed --timeout, an unknown --only id, an unknown argument, a --root
+// whose agent is alive: its lock .kdm-kubelet.lock is held, so
+// --plugin-socket is the way); 3 the
 // plugin could not be checked at all (no plugin registered within
 // --timeout, the socket cannot be dialed, the directory cannot be used) or
-// the --junit file cannot be written (the text report is still printed).
+// the --junit file cannot be written (the text report is still printed), or
+// <root>/device-plugins/kubelet.sock.lock is held by another process (another
+// `kdm conform --root`). With --root, that lock is held while the checks run;
+// 130/143 stopped by SIGINT/SIGTERM (the socket it served is removed, no
+// report).
 // Path flags may be relative (made absolute at once); a socket path too
 // long for a unix socket or a directory that cannot be made is exit 3 with a
 // message naming the flag.
@@ -15,18 +21,25 @@
 #include <signal.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "cli_common.h"
 #include "commands.h"
 #include "duration_flag.h"
+#include "kdm/base/file_lock.h"
+#include "kdm/base/file_system.h"
 #include "kdm/conformance/report.h"
 #include "kdm/conformance/runner.h"
+#include "kdm/pluginapi/constants.h"
 
 namespace kdm::cli {
 namespace {
@@ -52,6 +65,34 @@ int ConformFail(int code, const std::string& message) {
 
 void SetUpLogging(bool verbose) {
   SetUpStderrLogging("kdm-conform", verbose ? spdlog::level::debug : spdlog::level::warn);
+}
+
+// A check run has nothing to finish cleanly: on SIGINT or SIGTERM a watcher
+// thread removes `socket` (the kubelet.sock we serve under --root; "" for
+// none; only a socket is removed), writes one line and exits at once with
+// 128 + signal (130, 143), the report left unprinted. Blocks both signals in
+// the caller first, so every later thread inherits the mask.
+void ExitOnStopSignal(std::string socket) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::thread([signals, socket = std::move(socket)] {
+    int sig = 0;
+    while (sigwait(&signals, &sig) != 0) {
+    }
+    struct stat st;
+    bool removed = false;
+    if (!socket.empty() && ::lstat(socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      removed = ::unlink(socket.c_str()) == 0;
+    }
+    std::string line = "kdm conform: event=stopped signal=" + StopSignalName(sig) +
+                       (removed ? " removed=" + socket : "") +
+                       " exit_code=" + std::to_string(128 + sig) + "\n";
+    (void)!::write(STDERR_FILENO, line.data(), line.size());
+    ::_exit(128 + sig);
+  }).detach();
 }
 
 std::vector<std::string> SplitIds(const std::string& text) {
@@ -91,19 +132,53 @@ int RunConform(const ConformFlags& f) {
   SetUpLogging(f.verbose);
   // A socket path that cannot work and a directory that cannot be made are
   // said here, naming their flag, before anything is served or dialled.
+  // kubelet.sock.lock is held while the checks run: an agent started on the
+  // same root meanwhile refuses instead of taking kubelet.sock over.
+  std::optional<FileLock> kubelet_sock_lock;
   if (!options.root.empty()) {
     const std::string dir = options.root + "/device-plugins";
     if (Status s = CheckSocketPathFlag("--root", dir + "/kubelet.sock"); !s.ok()) {
       return ConformFail(kCannotCheck, s.message());
     }
-    if (Status s = MakeDirectoryFlag("--root", dir); !s.ok()) {
-      return ConformFail(kCannotCheck, s.message());
+    // A root with a live agent: its kubelet.sock is the agent's, and serving
+    // ours there would cut its plugins off. Said before anything is touched.
+    const std::string agent_lock = JoinPath(options.root, kAgentLockName);
+    // A lock file that cannot be opened (no root yet, a file in the way) has
+    // no holder: what is wrong with the directory is said below.
+    StatusOr<bool> agent = IsFileLockHeld(agent_lock);
+    if (agent.ok() && *agent) {
+      const std::optional<int64_t> pid = LockHolderPid(agent_lock);
+      return ConformFail(kUsageError,
+                         "--root " + options.root + " has a live agent (" +
+                             (pid ? "pid " + std::to_string(*pid) : std::string("a process")) +
+                             " holds " + agent_lock +
+                             "); to check a plugin registered with it, use --plugin-socket " + dir +
+                             "/<the plugin's socket> instead");
     }
+    // Mode 0750 (DIR too, when missing), as the device manager makes its
+    // plugin directory: what docs/conformance.md says.
+    if (Status s = EnsureDirectory(dir, 0750); !s.ok()) {
+      return ConformFail(kCannotCheck, s.WithPrefix("--root").message());
+    }
+    StatusOr<FileLock> lock =
+        FileLock::Acquire(SocketLockPath(JoinPath(dir, pluginapi::kKubeletSocketName)));
+    if (!lock.ok()) {
+      if (!IsLockHeldError(lock.status())) {
+        return ConformFail(kCannotCheck, "--root: " + lock.status().message());
+      }
+      return ConformFail(kCannotCheck,
+                         "--root " + options.root +
+                             ": device-plugins/kubelet.sock is in use: " + lock.status().message());
+    }
+    kubelet_sock_lock.emplace(std::move(*lock));
   } else if (Status s = CheckSocketPathFlag("--plugin-socket", options.plugin_socket); !s.ok()) {
     return ConformFail(kCannotCheck, s.message());
   }
   // A plugin that goes away mid-check must not kill us with SIGPIPE.
   signal(SIGPIPE, SIG_IGN);
+  // Before the runner's threads exist: SIGINT/SIGTERM removes the
+  // registration socket we serve and ends the run at once.
+  ExitOnStopSignal(options.root.empty() ? "" : options.root + "/device-plugins/kubelet.sock");
 
   StatusOr<conformance::Report> report = conformance::Runner::Run(options);
   if (!report.ok()) return ConformFail(kCannotCheck, report.status().message());

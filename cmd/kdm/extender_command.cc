@@ -8,11 +8,13 @@
 // (--assume-timeout, --bind-wait), and POST /bind posts Bindings.
 //
 // Prints "kdm extender: listening on HOST:PORT" on stderr once serving;
-// SIGINT/SIGTERM stop it (exit 0). Exit codes: 0 stopped, 1 runtime error
+// SIGINT/SIGTERM stop it (exit 0; a second one during the stop exits at once,
+// 130/143). Exit codes: 0 stopped, 1 runtime error
 // (cannot listen, cannot read a TLS file, cannot reach the API server), 2
 // usage.
 #include <signal.h>
 
+#include <chrono>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -129,11 +131,9 @@ int RunExtender(const ExtenderFlags& flags) {
     client = std::move(*made);
   }
 
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Before any thread exists (see StopSignals): the first SIGTERM/SIGINT
+  // stops the extender cleanly, a second one exits at once (130/143).
+  StopSignals stop_signals("kdm extender");
 
   scheduler::KeepLargeAllocationsMapped();
   k8s::TopologyCache topologies(flags.topology_cache_bytes);
@@ -199,11 +199,15 @@ int RunExtender(const ExtenderFlags& flags) {
   std::cerr << "kdm extender: listening on " << host << ":" << (*server)->port() << " policy "
             << scheduler::ScorePolicyName(*policy) << (cache ? " with node cache" : "")
             << (assumptions ? " and assumed pods" : "") << std::endl;
-  int signal = 0;
-  sigwait(&stop_signals, &signal);
-  spdlog::info("event=extender_stopping signal={}", signal);
+  const int sig = stop_signals.Wait();
+  const auto stop_start = std::chrono::steady_clock::now();
+  spdlog::info("event=extender_stopping signal={}", StopSignalName(sig));
   (*server)->Stop();
   stop_watches();
+  spdlog::info("event=extender_stopped took_ms={}",
+               std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - stop_start)
+                   .count());
   return kOk;
 }
 

@@ -1,10 +1,16 @@
 // `kdm kubelet --root DIR`: the fake kubelet (kdm::fakes::NodeAgent) as a
 // process. Flag parsing, logging and signals only.
 //
-// Exit codes: 0 after SIGTERM/SIGINT (clean shutdown), 1 when the agent
+// Exit codes: 0 after SIGTERM/SIGINT (clean shutdown: plugin RPCs in flight
+// are cancelled, nothing is admitted or written after the signal), 130/143
+// after a second SIGINT/SIGTERM during the shutdown (out at once), 1 when the agent
 // cannot start (message on stderr; for a --root that cannot work, e.g. too
 // long for its sockets or not creatable, the message names --root), 2 usage.
-// --root may be relative; it is made absolute at once.
+// --root may be relative; it is made absolute at once. One agent per root:
+// the agent holds <root>/.kdm-kubelet.lock and
+// <root>/device-plugins/kubelet.sock.lock (flock, kdm/base/file_lock.h) for
+// its whole life; when either is held by another process it exits 1 at once
+// with one line naming the holder's pid, having touched nothing.
 //
 // `--publish` also runs the publish loop of `kdm publish` (kdm/publish/),
 // reading the agent's Manager in-process (publish::ManagerSource: the answers
@@ -25,6 +31,9 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "duration_flag.h"
+#include "kdm/base/env.h"
+#include "kdm/base/file_lock.h"
+#include "kdm/base/file_system.h"
 #include "kdm/checkpoint/paths.h"
 #include "kdm/fakes/node_agent.h"
 #include "kdm/kube/client.h"
@@ -127,13 +136,9 @@ int RunKubelet(const KubeletFlags& flags) {
     kube_client = std::move(*made);
   }
 
-  // Block the stop signals before any thread exists: every thread inherits
-  // the mask and only sigwait below receives them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Before any thread exists (see StopSignals): the first SIGTERM/SIGINT
+  // stops the agent cleanly, a second one exits at once (130/143).
+  StopSignals stop_signals("kdm kubelet");
   signal(SIGPIPE, SIG_IGN);
 
   SetUpLogging(flags.verbosity);
@@ -151,6 +156,28 @@ int RunKubelet(const KubeletFlags& flags) {
     }
   }
   if (Status s = MakeDirectoryFlag("--root", options.root); !s.ok()) return cannot_start(s);
+  // One agent per root: a second one stops here, in one line naming the
+  // holder's pid, before it touches a socket or a file under --root. The
+  // locks are held until this process ends, however it ends.
+  auto in_use = [&](const Status& s, const std::string& what) {
+    if (!IsLockHeldError(s)) return cannot_start(s);
+    std::cerr << "kdm kubelet: --root " << options.root << ": " << what << ": " << s.message()
+              << "\n";
+    return kRuntimeError;
+  };
+  StatusOr<FileLock> root_lock = FileLock::Acquire(JoinPath(options.root, kAgentLockName));
+  if (!root_lock.ok()) return in_use(root_lock.status(), "another agent runs on it");
+  // kubelet.sock has a second possible owner, `kdm conform --root`, which
+  // takes only this lock.
+  const std::string plugin_dir = options.root + "/device-plugins";
+  if (Status s = Env::Default()->CreateDirectories(plugin_dir, 0750); !s.ok()) {
+    return cannot_start(s.WithPrefix("--root"));
+  }
+  StatusOr<FileLock> kubelet_sock_lock =
+      FileLock::Acquire(SocketLockPath(JoinPath(plugin_dir, "kubelet.sock")));
+  if (!kubelet_sock_lock.ok()) {
+    return in_use(kubelet_sock_lock.status(), "device-plugins/kubelet.sock is in use");
+  }
   spdlog::info(
       "event=starting root={} checkpoint={} grace={}ms rpc_timeout={}ms pre_start_timeout={}ms "
       "registration_grace={}ms metrics_addr={}",
@@ -182,14 +209,15 @@ int RunKubelet(const KubeletFlags& flags) {
           [loop = publish_loop.get()] { return loop->annotations_too_large(); });
     }
   }
-  int sig = 0;
-  while (sigwait(&stop_signals, &sig) != 0) {
-  }
-  spdlog::info("event=stopping signal={}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  const int sig = stop_signals.Wait();
+  const auto stop_start = std::chrono::steady_clock::now();
+  spdlog::info("event=stopping signal={}", StopSignalName(sig));
   // The loop reads the agent's Manager: it stops first.
   if (publish_loop) publish_loop->Stop();
   (*agent)->Stop();
-  spdlog::info("event=stopped");
+  spdlog::info("event=stopped took_ms={}", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                               std::chrono::steady_clock::now() - stop_start)
+                                               .count());
   return 0;
 }
 

@@ -11,7 +11,8 @@
 // Exit codes: 0 after SIGTERM or SIGINT (a clean stop); 1 a runtime error (a
 // topology file that cannot be read or parsed, a socket path too long for a
 // unix socket, a directory that cannot be used, a socket that cannot be
-// bound); 2 bad usage (missing or conflicting flags, a malformed number, an
+// bound, a socket whose lock <socket>.lock another live plugin holds: one
+// line naming its pid); 2 bad usage (missing or conflicting flags, a malformed number, an
 // unknown preset, policy or fault, an empty or malformed resource name,
 // --fault together with --health-file, a flag that does not apply to --nvml
 // or needs it, a bad DP_DISABLE_HEALTHCHECKS, --nvml on a machine without
@@ -41,6 +42,8 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "duration_flag.h"
+#include "kdm/base/file_lock.h"
+#include "kdm/base/file_system.h"
 #include "kdm/base/log_value.h"
 #include "kdm/fakes/faulty_plugin.h"
 #include "kdm/fakes/gpu_plugin.h"
@@ -179,7 +182,7 @@ std::optional<std::string> CheckUsage(const PluginFlags& f, fakes::PluginConfig*
 // The one serve loop of `kdm plugin`, healthy or faulty: waits for SIGTERM or
 // SIGINT and logs registrations (and failures) as they happen. Returns the
 // signal that ended it.
-int ServeUntilSignal(const sigset_t& stop_signals, const fakes::PluginConfig& config,
+int ServeUntilSignal(StopSignals& stop_signals, const fakes::PluginConfig& config,
                      const std::function<int()>& registration_count,
                      const std::function<Status()>& last_registration_error,
                      const std::string& fault) {
@@ -206,9 +209,8 @@ int ServeUntilSignal(const sigset_t& stop_signals, const fakes::PluginConfig& co
   int sig = 0;
   while (true) {
     // Bounded wait: registration changes are logged between waits.
-    timespec wait{0, 100'000'000};
-    sig = sigtimedwait(&stop_signals, nullptr, &wait);
-    if (sig == SIGTERM || sig == SIGINT) break;
+    sig = stop_signals.WaitFor(std::chrono::milliseconds(100));
+    if (sig != 0) break;
     log_registration();
   }
   log_registration();
@@ -217,7 +219,7 @@ int ServeUntilSignal(const sigset_t& stop_signals, const fakes::PluginConfig& co
 
 // Runs a FaultyPlugin until SIGTERM or SIGINT (see RunPlugin).
 int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
-                    const sigset_t& stop_signals) {
+                    StopSignals& stop_signals) {
   spdlog::info("event=fault_mode fault={}", f.fault);
   StatusOr<std::unique_ptr<fakes::FaultyPlugin>> created =
       fakes::FaultyPlugin::Create(config, f.fault);
@@ -264,7 +266,7 @@ StatusOr<PluginFlags> WithAbsolutePaths(const PluginFlags& given) {
 
 // Runs the NVML GPU plugin until SIGTERM or SIGINT (see RunPlugin).
 int RunNvmlPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
-                  const sigset_t& stop_signals) {
+                  StopSignals& stop_signals) {
   nvml::NvmlPluginConfig c;
   c.resource_name = config.resource_name;
   c.plugin_dir = config.plugin_dir;
@@ -321,13 +323,9 @@ int RunPlugin(const PluginFlags& given) {
   PluginFlags f = *absolute;
   if (f.nvml && f.resource.empty()) f.resource = nvml::kNvidiaGpuResource;
 
-  // Block the stop signals before any thread exists, so every thread
-  // inherits the mask and only the sigtimedwait below receives them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Before any thread exists (see StopSignals): the first SIGTERM/SIGINT
+  // stops the plugin cleanly, a second one exits at once (130/143).
+  StopSignals stop_signals("kdm plugin");
 
   fakes::PluginConfig config;
   if (auto usage = CheckUsage(f, &config)) return PluginFail(kUsageError, *usage);
@@ -349,6 +347,19 @@ int RunPlugin(const PluginFlags& given) {
     if (Status s = MakeDirectoryFlag("--root", config.plugin_dir); !s.ok()) {
       return PluginFail(kRuntimeError, s.message());
     }
+  }
+  // One plugin per socket: <socket>.lock beside it is held until this
+  // process ends, however it ends. A second plugin on the same socket stops
+  // here, naming the holder's pid, before it touches the first one's socket;
+  // the agent's stale-socket sweep keeps a socket whose lock is held.
+  const std::string socket_path = JoinPath(config.plugin_dir, own_socket);
+  StatusOr<FileLock> socket_lock = FileLock::Acquire(SocketLockPath(socket_path));
+  if (!socket_lock.ok()) {
+    if (IsLockHeldError(socket_lock.status())) {
+      return PluginFail(kRuntimeError, "socket " + socket_path + " is in use by another plugin: " +
+                                           socket_lock.status().message());
+    }
+    return PluginFail(kRuntimeError, std::string(dir_flag) + ": " + socket_lock.status().message());
   }
   if (f.fault_given) return RunFaultyPlugin(f, config, stop_signals);
   if (f.nvml) return RunNvmlPlugin(f, config, stop_signals);

@@ -11,7 +11,8 @@
 // The loop's flags and their checks are shared with `kdm kubelet --publish`
 // (publish_flags.h); the loop and the pod-resources source are kdm/publish/'s.
 //
-// Exit codes: 0 ok (--dry-run printed, or stopped by a signal), 1 runtime
+// Exit codes: 0 ok (--dry-run printed, or stopped by a signal), 130/143 a
+// second SIGINT/SIGTERM during the stop (out at once), 1 runtime
 // error (the socket cannot be read, a topology, ids or kubeconfig file cannot
 // be read or parsed, NVML fails), 2 usage (bad or missing flags; no NVML
 // library on the machine for --topology RESOURCE=nvml).
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +70,12 @@ int RunPublish(const PublishFlags& flags) {
   }
   for (const std::string& w : setup.warnings) std::cerr << "kdm publish: warning: " << w << "\n";
 
+  // Before any client (gRPC may start threads as a channel is made) and the
+  // loop's thread exist (see StopSignals): the first SIGTERM/SIGINT stops
+  // the loop cleanly, a second one exits at once (130/143). A dry run keeps
+  // the default signals.
+  std::optional<StopSignals> stop_signals;
+  if (!flags.dry_run) stop_signals.emplace("kdm publish");
   std::unique_ptr<kube::Client> kube_client;
   if (!flags.dry_run) {
     auto made = MakeKubeClient(flags.loop.kube);
@@ -94,13 +102,6 @@ int RunPublish(const PublishFlags& flags) {
     return kOk;
   }
 
-  // Block the stop signals before the loop's thread exists; only sigwait
-  // below receives them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   spdlog::info("event=publish_starting node={} interval={}ms min_write_interval={}ms resync={}ms",
                setup.options.node, setup.options.interval.count(),
@@ -108,11 +109,14 @@ int RunPublish(const PublishFlags& flags) {
   RaiseFdLimit();  // after every flag and file was checked: a bad one is one line
   auto loop = publish::PublishLoop::Start(std::move(setup.options), std::move(source),
                                           std::move(kube_client));
-  int sig = 0;
-  while (sigwait(&stop_signals, &sig) != 0) {
-  }
-  spdlog::info("event=publish_stopping signal={}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  const int sig = stop_signals->Wait();
+  const auto stop_start = std::chrono::steady_clock::now();
+  spdlog::info("event=publish_stopping signal={}", StopSignalName(sig));
   loop->Stop();
+  spdlog::info("event=publish_stopped took_ms={}",
+               std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - stop_start)
+                   .count());
   return kOk;
 }
 

@@ -12,12 +12,14 @@
 #include <optional>
 #include <string_view>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kdm/base/env.h"
+#include "kdm/base/log_value.h"
 #include "kdm/base/sync.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/grpc_status.h"
@@ -65,6 +67,31 @@ std::optional<FileId> StatFile(const std::string& path) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return std::nullopt;
   return FileId{st.st_dev, st.st_ino};
+}
+
+// The ids a server lists, for the unlisted-id check of its calls; immutable,
+// replaced whole by SetDevices.
+using ListedIds = std::unordered_set<std::string>;
+
+std::shared_ptr<const ListedIds> IdsOf(const std::vector<Device>& devices) {
+  auto ids = std::make_shared<ListedIds>();
+  ids->reserve(devices.size());
+  for (const Device& d : devices) ids->insert(d.id);
+  return ids;
+}
+
+// `code` naming the first id of `ids` that `listed` lacks (quoted and
+// capped: the id comes from the caller), for the RPC `rpc` of `resource`.
+template <typename Ids>
+Status RefuseUnlisted(StatusCode code, const ListedIds& listed, const Ids& ids,
+                      std::string_view rpc, const std::string& resource) {
+  for (const std::string& id : ids) {
+    if (listed.count(id) == 0) {
+      return Status(code, std::string(rpc) + ": device " + QuoteLogValue(id, kMaxLogValueBytes) +
+                              " is not a device of " + resource);
+    }
+  }
+  return OkStatus();
 }
 
 // The handler the server builds from Options' functions (allocate,
@@ -154,7 +181,8 @@ class PluginServerImpl final : public PluginServer {
             (fs::path(socket_path_).parent_path() / std::string(pluginapi::kKubeletSocketName))
                 .string()),
         handler_(std::move(handler)),
-        devices_(std::make_shared<const std::vector<Device>>(options_.devices)) {}
+        devices_(std::make_shared<const std::vector<Device>>(options_.devices)),
+        listed_ids_(IdsOf(options_.devices)) {}
 
   ~PluginServerImpl() override { Stop(); }
 
@@ -192,9 +220,11 @@ class PluginServerImpl final : public PluginServer {
   }
 
   void SetDevices(std::vector<Device> devices) override {
+    std::shared_ptr<const ListedIds> ids = IdsOf(devices);
     auto snapshot = std::make_shared<const std::vector<Device>>(std::move(devices));
     kdm::MutexLock lock(&mu_);
     devices_ = std::move(snapshot);
+    listed_ids_ = std::move(ids);
     ++version_;
   }
 
@@ -258,6 +288,39 @@ class PluginServerImpl final : public PluginServer {
   // --- called by DevicePluginService ---------------------------------------
 
   DevicePluginHandler& handler() { return *handler_; }
+
+  // OK when the check is off or every id the call names is one the server
+  // lists now; else NOT_FOUND (Allocate, PreStartContainer) or
+  // INVALID_ARGUMENT (GetPreferredAllocation: its available ids must be
+  // devices, as kdm's allocator says) naming the first other id. Ids reach
+  // the handler only past this check (Options::refuse_unlisted_ids).
+  Status CheckAllocateIds(const v1beta1::AllocateRequest& request) const {
+    if (!options_.refuse_unlisted_ids) return OkStatus();
+    std::shared_ptr<const ListedIds> listed = ListedIdsNow();
+    for (const auto& container : request.container_requests()) {
+      KDM_RETURN_IF_ERROR(RefuseUnlisted(StatusCode::kNotFound, *listed, container.devices_ids(),
+                                         "Allocate", options_.resource_name));
+    }
+    return OkStatus();
+  }
+  Status CheckPreferredIds(const v1beta1::PreferredAllocationRequest& request) const {
+    if (!options_.refuse_unlisted_ids) return OkStatus();
+    std::shared_ptr<const ListedIds> listed = ListedIdsNow();
+    for (const auto& container : request.container_requests()) {
+      KDM_RETURN_IF_ERROR(RefuseUnlisted(StatusCode::kInvalidArgument, *listed,
+                                         container.available_deviceids(), "GetPreferredAllocation",
+                                         options_.resource_name));
+      KDM_RETURN_IF_ERROR(RefuseUnlisted(StatusCode::kInvalidArgument, *listed,
+                                         container.must_include_deviceids(),
+                                         "GetPreferredAllocation", options_.resource_name));
+    }
+    return OkStatus();
+  }
+  Status CheckPreStartIds(const v1beta1::PreStartContainerRequest& request) const {
+    if (!options_.refuse_unlisted_ids) return OkStatus();
+    return RefuseUnlisted(StatusCode::kNotFound, *ListedIdsNow(), request.devices_ids(),
+                          "PreStartContainer", options_.resource_name);
+  }
 
   // One call: the server's side of CallContext. Its waits end on Stop or a
   // new serving generation at once (both are conditions on mu_), and on a
@@ -351,6 +414,11 @@ class PluginServerImpl final : public PluginServer {
   // True when the calls of serving generation `generation` must end.
   bool EndedLocked(uint64_t generation) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || generation != generation_;
+  }
+
+  std::shared_ptr<const ListedIds> ListedIdsNow() const {
+    kdm::MutexLock lock(&mu_);
+    return listed_ids_;
   }
 
   // Binds the socket and starts a new serving generation.
@@ -621,6 +689,8 @@ class PluginServerImpl final : public PluginServer {
   mutable kdm::Mutex mu_;
   // The newest snapshot; immutable, so a stream can write it without the lock.
   std::shared_ptr<const std::vector<Device>> devices_ ABSL_GUARDED_BY(mu_);
+  // The ids of devices_ (SetHealth keeps them), for the unlisted-id check.
+  std::shared_ptr<const ListedIds> listed_ids_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;     // bumped on every device change
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // bumped per serving generation
   bool started_ ABSL_GUARDED_BY(mu_) = false;
@@ -670,6 +740,9 @@ grpc::Status DevicePluginService::ListAndWatch(
 grpc::Status DevicePluginService::GetPreferredAllocation(
     grpc::ServerContext* context, const v1beta1::PreferredAllocationRequest* request,
     v1beta1::PreferredAllocationResponse* response) {
+  if (Status ids = owner_->CheckPreferredIds(*request); !ids.ok()) {
+    return pluginapi::ToGrpcStatus(ids);
+  }
   PluginServerImpl::Call call(owner_, generation_, context);
   StatusOr<v1beta1::PreferredAllocationResponse> r =
       owner_->handler().GetPreferredAllocation(*request, call);
@@ -681,6 +754,9 @@ grpc::Status DevicePluginService::GetPreferredAllocation(
 grpc::Status DevicePluginService::Allocate(grpc::ServerContext* context,
                                            const v1beta1::AllocateRequest* request,
                                            v1beta1::AllocateResponse* response) {
+  if (Status ids = owner_->CheckAllocateIds(*request); !ids.ok()) {
+    return pluginapi::ToGrpcStatus(ids);
+  }
   PluginServerImpl::Call call(owner_, generation_, context);
   StatusOr<v1beta1::AllocateResponse> r = owner_->handler().Allocate(*request, call);
   if (!r.ok()) return pluginapi::ToGrpcStatus(r.status());
@@ -691,6 +767,9 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext* context,
 grpc::Status DevicePluginService::PreStartContainer(
     grpc::ServerContext* context, const v1beta1::PreStartContainerRequest* request,
     v1beta1::PreStartContainerResponse*) {
+  if (Status listed = owner_->CheckPreStartIds(*request); !listed.ok()) {
+    return pluginapi::ToGrpcStatus(listed);
+  }
   PluginServerImpl::Call call(owner_, generation_, context);
   std::vector<std::string> ids(request->devices_ids().begin(), request->devices_ids().end());
   return pluginapi::ToGrpcStatus(owner_->handler().PreStartContainer(ids, call));

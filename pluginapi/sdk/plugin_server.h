@@ -9,6 +9,9 @@
 //     socket there is removed first; the socket is made mode 0600);
 //   - registers with <dir>/kubelet.sock, retrying with back-off until it is
 //     registered or stopped; a refusal's text is kept (LastRegistrationError);
+//   - refuses an Allocate, GetPreferredAllocation or PreStartContainer
+//     naming an id it does not list (NOT_FOUND; INVALID_ARGUMENT for
+//     GetPreferredAllocation), before the handler runs;
 //   - sends a full ListAndWatch snapshot to every open stream whenever the
 //     devices or their health change (SetDevices, SetHealth); a slow stream
 //     only ever gets the newest snapshot (coalescing, no queue);
@@ -97,6 +100,16 @@ class PluginServer {
     // leaves it empty.
     std::function<bool(v1beta1::RegisterRequest& request, int registrations)>
         rewrite_register_request;
+    // Refuse a call naming a device id the server does not list (its
+    // current devices: `devices`, SetDevices) before the handler or the
+    // functions see it: Allocate and PreStartContainer answer NOT_FOUND,
+    // GetPreferredAllocation (available and must-include ids)
+    // INVALID_ARGUMENT, naming the id
+    // (`Allocate: device "x" is not a device of example.com/fpga`). A
+    // real plugin leaves it on; only a plugin that breaks the protocol on
+    // purpose (the faulty plugin alloc-accept-unknown) or whose handler
+    // lists other ids than the server's turns it off.
+    bool refuse_unlisted_ids = true;
     // Register with the kubelet after serving (off: serve only, e.g. tests
     // that dial the plugin directly).
     bool register_with_kubelet = true;

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <regex>
@@ -143,6 +144,49 @@ TEST_F(ConformE2eTest, UsageErrorsExit2) {
   }
   Conform({"--root", root_, "--resource", kConformFpga, "--only", "no.such"}, &out, &err);
   EXPECT_THAT(err, HasSubstr("known: reg.version"));
+}
+
+// docs/sdk.md's example plugin, built from examples/fpga_plugin.cc.
+std::string SdkExamplePlugin() {
+  const char* dir = std::getenv("KDM_BINARY_DIR");
+  return std::string(dir && *dir ? dir : KDM_TEST_BINARY_DIR) + "/bin/fpga_plugin";
+}
+
+// Issue 30, item 3: docs/sdk.md's example plugin failed alloc.unknown-id (the
+// SDK passed ids it never listed to its Allocate function). The example, as
+// the doc shows it, passes every check; `kdm conform --root` makes the
+// plugin directory mode 0750; SIGTERM stops the plugin and removes its socket.
+TEST_F(ConformE2eTest, SdkExamplePluginAsTheDocShowsItPassesEveryCheck) {
+  const std::string source =
+      ReadFile(std::string(KDM_TEST_SOURCE_DIR) + "/examples/fpga_plugin.cc");
+  ASSERT_FALSE(source.empty());
+  EXPECT_NE(ReadFile(std::string(KDM_TEST_SOURCE_DIR) + "/docs/sdk.md").find(source),
+            std::string::npos)
+      << "docs/sdk.md does not show examples/fpga_plugin.cc as it is";
+
+  // conform first: the plugin needs the directory, which conform creates.
+  Process conform({"conform", "--root", root_, "--resource", kConformFpga, "--timeout", "10s"},
+                  root_ + "/conform.out", root_ + "/conform.err");
+  ASSERT_TRUE(conform.started());
+  const std::string dir = root_ + "/device-plugins";
+  ASSERT_TRUE(WaitUntil([&] { return fs::exists(dir + "/kubelet.sock"); }, kdm::e2e::kWaitBound))
+      << conform.Err();
+  EXPECT_EQ(fs::status(dir).permissions() & fs::perms::all, fs::perms(0750));
+  Process plugin(SdkExamplePlugin(), {dir}, root_ + "/fpga.log");
+  ASSERT_TRUE(plugin.started());
+  EXPECT_EQ(conform.Wait(), 0) << conform.Out() << conform.Err() << plugin.Log();
+  const std::string out = conform.Out();
+  EXPECT_THAT(out, HasSubstr(" passed, 0 failed, ")) << out;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex(R"((^|\n)PASS  alloc\.unknown-id +.*NOT_FOUND.*"kdm-conform-unknown" is )"
+                      R"(not a device of example\.com/fpga)")))
+      << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"((^|\n)PASS  reg\.restart )"))) << out;
+  const std::string socket = dir + "/example.com_fpga.sock";
+  EXPECT_TRUE(fs::exists(socket)) << plugin.Log();
+  plugin.Signal(SIGTERM);
+  EXPECT_EQ(plugin.Wait(), 0) << plugin.Log();
+  EXPECT_FALSE(fs::exists(socket));
 }
 
 TEST_F(ConformE2eTest, NoPluginExits3) {

@@ -3,7 +3,9 @@
 // admission, the kubelet's rejection text, delete frees, change re-admits,
 // init containers and sidecars, bad manifests keep the agent running,
 // node.json, health drop, grace deletion, SIGKILL + restart recovers (both
-// checkpoint formats), SIGTERM/SIGINT exit 0, usage errors, metrics.
+// checkpoint formats), SIGTERM/SIGINT exit 0, usage errors, metrics (and its
+// one event=metrics_serving line), docs/kubelet.md's quick start as written,
+// README's command list against `kdm --help`.
 // Every wait is a bounded poll on a file or a log line; nothing asserts on
 // time.
 #include <arpa/inet.h>
@@ -391,6 +393,98 @@ TEST_F(KubeletE2eTest, MetricsServedWhenAsked) {
   std::string cmd =
       "promtool check metrics < " + root_ + "/metrics.txt > " + root_ + "/promtool.out 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << ReadFile(root_ + "/promtool.out");
+}
+
+// Issue 30, item 10: the agent logged event=metrics_serving twice, once with
+// address= and once with addr=. One line, one key name.
+TEST_F(KubeletE2eTest, RegressionMetricsServingIsLoggedOnceWithAddr) {
+  StartKubelet({"--metrics-addr", "127.0.0.1:0"});
+  // agent_started comes after the metrics server has started.
+  ASSERT_TRUE(WaitUntil(
+      [&] { return kubelet_->Log().find("event=agent_started") != std::string::npos; }, kBound))
+      << kubelet_->Log();
+  const std::string log = kubelet_->Log();
+  size_t lines = 0;
+  for (size_t p = log.find("event=metrics_serving"); p != std::string::npos;
+       p = log.find("event=metrics_serving", p + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 1u) << log;
+  EXPECT_TRUE(
+      std::regex_search(log, std::regex(R"(event=metrics_serving addr=127\.0\.0\.1:0 port=\d+\n)")))
+      << log;
+  EXPECT_EQ(log.find("address="), std::string::npos) << log;
+}
+
+// Issue 30, item 10: docs/kubelet.md's quick start wrote the manifest and read
+// the status file without waiting for the agent. Its lines, as the doc shows
+// them (another directory, the built kdm), end with the pod admitted.
+TEST_F(KubeletE2eTest, QuickStartAsTheDocShowsIt) {
+  const std::string doc = ReadFile(std::string(KDM_TEST_SOURCE_DIR) + "/docs/kubelet.md");
+  const size_t begin = doc.find("```sh\n");
+  ASSERT_NE(begin, std::string::npos);
+  const size_t end = doc.find("```\n", begin + 6);
+  ASSERT_NE(end, std::string::npos);
+  std::string script = doc.substr(begin + 6, end - begin - 6);
+  ASSERT_NE(script.find("until "), std::string::npos) << script;
+  const std::string node = root_ + "/node";
+  for (size_t p = script.find("/tmp/node"); p != std::string::npos;
+       p = script.find("/tmp/node", p + node.size())) {
+    script.replace(p, 9, node);
+  }
+  // `kdm` on PATH is the built one; the doc's background jobs (the agent and
+  // the plugin) get SIGTERM when the script ends, however it ends.
+  fs::create_directory(root_ + "/bin");
+  fs::create_symlink(KdmBinary(), root_ + "/bin/kdm");
+  std::ofstream(root_ + "/quickstart.sh") << "PATH='" << root_ << "/bin':\"$PATH\"\n"
+                                          << "trap 'exit 1' TERM\n"
+                                          << "trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n"
+                                          << "set -e\n"
+                                          << script;
+  // The doc's own waits are unbounded; timeout bounds them here.
+  Process run("/usr/bin/timeout", {"25", "bash", root_ + "/quickstart.sh"},
+              root_ + "/quickstart.log");
+  ASSERT_TRUE(run.started());
+  EXPECT_EQ(run.Wait(), 0) << run.Log();
+  const std::string log = run.Log();
+  EXPECT_TRUE(std::regex_search(log, std::regex(R"("phase": *"Admitted")"))) << log;
+  json status = json::parse(ReadFile(node + "/status/default_train.json"), nullptr, false);
+  ASSERT_FALSE(status.is_discarded()) << log;
+  EXPECT_EQ(status["phase"], "Admitted") << log;
+}
+
+// Issue 30, item 10: README's command list lacked subcommands `kdm --help`
+// shows. Every one of them is in the README's list.
+TEST(ReadmeTest, ListsEverySubcommandKdmHelpShows) {
+  char tmpl[] = "/tmp/kdm-rd-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  std::string help;
+  {
+    Process p({"--help"}, dir + "/help.log");
+    ASSERT_TRUE(p.started());
+    EXPECT_EQ(p.Wait(), 0) << p.Log();
+    help = p.Log();
+  }
+  fs::remove_all(dir);
+  const std::string readme = ReadFile(std::string(KDM_TEST_SOURCE_DIR) + "/README.md");
+  const size_t at = readme.find("(`kdm --help`):");
+  ASSERT_NE(at, std::string::npos) << "README.md has no `kdm --help` list";
+  const std::string list = readme.substr(at, readme.find(".\n", at) - at);
+  ASSERT_NE(help.find("Subcommands:"), std::string::npos) << help;
+  std::istringstream lines(help.substr(help.find("Subcommands:")));
+  std::string line;
+  std::getline(lines, line);  // "Subcommands:"
+  int names = 0;
+  while (std::getline(lines, line) && !line.empty()) {
+    std::istringstream words(line);
+    std::string name;
+    if (!(words >> name)) break;
+    ++names;
+    EXPECT_NE(list.find("`" + name + "`"), std::string::npos)
+        << "README.md's command list lacks `" << name << "`: " << list;
+  }
+  EXPECT_GE(names, 9) << help;
 }
 
 }  // namespace

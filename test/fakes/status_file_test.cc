@@ -258,6 +258,59 @@ TEST(StatusFileTest, ParseNodeStatusGivesBackWhatWasRendered) {
   EXPECT_TRUE(ParseNodeStatus(RenderNodeStatus({})).ok());
 }
 
+TEST(StatusFileTest, NodeDevicesAndPendingPodsRoundTrip) {
+  NodeStatus n = FullNodeStatus();
+  n.devices =
+      std::vector<NodeDevice>{{"nvidia.com/gpu", "GPU0", true, {0}, "NVIDIA H100 80GB HBM3"},
+                              {"nvidia.com/gpu", "GPU1", false, {}, ""}};
+  n.pending_pods = std::vector<PendingPod>{{"ml", "train", kReasonWaitingForPlugins}};
+  const std::string text = RenderNodeStatus(n);
+  EXPECT_TRUE(text.ends_with("}\n"));
+  json j = json::parse(text);
+  EXPECT_EQ(j["devices"][0]["model"], "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(j["devices"][1]["healthy"], false);
+  EXPECT_EQ(j["pending_pods"][0]["reason"], "WaitingForPlugins");
+  StatusOr<NodeStatus> parsed = ParseNodeStatus(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->devices, n.devices);
+  EXPECT_EQ(parsed->pending_pods, n.pending_pods);
+  EXPECT_EQ(RenderNodeStatus(*parsed), text);
+}
+
+TEST(StatusFileTest, ANodeJsonWithoutDevicesOrPendingPodsStillParses) {
+  // What an agent from before these keys wrote.
+  StatusOr<NodeStatus> parsed = ParseNodeStatus(RenderNodeStatus(FullNodeStatus()));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->devices.has_value());
+  EXPECT_FALSE(parsed->pending_pods.has_value());
+  EXPECT_EQ(json::parse(RenderNodeStatus(*parsed)).count("devices"), 0u);
+}
+
+TEST(StatusFileTest, BadDevicesAndPendingPodsAreNamed) {
+  const std::string base =
+      R"({"capacity": {}, "allocatable": {}, "plugins": [], "deleted_resources": [],)"
+      R"( "registrations": 0, )";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("devices": {})", R"("devices" is not an array)"},
+      {R"("devices": [1])", R"("devices"[0] is not an object)"},
+      {R"("devices": [{"resource": "a/b", "id": "x", "healthy": "yes", "numa_nodes": [],)"
+       R"( "model": ""}])",
+       R"("devices"[0]["healthy"] is not a boolean)"},
+      {R"("devices": [{"resource": "a/b", "id": "x", "healthy": true, "numa_nodes": [-1],)"
+       R"( "model": ""}])",
+       R"("devices"[0]["numa_nodes"][0] is negative)"},
+      {R"("devices": [{"resource": "a/b", "id": "x", "healthy": true, "numa_nodes": []}])",
+       R"("devices"[0]["model"] is missing)"},
+      {R"("pending_pods": [{"namespace": "a", "name": 3, "reason": ""}])",
+       R"("pending_pods"[0]["name"] is not a string)"},
+  };
+  for (const auto& [tail, want] : cases) {
+    StatusOr<NodeStatus> parsed = ParseNodeStatus(base + tail + "}");
+    ASSERT_FALSE(parsed.ok()) << tail;
+    EXPECT_EQ(parsed.status().message(), want) << tail;
+  }
+}
+
 TEST(StatusFileTest, GarbageIsRefusedAsNotJson) {
   for (const std::string& garbage :
        {std::string(""), std::string("\x00\xff\xfe", 3), std::string("not json"),

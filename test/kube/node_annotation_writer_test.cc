@@ -7,11 +7,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "kdm/k8s/devices_annotation.h"
 #include "kdm/test/kube/test_api_server.h"
 #include "kdm/test/kube/test_pki.h"
+#include "kdm/test/wait_until.h"
 
 namespace kdm::kube {
 namespace {
@@ -126,6 +129,27 @@ TEST_F(NodeAnnotationWriterTest, ServerThatNeverAnswersIsADeadline) {
   Status s = writer.Write("n1", "{}");
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
   EXPECT_THAT(s.message(), HasSubstr("node 'n1'"));
+}
+
+// Issue 30 (stop means stop): `kdm publish` stopping mid-write no longer
+// waits for a hung API server until --timeout; a later Write is refused too.
+TEST_F(NodeAnnotationWriterTest, CancelEndsAWriteInFlightAndEveryLaterOne) {
+  server_->SetHandler([](const test::RecordedRequest&) {
+    return test::Reply{.status = 200, .body = "{}", .delay = milliseconds(20'000)};
+  });
+  NodeAnnotationWriter writer(client_.get(), milliseconds(30'000));
+  Status s;
+  std::thread write([&] { s = writer.Write("n1", "{}"); });
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return server_->RequestCount() == 1; }));
+  const auto start = std::chrono::steady_clock::now();
+  writer.Cancel();
+  write.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_EQ(s.code(), StatusCode::kCancelled) << s;
+  EXPECT_THAT(s.message(), HasSubstr("node 'n1'"));
+  Status later = writer.Write("n1", "{}");
+  EXPECT_EQ(later.code(), StatusCode::kCancelled) << later;
+  EXPECT_EQ(server_->RequestCount(), 1u);
 }
 
 TEST_F(NodeAnnotationWriterTest, NamesThatAreNotNodeNamesNeverReachTheServer) {

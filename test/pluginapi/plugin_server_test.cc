@@ -816,5 +816,145 @@ TEST_F(PluginServerTest, IdleStreamDoesNotWakeAndAChangeArrivesAtOnce) {
   stream->Finish();
 }
 
+// --- ids the server does not list (issue 30, item 3) --------------------------
+
+// One Allocate of `ids` in one container; the call's status.
+grpc::Status AllocateIds(v1beta1::DevicePlugin::Stub& stub, const std::vector<std::string>& ids,
+                         v1beta1::AllocateResponse* response) {
+  v1beta1::AllocateRequest req;
+  auto* c = req.add_container_requests();
+  for (const std::string& id : ids) c->add_devices_ids(id);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  return stub.Allocate(&ctx, req, response);
+}
+
+TEST_F(PluginServerTest, RegressionUnlistedIdsNeverReachTheFunctions) {
+  std::atomic<int> allocates{0}, prefers{0}, pre_starts{0};
+  auto o = BaseOptions(dir_.path());
+  o.register_with_kubelet = false;
+  o.allocate = [&](const v1beta1::ContainerAllocateRequest&)
+      -> StatusOr<v1beta1::ContainerAllocateResponse> {
+    ++allocates;
+    return v1beta1::ContainerAllocateResponse();
+  };
+  o.get_preferred_allocation = [&](const v1beta1::ContainerPreferredAllocationRequest&)
+      -> StatusOr<v1beta1::ContainerPreferredAllocationResponse> {
+    ++prefers;
+    return v1beta1::ContainerPreferredAllocationResponse();
+  };
+  o.pre_start_container = [&](const std::vector<std::string>&) {
+    ++pre_starts;
+    return OkStatus();
+  };
+  auto server = MustCreate(std::move(o));
+  ASSERT_TRUE(server->Start().ok());
+  auto stub = Dial(server->SocketPath());
+  v1beta1::AllocateResponse resp;
+
+  // An unknown id in the second container: NOT_FOUND naming it, and the
+  // first container's (listed) id does not reach the function either.
+  {
+    v1beta1::AllocateRequest req;
+    req.add_container_requests()->add_devices_ids("w0");
+    req.add_container_requests()->add_devices_ids("gpu-9");
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    grpc::Status s = stub->Allocate(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(s.error_message(),
+              "Allocate: device \"gpu-9\" is not a device of example.com/widget");
+  }
+  // Garbage, near misses and path tricks: each refused in one capped line.
+  const std::vector<std::string> bad = {"",
+                                        "W0",
+                                        "w0 ",
+                                        " w0",
+                                        "w",
+                                        "w00",
+                                        "../w0",
+                                        "w0\nw1",
+                                        std::string("w0\0", 3),
+                                        std::string(1 << 20, 'w')};
+  for (const std::string& id : bad) {
+    grpc::Status s = AllocateIds(*stub, {"w1", id}, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << id.size();
+    EXPECT_EQ(s.error_message().find('\n'), std::string::npos) << s.error_message();
+    EXPECT_LT(s.error_message().size(), 400u) << id.size();
+    EXPECT_NE(s.error_message().find("is not a device of example.com/widget"), std::string::npos);
+  }
+  {
+    v1beta1::PreferredAllocationRequest req;
+    auto* c = req.add_container_requests();
+    c->add_available_deviceids("w0");
+    c->add_available_deviceids("nope");
+    c->set_allocation_size(1);
+    v1beta1::PreferredAllocationResponse presp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    grpc::Status s = stub->GetPreferredAllocation(&ctx, req, &presp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(s.error_message(),
+              "GetPreferredAllocation: device \"nope\" is not a device of example.com/widget");
+    c->clear_available_deviceids();
+    c->add_available_deviceids("w0");
+    c->add_must_include_deviceids("w9");
+    grpc::ClientContext ctx2;
+    ctx2.set_deadline(Deadline());
+    s = stub->GetPreferredAllocation(&ctx2, req, &presp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("\"w9\""), std::string::npos) << s.error_message();
+  }
+  {
+    v1beta1::PreStartContainerRequest req;
+    req.add_devices_ids("w1");
+    req.add_devices_ids("fpga0");
+    v1beta1::PreStartContainerResponse presp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    grpc::Status s = stub->PreStartContainer(&ctx, req, &presp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(s.error_message(),
+              "PreStartContainer: device \"fpga0\" is not a device of example.com/widget");
+  }
+  EXPECT_EQ(allocates.load(), 0);
+  EXPECT_EQ(prefers.load(), 0);
+  EXPECT_EQ(pre_starts.load(), 0);
+
+  // Listed ids still pass, unhealthy ones too (health is the kubelet's to judge).
+  ASSERT_TRUE(server->SetHealth("w2", false).ok());
+  EXPECT_TRUE(AllocateIds(*stub, {"w0", "w2"}, &resp).ok());
+  EXPECT_EQ(allocates.load(), 1);
+  // The check follows SetDevices: w0 is gone, w7 is new.
+  server->SetDevices({{"w7", true, {}}});
+  EXPECT_EQ(AllocateIds(*stub, {"w0"}, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(AllocateIds(*stub, {"w7"}, &resp).ok());
+  EXPECT_EQ(allocates.load(), 2);
+  server->Stop();
+}
+
+TEST_F(PluginServerTest, AHandlerSeesOnlyListedIdsUnlessTheCheckIsOff) {
+  for (bool refuse : {true, false}) {
+    SCOPED_TRACE(refuse ? "refuse_unlisted_ids" : "check off");
+    auto handler = std::make_shared<WidgetHandler>();
+    auto o = HandlerOptions(dir_.path(), handler);
+    o.register_with_kubelet = false;
+    o.refuse_unlisted_ids = refuse;
+    auto server = MustCreate(std::move(o));
+    ASSERT_TRUE(server->Start().ok());
+    auto stub = Dial(server->SocketPath());
+    v1beta1::AllocateResponse resp;
+    grpc::Status s = AllocateIds(*stub, {"x-w0"}, &resp);  // the name its stream shows
+    if (refuse) {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+      EXPECT_EQ(handler->allocate_calls.load(), 0);
+    } else {
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      EXPECT_EQ(handler->allocate_calls.load(), 1);
+    }
+    server->Stop();
+  }
+}
+
 }  // namespace
 }  // namespace kdm::plugin
