@@ -118,9 +118,24 @@ void Extender::LogUnreadable(const std::string& pod, uint64_t errors,
   }
 }
 
+void Extender::NoteNodeNamesWithoutCache(std::string_view verb, size_t nodes) {
+  if (options_.metrics) options_.metrics->NodeNamesWithoutCache(verb);
+  // Once per process: the cause is the command line, not the request.
+  if (node_names_without_cache_said_.exchange(true)) return;
+  spdlog::warn(
+      "event=node_names_without_cache verb={} nodes={} detail={}", verb, nodes,
+      QuoteLogValue("kube-scheduler sent node names only (nodeCacheCapable: true) but this "
+                    "extender has no node cache: every node gets no opinion (filter passes it, "
+                    "prioritize scores it 0); give --kubeconfig or --in-cluster, or set "
+                    "nodeCacheCapable: false"));
+}
+
 HttpAnswer Extender::Filter(const std::string& body) {
   StatusOr<ExtenderArgs> args = DecodeExtenderArgs(body);
   if (!args.ok()) return {400, EncodeError(args.status().message())};
+  if (!args->nodes && args->node_names && options_.cache == nullptr) {
+    NoteNodeNamesWithoutCache("filter", args->node_names ? args->node_names->size() : 0);
+  }
   Assumptions* const assumptions = options_.assumptions;
   if (assumptions != nullptr) {
     // The pod before this one may still be binding: its devices count.
@@ -167,6 +182,9 @@ HttpAnswer Extender::Filter(const std::string& body) {
 HttpAnswer Extender::Prioritize(const std::string& body) {
   StatusOr<ExtenderArgs> args = DecodeExtenderArgs(body);
   if (!args.ok()) return {400, EncodeError(args.status().message())};
+  if (!args->nodes && args->node_names && options_.cache == nullptr) {
+    NoteNodeNamesWithoutCache("prioritize", args->node_names ? args->node_names->size() : 0);
+  }
   Nodes nodes = Collect(*args, topologies_, options_.cache, options_.metrics, options_.assumptions);
   LogUnreadable(args->pod.name, nodes.unreadable, nodes.first_unreadable);
   const ScoreBudget budget(options_.request_budget, options_.clock, &stopping_);

@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "kdm/base/log_rate_limiter.h"
@@ -50,7 +51,9 @@ class Extender {
  public:
   struct Options {
     ScorePolicy policy = ScorePolicy::kBestSet;
-    // Not owned; may be null (then NodeNames get no opinion).
+    // Not owned; may be null (then NodeNames get no opinion: the first such
+    // request logs event=node_names_without_cache at warn, each is counted
+    // in kdm_extender_node_names_without_cache_total).
     const NodeCache* cache = nullptr;
     // Not owned; may be null.
     ExtenderMetrics* metrics = nullptr;
@@ -89,6 +92,8 @@ class Extender {
  private:
   void LogUnreadable(const std::string& pod, uint64_t errors, const std::string& first_error);
   void RememberPod(const PodRequest& pod);
+  // A NodeNames request with no cache: counted, and said once.
+  void NoteNodeNamesWithoutCache(std::string_view verb, size_t nodes);
 
   const Options options_;
   std::unique_ptr<k8s::TopologyCache> own_topologies_;
@@ -98,6 +103,7 @@ class Extender {
   LogRateLimiter unreadable_log_ ABSL_GUARDED_BY(log_mu_){kUnreadableLogBurst,
                                                           std::chrono::seconds(1)};
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> node_names_without_cache_said_{false};
   Mutex recent_mu_;
   std::unordered_map<std::string, BoundPod> recent_ ABSL_GUARDED_BY(recent_mu_);
   std::deque<std::string> recent_order_ ABSL_GUARDED_BY(recent_mu_);

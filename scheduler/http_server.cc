@@ -27,9 +27,17 @@ HttpAnswer RouteExtenderRequest(const ExtenderServer::Options& o, http::Request&
     if (!post) return {405, EncodeError("/bind takes POST")};
     return o.extender->Bind(req.body);
   }
-  if (path == "/healthz") {
-    *verb = "healthz";
-    if (!get) return {405, EncodeError("/healthz takes GET")};
+  if (path == "/healthz" || path == "/livez") {
+    // Both say the process serves; neither looks at the caches.
+    *verb = std::string(path.substr(1));
+    if (!get) return {405, EncodeError(std::string(path) + " takes GET")};
+    return {200, "ok"};
+  }
+  if (path == "/readyz") {
+    *verb = "readyz";
+    if (!get) return {405, EncodeError("/readyz takes GET")};
+    std::string not_ready = o.not_ready ? o.not_ready() : std::string();
+    if (!not_ready.empty()) return {503, std::move(not_ready)};
     return {200, "ok"};
   }
   if (path == "/metrics") {
@@ -40,14 +48,17 @@ HttpAnswer RouteExtenderRequest(const ExtenderServer::Options& o, http::Request&
   *verb = "other";
   return {404,
           EncodeError("no such path: " + std::string(path.substr(0, 200)) +
-                      " (POST /filter, POST /prioritize, POST /bind, GET /healthz, GET /metrics)")};
+                      " (POST /filter, POST /prioritize, POST /bind, GET /healthz, GET /livez, "
+                      "GET /readyz, GET /metrics)")};
 }
 
 http::Response AnswerExtenderRequest(const ExtenderServer::Options& o, http::Request& req) {
   const auto start = std::chrono::steady_clock::now();
   std::string verb;
   HttpAnswer a = RouteExtenderRequest(o, req, &verb);
-  const bool json = !(verb == "healthz" || verb == "metrics") || a.status != 200;
+  // The probes answer plain text, a not-ready /readyz its reason too.
+  const bool probe = verb == "healthz" || verb == "livez" || verb == "readyz";
+  const bool json = !(probe || verb == "metrics") || (a.status != 200 && verb != "readyz");
   http::Response res;
   res.status = a.status;
   res.content_type =

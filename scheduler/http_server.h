@@ -3,7 +3,10 @@
 // connection policy: limits, timeouts, keep-alive, the bound on connections):
 //   POST /filter, POST /prioritize  -> Extender (JSON in, JSON out)
 //   POST /bind                      -> Extender::Bind (the bindVerb)
-//   GET /healthz                    -> 200 "ok"
+//   GET /healthz, GET /livez        -> 200 "ok" while the process serves
+//                                      (liveness: no cache is looked at)
+//   GET /readyz                     -> 200 "ok" once not_ready() says ""; else
+//                                      503 with its one-line reason (text)
 //   GET /metrics                    -> Prometheus text
 // Anything else is 404 (unknown path) or 405 (wrong method), with a JSON
 // {"Error": ...}. A request the server refuses on its own (a body above
@@ -31,6 +34,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -65,6 +69,10 @@ class ExtenderServer {
     // Not owned; must outlive the server.
     Extender* extender = nullptr;
     ExtenderMetrics* metrics = nullptr;
+    // Why the extender is not ready yet (e.g. "node cache not synced"), ""
+    // once it is; called on an io thread for each GET /readyz, so it must
+    // not block. Unset: always ready.
+    std::function<std::string()> not_ready;
   };
 
   // Binds and starts serving. INVALID_ARGUMENT for a bad address (naming

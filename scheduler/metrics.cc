@@ -69,6 +69,11 @@ class MetricsImpl final : public ExtenderMetrics {
                                             "Pods in their cycle whose bind a filter stopped "
                                             "waiting for (--bind-wait).")
                                 .Add({})),
+        node_names_without_cache_(registry_.AddCounter(
+            "kdm_extender_node_names_without_cache_total",
+            "Requests that named nodes only (NodeNames, nodeCacheCapable) to an extender "
+            "without a node cache (no --kubeconfig/--in-cluster): every node got no opinion, "
+            "by verb.")),
         memo_hit_(memo_.Add({{"result", "hit"}})),
         memo_miss_(memo_.Add({{"result", "miss"}})),
         cache_hit_(cache_.Add({{"result", "hit"}})),
@@ -94,6 +99,9 @@ class MetricsImpl final : public ExtenderMetrics {
   }
   void AnnotationErrors(uint64_t n) override {
     annotation_errors_.Increment(static_cast<double>(n));
+  }
+  void NodeNamesWithoutCache(std::string_view verb) override {
+    node_names_without_cache_.Add({{"verb", std::string(verb)}}).Increment();
   }
   void CachedNodes(uint64_t n) override { cached_nodes_.Set(static_cast<double>(n)); }
   void WatchTopologyCache(const k8s::TopologyCache* cache) override {
@@ -152,6 +160,7 @@ class MetricsImpl final : public ExtenderMetrics {
   const http::Gauge assumed_pods_;
   const http::HistogramFamily bind_wait_;
   const http::Counter bind_wait_given_up_;
+  const http::CounterFamily node_names_without_cache_;
   const http::Counter memo_hit_;
   const http::Counter memo_miss_;
   const http::Counter cache_hit_;

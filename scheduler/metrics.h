@@ -5,6 +5,8 @@
 //   kdm_extender_nodes_total{verb}              nodes judged or scored
 //   kdm_extender_score_memo_total{result}       score memo hit / miss
 //   kdm_extender_node_cache_total{result}       NodeNames found / unknown
+//   kdm_extender_node_names_without_cache_total{verb}  NodeNames requests to
+//                                               an extender with no node cache
 //   kdm_extender_annotation_errors_total        annotations that did not read
 //   kdm_extender_cached_nodes                   nodes in the node cache
 //   kdm_extender_topology_cache_bytes           the topology cache's bytes
@@ -48,6 +50,8 @@ class ExtenderMetrics {
   virtual void Nodes(std::string_view verb, uint64_t n) = 0;
   virtual void Memo(uint64_t hits, uint64_t misses) = 0;
   virtual void NodeCache(uint64_t found, uint64_t unknown) = 0;
+  // A `verb` request named nodes only (NodeNames) but there is no node cache.
+  virtual void NodeNamesWithoutCache(std::string_view verb) = 0;
   virtual void AnnotationErrors(uint64_t n) = 0;
   virtual void CachedNodes(uint64_t n) = 0;
   // The topology cache whose Stats the exposition shows (read at each

@@ -73,6 +73,12 @@ void NodeCache::Replace(const std::vector<kube::NodeObject>& nodes) {
   MutexLock lock(&mu_);
   nodes_ = std::move(fresh);
   annotation_errors_ += errors;
+  synced_ = true;
+}
+
+bool NodeCache::synced() const {
+  MutexLock lock(&mu_);
+  return synced_;
 }
 
 void NodeCache::Apply(kube::NodeEventType type, const kube::NodeObject& node) {

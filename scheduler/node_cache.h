@@ -75,6 +75,10 @@ class NodeCache {
   std::vector<std::shared_ptr<const CachedNode>> FindAll(
       const std::vector<std::string>& names) const;
   size_t size() const;
+  // True once the first LIST was handed over (Replace): from then on an
+  // unknown name is a node the API server does not have, not one not read
+  // yet. The extender is ready (/readyz) only then. Never false again.
+  bool synced() const;
   // Annotations that did not read, since the start.
   uint64_t annotation_errors() const;
   // kdm.io/devices values decoded (k8s::DecodeNodeDevices), since the start:
@@ -107,6 +111,7 @@ class NodeCache {
   NodeMap nodes_ ABSL_GUARDED_BY(mu_);
   uint64_t annotation_errors_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t annotation_decodes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool synced_ ABSL_GUARDED_BY(mu_) = false;
   Mutex log_mu_;
   LogRateLimiter unreadable_log_ ABSL_GUARDED_BY(log_mu_){kUnreadableLogBurst, kUnreadableLogWindow,
                                                           kMaxLogKeys};

@@ -49,6 +49,19 @@ void PodWatch::Replace(const std::vector<kube::PodObject>& pods) {
     if (std::optional<BoundPod> b = BoundPodOf(p)) bound.push_back(std::move(*b));
   }
   assumptions_->ReplaceBound(bound);
+  MutexLock lock(&mu_);
+  listed_pods_ = pods.size();
+  synced_ = true;
+}
+
+bool PodWatch::synced() const {
+  MutexLock lock(&mu_);
+  return synced_;
+}
+
+size_t PodWatch::listed_pods() const {
+  MutexLock lock(&mu_);
+  return listed_pods_;
 }
 
 void PodWatch::Apply(kube::PodEventType type, const kube::PodObject& pod) {

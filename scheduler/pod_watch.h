@@ -14,10 +14,12 @@
 #ifndef KDM_SCHEDULER_POD_WATCH_H_
 #define KDM_SCHEDULER_POD_WATCH_H_
 
+#include <cstddef>
 #include <memory>
 #include <optional>
 
 #include "kdm/base/status.h"
+#include "kdm/base/sync.h"
 #include "kdm/kube/client.h"
 #include "kdm/kube/pod_decode.h"
 #include "kdm/kube/pod_informer.h"
@@ -47,6 +49,10 @@ class PodWatch {
   }
   void Stop();
   std::optional<kube::PodInformer::Stats> informer_stats() const;
+  // True once the first LIST was handed over (Replace); never false again.
+  bool synced() const;
+  // The pods of the last LIST (bound, non-terminal; 0 before the first).
+  size_t listed_pods() const;
 
   void Replace(const std::vector<kube::PodObject>& pods);
   void Apply(kube::PodEventType type, const kube::PodObject& pod);
@@ -54,6 +60,9 @@ class PodWatch {
  private:
   Assumptions* const assumptions_;
   std::unique_ptr<kube::PodInformer> informer_;
+  mutable Mutex mu_;
+  bool synced_ ABSL_GUARDED_BY(mu_) = false;
+  size_t listed_pods_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kdm::scheduler

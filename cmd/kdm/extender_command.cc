@@ -1,11 +1,16 @@
 // `kdm extender`: kube-scheduler's HTTP extender (docs/extender.md). Serves
-// POST /filter and POST /prioritize (plus /healthz and /metrics) on
+// POST /filter and POST /prioritize (plus /livez, /readyz, /healthz and
+// /metrics) on
 // --listen, scoring nodes from their kdm.io/devices annotation with
 // kdm::scheduler. With --kubeconfig or --in-cluster it also keeps a node
 // cache (LIST + WATCH), so that a scheduler configured with
 // nodeCacheCapable: true can send node names only, and watches bound pods to
 // assume their devices taken until their node publishes them
 // (--assume-timeout, --bind-wait), and POST /bind posts Bindings.
+//
+// /readyz answers 503 with its reason until the caches have their first
+// LIST (event=waiting_for_caches meanwhile, event=caches_synced once); with
+// no --kubeconfig/--in-cluster it is ready at once.
 //
 // Prints "kdm extender: listening on HOST:PORT" on stderr once serving;
 // SIGINT/SIGTERM stop it (exit 0; a second one during the stop exits at once,
@@ -15,14 +20,17 @@
 #include <signal.h>
 
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli_common.h"
 #include "commands.h"
 #include "duration_flag.h"
 #include "kdm/base/env.h"
+#include "kdm/base/log_value.h"
 #include "kdm/http/listen_address.h"
 #include "kdm/kube/binding.h"
 #include "kdm/kube/client.h"
@@ -61,6 +69,49 @@ std::string CheckByteCount(const std::string& v) {
     return "must be a whole number of bytes (0 to 9999999999999999999), got '" + v + "'";
   }
   return "";
+}
+
+// What the extender still waits for, said while it waits: once at once,
+// then every kWaitLogEvery.
+constexpr std::chrono::seconds kWaitLogEvery{10};
+
+// Waits for the first stop signal; meanwhile logs what the caches wait for
+// (event=waiting_for_caches, once, then every kWaitLogEvery) until
+// `not_ready` says "", then event=caches_synced once. Returns the signal.
+int WaitLoggingSync(StopSignals& stop_signals, const std::function<std::string()>& not_ready,
+                    const scheduler::NodeCache* cache, const scheduler::PodWatch* pods) {
+  using SteadyClock = std::chrono::steady_clock;
+  const auto start = SteadyClock::now();
+  auto next_wait_log = start;
+  std::string said;  // the reason last logged
+  while (true) {
+    const std::string reason = not_ready();
+    if (reason.empty()) break;
+    const auto now = SteadyClock::now();
+    if (now >= next_wait_log || reason != said) {
+      // The informer's last failure, when there was one, says why.
+      std::optional<kube::ListWatchStats> stats = cache != nullptr && !cache->synced()
+                                                      ? cache->informer_stats()
+                                                  : pods != nullptr ? pods->informer_stats()
+                                                                    : std::nullopt;
+      const std::string last_error = stats ? stats->last_error : "";
+      spdlog::info(
+          "event=waiting_for_caches reason={} waited_ms={} last_error={}", QuoteLogValue(reason),
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(),
+          last_error.empty() ? std::string("none") : QuoteLogValue(last_error, kMaxLogValueBytes));
+      said = reason;
+      next_wait_log = now + kWaitLogEvery;
+    }
+    // Bounded: the caches' state is polled between waits.
+    if (int sig = stop_signals.WaitFor(std::chrono::milliseconds(50)); sig != 0) return sig;
+  }
+  if (cache != nullptr) {
+    spdlog::info(
+        "event=caches_synced nodes={} pods={} took_ms={}", cache->size(),
+        pods != nullptr ? std::to_string(pods->listed_pods()) : std::string("none"),
+        std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start).count());
+  }
+  return stop_signals.Wait();
 }
 
 int RunExtender(const ExtenderFlags& flags) {
@@ -186,6 +237,16 @@ int RunExtender(const ExtenderFlags& flags) {
   scheduler::Extender extender(extender_options);
   server_options.extender = &extender;
   server_options.metrics = metrics.get();
+  // Ready once every cache a decision reads has its first LIST: before,
+  // an unknown node would get no opinion (a random pick by the scheduler).
+  scheduler::NodeCache* const node_cache = cache.get();
+  scheduler::PodWatch* const pods = pod_watch.get();
+  auto not_ready = [node_cache, pods]() -> std::string {
+    if (node_cache && !node_cache->synced()) return "node cache not synced";
+    if (pods && !pods->synced()) return "pod informer not synced";
+    return "";
+  };
+  server_options.not_ready = not_ready;
   RaiseFdLimit();  // after every flag and file was checked: a bad one is one line
   auto server = scheduler::ExtenderServer::Start(std::move(server_options));
   if (!server.ok()) {
@@ -199,7 +260,7 @@ int RunExtender(const ExtenderFlags& flags) {
   std::cerr << "kdm extender: listening on " << host << ":" << (*server)->port() << " policy "
             << scheduler::ScorePolicyName(*policy) << (cache ? " with node cache" : "")
             << (assumptions ? " and assumed pods" : "") << std::endl;
-  const int sig = stop_signals.Wait();
+  const int sig = WaitLoggingSync(stop_signals, not_ready, node_cache, pods);
   const auto stop_start = std::chrono::steady_clock::now();
   spdlog::info("event=extender_stopping signal={}", StopSignalName(sig));
   (*server)->Stop();

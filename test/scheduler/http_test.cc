@@ -191,6 +191,62 @@ TEST_F(HttpTest, WrongMethodsPathsAndNonHttpAreRefused) {
   EXPECT_EQ(Send(port(), http::verb::get, "/healthz", "").status, 200);
 }
 
+// /readyz answers 503 with the reason until not_ready() says ""; /livez and
+// /healthz say "ok" throughout (liveness never looks at the caches).
+TEST_F(HttpTest, ReadyzFollowsNotReadyLivezDoesNot) {
+  metrics_ = ExtenderMetrics::Create();
+  extender_ = std::make_unique<Extender>(Extender::Options{.metrics = metrics_.get()});
+  std::atomic<bool> synced{false};
+  auto s = ExtenderServer::Start(
+      {.listen = "127.0.0.1:0",
+       .extender = extender_.get(),
+       .metrics = metrics_.get(),
+       .not_ready = [&synced] { return synced ? std::string() : "node cache not synced"; }});
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  server_ = std::move(*s);
+  HttpReply r = Send(port(), http::verb::get, "/readyz", "");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.body, "node cache not synced");
+  EXPECT_EQ(r.content_type, "text/plain");
+  for (const char* probe : {"/livez", "/healthz"}) {
+    HttpReply l = Send(port(), http::verb::get, probe, "");
+    EXPECT_EQ(l.status, 200) << probe;
+    EXPECT_EQ(l.body, "ok") << probe;
+  }
+  synced = true;
+  r = Send(port(), http::verb::get, "/readyz", "");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "ok");
+  EXPECT_EQ(Send(port(), http::verb::post, "/readyz", "").status, 405);
+  EXPECT_EQ(Send(port(), http::verb::post, "/livez", "").status, 405);
+  EXPECT_EQ(Send(port(), http::verb::get, "/readyz/extra", "").status, 404);
+}
+
+// Without not_ready (an extender with no caches): ready at once.
+TEST_F(HttpTest, ReadyzWithoutCachesIsReadyAtOnce) {
+  StartServer();
+  HttpReply r = Send(port(), http::verb::get, "/readyz", "");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "ok");
+}
+
+// Was: NodeNames with no node cache got no opinion without a word. Each
+// such request is counted, by verb; a request with Nodes is not.
+TEST_F(HttpTest, NodeNamesWithoutANodeCacheAreCounted) {
+  StartServer();
+  const std::string names = "{\"Pod\":" + test::MakePod(2) + ",\"NodeNames\":[\"a\",\"b\"]}";
+  EXPECT_EQ(Post(port(), "/filter", names).status, 200);
+  EXPECT_EQ(Post(port(), "/filter", names).status, 200);
+  EXPECT_EQ(Post(port(), "/prioritize", names).status, 200);
+  const std::string nodes = "{\"Pod\":" + test::MakePod(2) + ",\"Nodes\":{\"items\":[" +
+                            test::MakeNode("a", std::nullopt) + "]}}";
+  EXPECT_EQ(Post(port(), "/filter", nodes).status, 200);
+  const std::string text = Send(port(), http::verb::get, "/metrics", "").body;
+  EXPECT_THAT(text, HasSubstr("kdm_extender_node_names_without_cache_total{verb=\"filter\"} 2\n"));
+  EXPECT_THAT(text,
+              HasSubstr("kdm_extender_node_names_without_cache_total{verb=\"prioritize\"} 1\n"));
+}
+
 TEST_F(HttpTest, ConcurrentRequestsAllGetTheirOwnAnswer) {
   StartServer(128ull << 20, /*threads=*/4);
   const std::string filter = ReadTestdata("filter_nodes.request.json");

@@ -139,6 +139,20 @@ TEST_F(NodeCacheTest, ListThenWatchEventsChangeTheAnswers) {
   EXPECT_THAT(metrics_->Text(), HasSubstr("kdm_extender_node_cache_total{result=\"unknown\"} 2"));
 }
 
+// /readyz's node part: synced only once the first LIST was handed over (an
+// empty one too), whatever the informer did before; watch events alone do
+// not make it synced.
+TEST_F(NodeCacheTest, SyncedOnlyAfterTheFirstList) {
+  EXPECT_FALSE(cache_->synced());
+  cache_->Apply(kube::NodeEventType::kAdded, kube::NodeObject{.name = "early"});
+  EXPECT_FALSE(cache_->synced());
+  cache_->Replace({});
+  EXPECT_TRUE(cache_->synced());
+  EXPECT_EQ(cache_->size(), 0u);
+  cache_->Apply(kube::NodeEventType::kDeleted, kube::NodeObject{.name = "early"});
+  EXPECT_TRUE(cache_->synced());
+}
+
 // A LIST of N annotated nodes costs N annotation decodes and nothing else:
 // the informer parsed each node once and handed over its annotation value;
 // the cache decodes that value once and never parses a node's JSON again
