@@ -1,5 +1,7 @@
 #include "kdm/kube/client.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <charconv>
 #include <nlohmann/json.hpp>
@@ -9,6 +11,8 @@
 #include <utility>
 
 #include "kdm/base/json_depth.h"
+#include "kdm/base/log_rate_limiter.h"
+#include "kdm/base/log_value.h"
 #include "kdm/base/sync.h"
 #include "kdm/http/client.h"
 
@@ -233,8 +237,30 @@ class ClientImpl final : public Client {
                                        FormatMs(wait) + " within the " + FormatMs(timeout) +
                                        " deadline)");
       }
+      LogRetry(method, path, attempt, last, wait);
       if (Wait(wait, cancel)) return CancelledError(what + ": cancelled");
     }
+  }
+
+  // A failed attempt that will be retried: said at once the first time for
+  // each request (method and path, without the query), so that a server
+  // that refuses or fails is named in the log as it happens, not when the
+  // call's deadline (up to ~15 s of retries) is over; later ones are
+  // rate-limited (the server's message is outside text).
+  void LogRetry(std::string_view method, std::string_view path, int attempt, const Status& error,
+                milliseconds wait) {
+    std::string key = std::string(method) + " " + std::string(path.substr(0, path.find('?')));
+    std::optional<int64_t> suppressed;
+    {
+      MutexLock lock(&log_mu_);
+      suppressed = retry_log_.Admit(key, LogRateLimiter::Clock::now());
+    }
+    if (!suppressed) return;
+    spdlog::warn(
+        "event=kube_request_failed request={} attempt={} error={} action=retry wait_ms={}"
+        " suppressed={}",
+        QuoteLogValue(key, kMaxLogValueBytes), attempt,
+        QuoteLogValue(error.message(), 2 * kMaxLogValueBytes), wait.count(), *suppressed);
   }
 
   Options options_;
@@ -242,6 +268,9 @@ class ClientImpl final : public Client {
   const std::shared_ptr<kdm::Clock> clock_;
   Mutex rng_mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(rng_mu_);
+  Mutex log_mu_;
+  // One line per request at once, then at most 2 a minute.
+  LogRateLimiter retry_log_ ABSL_GUARDED_BY(log_mu_){2, std::chrono::seconds(60), 256};
 };
 
 }  // namespace

@@ -125,9 +125,16 @@ class Reflector {
     return Stopping();
   }
 
+  // A failed LIST or watch: the first is logged at once (warn, with the
+  // error), later ones at most kFailureLogBurst a minute (the rest at debug,
+  // counted in the next line's suppressed=N): a server down for an hour
+  // says so without a line per back-off.
   void Failed(const Status& s) {
-    spdlog::warn("event={}_error error={}", name_,
-                 QuoteLogValue(s.ToString(), kMaxInformerLoggedBytes));
+    const std::optional<int64_t> suppressed =
+        failure_log_.Admit("error", std::chrono::steady_clock::now());
+    spdlog::log(suppressed ? spdlog::level::warn : spdlog::level::debug,
+                "event={}_error error={} suppressed={}", name_,
+                QuoteLogValue(s.ToString(), kMaxInformerLoggedBytes), suppressed.value_or(0));
     MutexLock lock(&mu_);
     ++stats_.errors;
     stats_.last_error = s.ToString();
@@ -326,6 +333,8 @@ class Reflector {
   milliseconds backoff_;
   std::optional<kdm::Clock::TimePoint> last_backoff_end_;
   LogRateLimiter refusal_log_{/*burst=*/5, std::chrono::seconds(60)};
+  static constexpr int kFailureLogBurst = 3;
+  LogRateLimiter failure_log_{kFailureLogBurst, std::chrono::seconds(60)};
   Mutex join_mu_;
   std::thread thread_;
 };
