@@ -102,9 +102,30 @@ Publisher::StepResult Publisher::Step() {
   last_content_ = std::move(content);
   last_written_ = std::move(value);
   last_success_ = now;
-  spdlog::debug("event=publish_written node={} bytes={} resync={}",
-                QuoteLogValue(options_.node, kMaxLogValueBytes), last_written_.size(), !changed);
+  LogWritten(*read, !changed, now);
   return StepResult::kWritten;
+}
+
+void Publisher::LogWritten(const NodeDevices& devices, bool resync,
+                           std::chrono::steady_clock::time_point now) {
+  size_t allocatable = 0, in_use = 0;
+  for (const auto& [r, ids] : devices.allocatable) allocatable += ids.size();
+  for (const auto& [r, ids] : devices.in_use) in_use += ids.size();
+  const std::string node = QuoteLogValue(options_.node, kMaxLogValueBytes);
+  if (writes_ == 1) {
+    // The one line that says the annotation is there at last.
+    spdlog::info("event=first_publish node={} resources={} devices={} in_use={} bytes={}", node,
+                 devices.allocatable.size(), allocatable, in_use, last_written_.size());
+    return;
+  }
+  // A write a second at most (min_write_interval): at info a few a minute,
+  // the rest at -v, counted in the next info line's suppressed=N.
+  const std::optional<int64_t> suppressed = written_log_.Admit("publish_written", now);
+  spdlog::log(suppressed ? spdlog::level::info : spdlog::level::debug,
+              "event=publish_written node={} resources={} devices={} in_use={} bytes={} resync={} "
+              "writes={} suppressed={}",
+              node, devices.allocatable.size(), allocatable, in_use, last_written_.size(), resync,
+              writes_, suppressed.value_or(0));
 }
 
 void Publisher::Run() {

@@ -10,7 +10,11 @@
 //     write, changed or not.
 // A source or writer that fails never stops the loop: the failure is logged
 // (a write failure is retried at the next poll, still at most once per
-// min_write_interval) and polling goes on.
+// min_write_interval) and polling goes on. A successful write is logged at
+// info: the first as event=first_publish, later ones as
+// event=publish_written (node, resources, devices, in_use, bytes) at most
+// kWrittenLogBurst a minute, the rest at debug and counted in the next
+// line's suppressed=N.
 //
 // Time comes from Options::clock (a kdm::Clock): intervals from Now(), the
 // annotation's `updated` from WallNow(), and Run()'s waits between polls are
@@ -37,6 +41,7 @@
 #include <vector>
 
 #include "kdm/base/clock.h"
+#include "kdm/base/log_rate_limiter.h"
 #include "kdm/base/status.h"
 #include "kdm/k8s/devices_annotation.h"
 #include "kdm/topology/allocator.h"
@@ -143,8 +148,16 @@ class Publisher {
   bool write_failing_ = false;
   int writes_ = 0;
   int write_failures_ = 0;
+  // event=publish_written at info: kWrittenLogBurst a minute (on the clock).
+  static constexpr int kWrittenLogBurst = 6;
+  LogRateLimiter written_log_{kWrittenLogBurst, std::chrono::seconds(60)};
 
   Wakeup stop_;  // Stop() wakes it: ends Run()'s wait
+
+  // Logs a successful write: event=first_publish for the first, then
+  // event=publish_written (rate-limited). Step's thread.
+  void LogWritten(const NodeDevices& devices, bool resync,
+                  std::chrono::steady_clock::time_point now);
 };
 
 }  // namespace kdm::kube

@@ -10,12 +10,15 @@
 #include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "kdm/test/wait_until.h"
 #include "kdm/topology/presets.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 
 namespace kdm::kube {
 namespace {
@@ -307,6 +310,48 @@ TEST(BuildDevicesAnnotationTest, PodsAreTheHoldersFingerprintsSortedAndPolicyPer
   a = BuildDevicesAnnotation("n", "t", d, {}, {});
   EXPECT_EQ(a.pods, std::vector<uint64_t>{});
   EXPECT_THAT(k8s::EncodeDevicesAnnotation(a), HasSubstr(R"("updated":"t","pods":[],)"));
+}
+
+// Was: a successful write was logged at -v only, so nothing said when the
+// annotation was there at last. Now the first write is event=first_publish
+// and later ones event=publish_written at info, 6 a minute (on the clock).
+TEST_F(PublisherTest, FirstWriteIsSaidOnceAndLaterWritesAreRateLimited) {
+  std::ostringstream captured;
+  auto previous = spdlog::default_logger();
+  auto logger = std::make_shared<spdlog::logger>(
+      "publisher-capture", std::make_shared<spdlog::sinks::ostream_sink_st>(captured));
+  logger->set_pattern("%L %v");
+  logger->set_level(spdlog::level::debug);
+  spdlog::set_default_logger(logger);
+  Publisher p(Opts(), &source_, &writer_);
+  ASSERT_EQ(p.Step(), Result::kWritten);
+  // 19 more writes, one a second, each a changed value.
+  for (int i = 1; i < 20; ++i) {
+    clock_->Advance(1s);
+    source_.used = i % 8;
+    ASSERT_EQ(p.Step(), Result::kWritten) << i;
+  }
+  // A minute on: the next info line counts the lines left out.
+  clock_->Advance(61s);
+  source_.used = 5;
+  ASSERT_EQ(p.Step(), Result::kWritten);
+  spdlog::set_default_logger(previous);
+  const std::string log = captured.str();
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = log.find(needle); at != std::string::npos; at = log.find(needle, at + 1)) ++n;
+    return n;
+  };
+  const std::string bytes = std::to_string(writer_.values.front().size());
+  EXPECT_THAT(log, HasSubstr("I event=first_publish node=\"gpu-node-7\" resources=1 devices=8 "
+                             "in_use=0 bytes=" +
+                             bytes + "\n"));
+  EXPECT_EQ(count("event=first_publish"), 1u) << log;
+  EXPECT_EQ(count("I event=publish_written"), 7u) << log;
+  EXPECT_EQ(count("D event=publish_written"), 13u) << log;
+  EXPECT_THAT(log, HasSubstr("I event=publish_written node=\"gpu-node-7\" resources=1 devices=8 "
+                             "in_use=5 bytes="));
+  EXPECT_THAT(log, HasSubstr("writes=21 suppressed=13\n"));
 }
 
 }  // namespace
