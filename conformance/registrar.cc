@@ -7,6 +7,7 @@
 #include "absl/time/time.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kdm/base/file_system.h"
+#include "kdm/base/log_value.h"
 #include "kdm/base/sync.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/grpc_server.h"
@@ -19,8 +20,10 @@ class Registrar::Service final : public v1beta1::Registration::Service {
  public:
   grpc::Status Register(grpc::ServerContext*, const v1beta1::RegisterRequest* request,
                         v1beta1::Empty*) override {
-    spdlog::info("event=register_received resource=\"{}\" endpoint=\"{}\" version=\"{}\"",
-                 request->resource_name(), request->endpoint(), request->version());
+    spdlog::info("event=register_received resource={} endpoint={} version={}",
+                 QuoteLogValue(request->resource_name(), kMaxLogValueBytes),
+                 QuoteLogValue(request->endpoint(), kMaxLogValueBytes),
+                 QuoteLogValue(request->version(), kMaxLogValueBytes));
     kdm::MutexLock lock(&mu_);
     registrations_.push_back({*request, std::chrono::steady_clock::now()});
     return grpc::Status::OK;
@@ -72,7 +75,7 @@ Status Registrar::Serve() {
   server->server = builder.BuildAndStart();
   if (!server->server) return UnavailableError("cannot serve Registration on " + socket_path_);
   server_ = std::move(server);
-  spdlog::info("event=registration_serving socket={}", socket_path_);
+  spdlog::debug("event=registration_serving socket={}", socket_path_);
   return OkStatus();
 }
 

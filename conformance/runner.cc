@@ -23,6 +23,7 @@
 // registration too, so that `kdm conform` and `kdm kubelet` can never
 // disagree.
 #include "kdm/base/file_system.h"
+#include "kdm/base/log_value.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/grpc_status.h"
@@ -287,8 +288,15 @@ Status Session::Setup() {
   if (!options_.root.empty()) {
     plugin_dir_ = JoinPath(options_.root, "device-plugins");
     KDM_ASSIGN_OR_RETURN(registrar_, Registrar::Start(plugin_dir_));
-    spdlog::info("event=waiting_for_registration socket={} timeout={}", registrar_->socket_path(),
-                 DurationText(options_.timeout));
+    // The one line a user sees while nothing happens (kdm conform logs at
+    // info): what it waits for, where, and for how long at most.
+    spdlog::info(
+        "event=waiting_for_registration resource={} socket={} timeout={} detail={}",
+        QuoteLogValue(options_.resource, kMaxLogValueBytes),
+        QuoteLogValue(registrar_->socket_path(), kMaxLogValueBytes), DurationText(options_.timeout),
+        QuoteLogValue("waiting up to " + DurationText(options_.timeout) + " for a plugin of " +
+                          options_.resource + " to register on " + registrar_->socket_path(),
+                      2 * kMaxLogValueBytes));
     if (!registrar_->WaitForCount(1, options_.timeout)) {
       return DeadlineExceededError("no plugin registered on " + registrar_->socket_path() +
                                    " within " + DurationText(options_.timeout));
@@ -341,8 +349,8 @@ Report Session::RunChecks() {
     Clock::time_point start = Clock::now();
     Outcome o = fn == Checks().end() ? Skip("not implemented") : (this->*(fn->second))();
     CheckResult r{info, o.verdict, std::move(o.reason), Since(start)};
-    spdlog::info("event=check id={} verdict={} duration={}ms", r.info.id, VerdictName(r.verdict),
-                 r.duration.count());
+    spdlog::debug("event=check id={} verdict={} duration={}ms", r.info.id, VerdictName(r.verdict),
+                  r.duration.count());
     report.results.push_back(std::move(r));
   }
   return report;

@@ -64,7 +64,7 @@ int ConformFail(int code, const std::string& message) {
 }
 
 void SetUpLogging(bool verbose) {
-  SetUpStderrLogging("kdm-conform", verbose ? spdlog::level::debug : spdlog::level::warn);
+  SetUpStderrLogging("kdm-conform", verbose ? spdlog::level::debug : spdlog::level::info);
 }
 
 // A check run has nothing to finish cleanly: on SIGINT or SIGTERM a watcher

@@ -191,6 +191,36 @@ int ServeUntilSignal(StopSignals& stop_signals, const fakes::PluginConfig& confi
   const std::string tag = fault.empty() ? "" : " fault=" + fault;
   int registrations = 0;
   std::string last_error;
+  // A plugin started before its agent (or whose agent went away) waits for
+  // kubelet.sock to appear: said once at info per wait (a wait ends with a
+  // registration), then at -v once a second, so that a silent plugin is
+  // never a mystery (issue 30).
+  const std::string kubelet_socket =
+      config.plugin_dir + "/" + std::string(pluginapi::kKubeletSocketName);
+  bool wait_announced = false;
+  std::chrono::steady_clock::time_point wait_started, next_wait_debug;
+  auto log_waiting = [&] {
+    std::error_code ec;
+    if (std::filesystem::exists(kubelet_socket, ec)) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!wait_announced) {
+      wait_announced = true;
+      wait_started = now;
+      next_wait_debug = now + std::chrono::seconds(1);
+      spdlog::info("event=waiting_for_kubelet resource={} socket={} detail={}{}", resource,
+                   QuoteLogValue(kubelet_socket, kMaxLogValueBytes),
+                   QuoteLogValue("waiting for kubelet.sock at " + kubelet_socket +
+                                     "; registers once an agent serves it",
+                                 2 * kMaxLogValueBytes),
+                   tag);
+    } else if (now >= next_wait_debug) {
+      next_wait_debug = now + std::chrono::seconds(1);
+      spdlog::debug("event=waiting_for_kubelet resource={} socket={} waited_s={}{}", resource,
+                    QuoteLogValue(kubelet_socket, kMaxLogValueBytes),
+                    std::chrono::duration_cast<std::chrono::seconds>(now - wait_started).count(),
+                    tag);
+    }
+  };
   // Logs registrations (and failures) since the last call.
   auto log_registration = [&] {
     int now = registration_count();
@@ -198,6 +228,9 @@ int ServeUntilSignal(StopSignals& stop_signals, const fakes::PluginConfig& confi
       spdlog::info("event=registered resource={} kubelet={}/{} registrations={}{}", resource,
                    config.plugin_dir, pluginapi::kKubeletSocketName, now, tag);
       registrations = now;
+      wait_announced = false;
+    } else {
+      log_waiting();
     }
     Status err = last_registration_error();
     if (!err.ok() && err.message() != last_error) {
