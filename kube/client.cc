@@ -269,8 +269,8 @@ class ClientImpl final : public Client {
   Mutex rng_mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(rng_mu_);
   Mutex log_mu_;
-  // One line per request at once, then at most 2 a minute.
-  LogRateLimiter retry_log_ ABSL_GUARDED_BY(log_mu_){2, std::chrono::seconds(60), 256};
+  // One line per request at once, then one every 30 s (with suppressed=N).
+  LogRateLimiter retry_log_ ABSL_GUARDED_BY(log_mu_){1, std::chrono::seconds(30), 256};
 };
 
 }  // namespace

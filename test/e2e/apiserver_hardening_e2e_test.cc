@@ -275,9 +275,8 @@ TEST_F(ApiServerHardeningE2eTest, PublishDoesNotReadAHundredMibAnswerToItsPatch)
                                root_ + "/pod-resources/kubelet.sock", "--kubeconfig", Kubeconfig(),
                                "--interval", "100ms", "-v", "1"},
       root_ + "/publish.log");
-  ASSERT_TRUE(
-      WaitUntil([&] { return publish_->Log().find("event=publish_written") != std::string::npos; },
-                kWaitBound))
+  ASSERT_TRUE(WaitUntil(
+      [&] { return publish_->Log().find("event=first_publish") != std::string::npos; }, kWaitBound))
       << publish_->Log();
   ExpectPublishStaysSmall(publish_.get());
   EXPECT_EQ(Patches(), 1);
