@@ -444,7 +444,7 @@ TEST_F(NvidiaHabitsE2eTest, TheCommandLineWinsOverNvidiasVariables) {
   }
 }
 
-TEST_F(NvidiaHabitsE2eTest, PassDeviceSpecsFalseAndTheDevRootFromTheirVariables) {
+TEST_F(NvidiaHabitsE2eTest, PassDeviceSpecsFalseFromItsVariableDropsTheNodes) {
   ::setenv("PASS_DEVICE_SPECS", "false", 1);
   ::setenv("DEVICE_LIST_STRATEGY", "envvar", 1);
   StartAndWaitForAll();
