@@ -522,7 +522,10 @@ class SlowPreferred final : public ForwardingHandler {
   StatusOr<v1beta1::PreferredAllocationResponse> GetPreferredAllocation(
       const v1beta1::PreferredAllocationRequest& request, CallContext& call) override {
     for (const auto& container : request.container_requests()) {
-      if (container.allocation_size() < std::max(1, devices_ - 1)) continue;
+      // The largest requests: all but one of the devices offered (at most
+      // all but one of the plugin's).
+      const int offered = std::min(devices_, container.available_deviceids_size());
+      if (container.allocation_size() < std::max(1, offered - 1)) continue;
       const auto start = SteadyClock::now();
       const char* ended;
       {

@@ -46,9 +46,10 @@
 //   pref-random             must-include ids plus a random pick of the rest,
 //                           never the same set twice in a row when another
 //                           set is possible
-//   pref-slow               requests with allocation_size >= max(1, device
-//                           count - 1) are answered only after the client
-//                           gives up (CANCELLED; at most 60 s, or Stop)
+//   pref-slow               requests with allocation_size >= max(1, n - 1),
+//                           n the devices offered (at most the plugin's),
+//                           are answered only after the client gives up
+//                           (CANCELLED; at most 60 s, or Stop)
 //   prestart-unimplemented  pre_start_required, PreStartContainer answers
 //                           UNIMPLEMENTED
 //   lw-drop-breaks          after the first stream the client cancels, every
