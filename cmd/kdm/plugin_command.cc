@@ -14,7 +14,7 @@
 // bound, a socket whose lock <socket>.lock another live plugin holds: one
 // line naming its pid); 2 bad usage (missing or conflicting flags, a malformed number, an
 // unknown preset, policy or fault, an empty or malformed resource name,
-// --fault together with --health-file, a flag that does not apply to --nvml
+// a flag that does not apply to --nvml
 // or needs it, a bad DP_DISABLE_HEALTHCHECKS, a bad value of one of NVIDIA's
 // flags or environment variables (named), --nvml on a machine without
 // libnvidia-ml: one line "NVML not found: ...; is the NVIDIA driver
@@ -315,10 +315,6 @@ std::optional<std::string> CheckUsage(const PluginFlags& f, fakes::PluginConfig*
   if (Status s = pluginapi::ValidateResourceName(f.resource); !s.ok()) return s.message();
   if (f.fault_given) {
     if (Status s = fakes::CheckFaultName(f.fault); !s.ok()) return "--fault: " + s.message();
-    if (!f.health_file.empty()) {
-      return "--health-file is not supported together with --fault (a faulty plugin's devices "
-             "stay healthy)";
-    }
   }
   config->resource_name = f.resource;
   if (!f.count.empty()) {
@@ -403,6 +399,45 @@ int ServeUntilSignal(StopSignals& stop_signals, const fakes::PluginConfig& confi
 }
 
 // Runs a FaultyPlugin until SIGTERM or SIGINT (see RunPlugin).
+// Follows --health-file (`path`), applying each version through `apply`.
+// Errors: INVALID_ARGUMENT for a file that cannot be watched (exit 2), the
+// watch's start error otherwise (exit 1); see StatusExitCode.
+StatusOr<std::unique_ptr<fakes::HealthFileWatcher>> StartHealthFile(
+    const std::string& path, const std::string& resource,
+    std::function<fakes::HealthUpdate(const fakes::HealthMap&)> apply) {
+  auto w = fakes::HealthFileWatcher::Create(
+      path,
+      [apply, path, resource](const fakes::HealthMap& health) {
+        fakes::HealthUpdate u = apply(health);
+        spdlog::info(
+            "event=health_file_applied resource={} path={} healthy={} unhealthy={} "
+            "unknown_ids={}",
+            resource, path, u.healthy, u.unhealthy, u.unknown_ids.size());
+      },
+      [path, resource](const Status& error) {
+        if (error.code() == StatusCode::kNotFound) {
+          spdlog::info(
+              "event=health_file_missing resource={} path={} detail={} "
+              "action=keep_last_state",
+              resource, path, QuoteLogValue(error.message()));
+        } else {
+          spdlog::warn(
+              "event=health_file_rejected resource={} path={} error={} "
+              "action=keep_last_state",
+              resource, path, QuoteLogValue(error.message()));
+        }
+      });
+  if (!w.ok()) return InvalidArgumentError(w.status().message());
+  std::unique_ptr<fakes::HealthFileWatcher> watcher = std::move(*w);
+  if (Status s = watcher->Start(); !s.ok()) return InternalError(s.message());
+  return watcher;
+}
+
+// kUsageError for INVALID_ARGUMENT, kRuntimeError otherwise.
+int StatusExitCode(const Status& s) {
+  return s.code() == StatusCode::kInvalidArgument ? kUsageError : kRuntimeError;
+}
+
 int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
                     StopSignals& stop_signals) {
   spdlog::info("event=fault_mode fault={}", f.fault);
@@ -411,8 +446,19 @@ int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
   if (!created.ok()) return PluginFail(kRuntimeError, created.status().message());
   std::unique_ptr<fakes::FaultyPlugin> plugin = std::move(*created);
   const std::string& resource = config.resource_name;
+  std::unique_ptr<fakes::HealthFileWatcher> watcher;
+  if (!f.health_file.empty()) {
+    fakes::FaultyPlugin* p = plugin.get();
+    StatusOr<std::unique_ptr<fakes::HealthFileWatcher>> w = StartHealthFile(
+        f.health_file, resource, [p](const fakes::HealthMap& h) { return p->ApplyHealth(h); });
+    if (!w.ok()) return PluginFail(StatusExitCode(w.status()), w.status().message());
+    watcher = std::move(*w);
+  }
   RaiseFdLimit();
-  if (Status s = plugin->Start(); !s.ok()) return PluginFail(kRuntimeError, s.message());
+  if (Status s = plugin->Start(); !s.ok()) {
+    if (watcher) watcher->Stop();
+    return PluginFail(kRuntimeError, s.message());
+  }
   spdlog::info("event=serving resource={} socket={} devices={} source={} fault={}", resource,
                plugin->SocketPath(), plugin->healthy().topology().size(),
                QuoteLogValue(plugin->healthy().source()), f.fault);
@@ -423,6 +469,7 @@ int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
       stop_signals, config, [&] { return plugin->RegistrationCount(); },
       [&] { return plugin->LastRegistrationError(); }, f.fault);
   spdlog::info("event=stopping resource={} signal={}", resource, SignalName(sig));
+  if (watcher) watcher->Stop();
   plugin->Stop();
   spdlog::info("event=stopped resource={}", resource);
   return 0;
@@ -599,32 +646,10 @@ int RunPlugin(const PluginFlags& given) {
   std::unique_ptr<fakes::HealthFileWatcher> watcher;
   if (!f.health_file.empty()) {
     fakes::FakeDevicePlugin* p = plugin.get();
-    std::string path = f.health_file;
-    auto w = fakes::HealthFileWatcher::Create(
-        path,
-        [p, path, resource](const fakes::HealthMap& health) {
-          fakes::HealthUpdate u = p->ApplyHealth(health);
-          spdlog::info(
-              "event=health_file_applied resource={} path={} healthy={} unhealthy={} "
-              "unknown_ids={}",
-              resource, path, u.healthy, u.unhealthy, u.unknown_ids.size());
-        },
-        [path, resource](const Status& error) {
-          if (error.code() == StatusCode::kNotFound) {
-            spdlog::info(
-                "event=health_file_missing resource={} path={} detail={} "
-                "action=keep_last_state",
-                resource, path, QuoteLogValue(error.message()));
-          } else {
-            spdlog::warn(
-                "event=health_file_rejected resource={} path={} error={} "
-                "action=keep_last_state",
-                resource, path, QuoteLogValue(error.message()));
-          }
-        });
-    if (!w.ok()) return PluginFail(kUsageError, w.status().message());
+    StatusOr<std::unique_ptr<fakes::HealthFileWatcher>> w = StartHealthFile(
+        f.health_file, resource, [p](const fakes::HealthMap& h) { return p->ApplyHealth(h); });
+    if (!w.ok()) return PluginFail(StatusExitCode(w.status()), w.status().message());
     watcher = std::move(*w);
-    if (Status s = watcher->Start(); !s.ok()) return PluginFail(kRuntimeError, s.message());
   }
 
   RaiseFdLimit();
