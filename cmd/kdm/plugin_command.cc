@@ -381,6 +381,8 @@ int ServeUntilSignal(StopSignals& stop_signals, const fakes::PluginConfig& confi
   bool wait_announced = false;
   std::chrono::steady_clock::time_point wait_started, next_wait_debug;
   auto log_waiting = [&] {
+    // --kubelet-socket "": serving only, no registration to wait for.
+    if (!config.register_with_kubelet) return;
     std::error_code ec;
     if (std::filesystem::exists(kubelet_socket, ec)) return;
     const auto now = std::chrono::steady_clock::now();
