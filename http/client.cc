@@ -87,6 +87,9 @@ class Attempt {
 
   void ArmTimer(SteadyClock::time_point at);
   void Close();
+  // CONNECT host:port through the proxy the socket is connected to; an
+  // error result unless the proxy answered 2xx.
+  RoundTripResult OpenTunnel();
   RoundTripResult Failure(const std::string& step, const beast::error_code& ec);
   RoundTripResult ReadAnswer(bool discard_body,
                              const std::function<bool(std::string_view)>* on_line,
@@ -181,30 +184,40 @@ RoundTripResult Attempt::Run(const ClientRequest& request,
   }
   ArmTimer(deadline_);
 
+  const bool proxied = !options.proxy_host.empty();
+  const std::string& connect_host = proxied ? options.proxy_host : options.host;
+  const uint16_t connect_port = proxied ? options.proxy_port : options.port;
+  const std::string via = proxied ? "proxy " + options.proxy_url + ": " : "";
   tcp::resolver::results_type endpoints;
   beast::error_code ec = Await([&](auto handler) {
     resolver_.async_resolve(
-        options.host, std::to_string(options.port),
+        connect_host, std::to_string(connect_port),
         [&endpoints, handler](beast::error_code e, tcp::resolver::results_type results) mutable {
           endpoints = std::move(results);
           handler(e);
         });
   });
-  if (ec) return Failure("resolving " + options.host, ec);
+  if (ec) return Failure(via + "resolving " + connect_host, ec);
   ec = Await([&](auto handler) {
     beast::get_lowest_layer(stream_).async_connect(
         endpoints, [handler](beast::error_code e, const tcp::endpoint&) mutable { handler(e); });
   });
-  if (ec) return Failure("connect", ec);
+  if (ec) return Failure(via + "connect", ec);
+  if (proxied) {
+    RoundTripResult tunnel = OpenTunnel();
+    if (!tunnel.error.ok()) return tunnel;
+  }
 
   SSL* ssl = stream_.native_handle();
-  if (IsIpAddress(options.host)) {
+  const std::string& verify_name =
+      options.tls_server_name.empty() ? options.host : options.tls_server_name;
+  if (IsIpAddress(verify_name)) {
     if (!options.insecure_skip_tls_verify) {
-      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), options.host.c_str());
+      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), verify_name.c_str());
     }
   } else {
-    SSL_set_tlsext_host_name(ssl, options.host.c_str());
-    if (!options.insecure_skip_tls_verify) SSL_set1_host(ssl, options.host.c_str());
+    SSL_set_tlsext_host_name(ssl, verify_name.c_str());
+    if (!options.insecure_skip_tls_verify) SSL_set1_host(ssl, verify_name.c_str());
   }
   ec = Await([&](auto handler) { stream_.async_handshake(ssl::stream_base::client, handler); });
   if (ec) {
@@ -212,9 +225,12 @@ RoundTripResult Attempt::Run(const ClientRequest& request,
     ERR_clear_error();
     if (!cancelled_ && !timed_out_ && verify != X509_V_OK) {
       RoundTripResult r;
-      r.error =
-          UnavailableError(options.server_name + ": TLS: the server's certificate was refused: " +
-                           X509_verify_cert_error_string(verify));
+      std::string why = X509_verify_cert_error_string(verify);
+      if (!options.tls_server_name.empty()) {
+        why += " (verified against tls-server-name \"" + options.tls_server_name + "\")";
+      }
+      r.error = UnavailableError(options.server_name +
+                                 ": TLS: the server's certificate was refused: " + why);
       return r;
     }
     return Failure("TLS handshake", ec);
@@ -235,6 +251,42 @@ RoundTripResult Attempt::Run(const ClientRequest& request,
   if (ec) return Failure("sending the request", ec);
 
   return ReadAnswer(request.discard_body, on_line, idle_timeout);
+}
+
+RoundTripResult Attempt::OpenTunnel() {
+  const HttpsClient::Options& options = client_.options();
+  const std::string via = "proxy " + options.proxy_url;
+  std::string authority =
+      options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host;
+  authority += ":" + std::to_string(options.port);
+  bhttp::request<bhttp::empty_body> connect{bhttp::verb::connect, authority, 11};
+  connect.set(bhttp::field::host, authority);
+  connect.set(bhttp::field::user_agent, "kdm");
+  auto& socket = beast::get_lowest_layer(stream_);
+  beast::error_code ec = Await([&](auto handler) { bhttp::async_write(socket, connect, handler); });
+  if (ec) return Failure(via + ": sending CONNECT " + authority, ec);
+  // The proxy's answer has no body; nothing follows it before our TLS
+  // hello, so the buffer holds only the answer.
+  beast::flat_buffer buffer(64 * 1024);
+  bhttp::response_parser<bhttp::empty_body> parser;
+  parser.skip(true);
+  parser.header_limit(64 * 1024);
+  ec = Await([&](auto handler) { bhttp::async_read_header(socket, buffer, parser, handler); });
+  if (ec) return Failure(via + ": reading the answer to CONNECT " + authority, ec);
+  const unsigned status = parser.get().result_int();
+  RoundTripResult r;
+  if (status / 100 != 2) {
+    r.error = UnavailableError(via + ": CONNECT " + authority + ": " + std::to_string(status) +
+                               " " + ReasonPhrase(static_cast<int>(status)));
+    r.retryable = status >= 500;
+    return r;
+  }
+  if (buffer.size() != 0) {
+    r.error = UnavailableError(via + ": CONNECT " + authority +
+                               ": the proxy sent bytes before the TLS handshake");
+    return r;
+  }
+  return r;
 }
 
 RoundTripResult Attempt::ReadAnswer(bool discard_body,

@@ -76,7 +76,7 @@ int RunExtender(const ExtenderFlags& flags) {
   if (flags.tls_cert.empty() != flags.tls_key.empty()) {
     return fail(kUsageError, "--tls-cert and --tls-key: give both or neither");
   }
-  if (Status s = CheckKubeClientFlags(flags.kube, /*required=*/false); !s.ok()) {
+  if (Status s = CheckKubeClientFlags(flags.kube); !s.ok()) {
     return fail(kUsageError, std::string(s.message()));
   }
   StatusOr<scheduler::ScorePolicy> policy = scheduler::ParseScorePolicy(flags.policy);

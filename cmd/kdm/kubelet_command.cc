@@ -110,7 +110,8 @@ int RunKubelet(const KubeletFlags& flags) {
   if (!flags.publish && flags.publish_loop.any_given()) {
     return usage(
         "--node-name, --topology, --ids, --plugin-policy, --nvml-library, --sysfs-root, "
-        "--kubeconfig, --in-cluster, --interval, --min-write-interval, --resync and --timeout "
+        "--kubeconfig, --context, --in-cluster, --interval, --min-write-interval, --resync and "
+        "--timeout "
         "need --publish");
   }
   PublishSetup publish_setup;

@@ -511,7 +511,7 @@ TEST_F(PublishApiServerE2eTest, BadClientFlagsAndFilesAreClearErrors) {
     std::string message;
   };
   std::vector<Case> cases = {
-      {{}, 2, "one of --kubeconfig FILE or --in-cluster is required (or --dry-run)"},
+      {{"--context", "c1", "--in-cluster"}, 2, "--context and --in-cluster"},
       {{"--kubeconfig", Kubeconfig(), "--in-cluster"}, 2, "give one, not both"},
       {{"--kubeconfig", Kubeconfig(), "--in-cluster", "--dry-run"}, 2, "give one, not both"},
       {{"--kubeconfig", root_ + "/missing.yaml"},
