@@ -101,8 +101,8 @@ class HttpsClient {
     // The name the server's certificate is verified against and sent as
     // SNI instead of `host` (a kubeconfig's tls-server-name); empty: host.
     std::string tls_server_name;
-    // An HTTP proxy: the connection is a CONNECT tunnel through it
-    // (proxy_url names it in errors). Empty proxy_host: direct.
+    // A proxy: a tunnel through it, HTTP CONNECT or SOCKS5 as proxy_url's
+    // scheme says (it also names it in errors). Empty proxy_host: direct.
     std::string proxy_host;
     uint16_t proxy_port = 0;
     std::string proxy_url;

@@ -269,16 +269,18 @@ const StanzaKeys kExecEnvKeys{{"name", "value"}, {}};
 constexpr std::string_view kExecV1 = "client.authentication.k8s.io/v1";
 constexpr std::string_view kExecV1beta1 = "client.authentication.k8s.io/v1beta1";
 
-// "http://host[:port][/]": an HTTP CONNECT proxy. Other schemes are refused.
+// "http://host[:port][/]" (an HTTP CONNECT proxy) or "socks5://host[:port]".
+// Other schemes are refused.
 Status ParseProxy(const Reader& r, std::string_view url, const std::string& field,
                   ProxyConfig& proxy) {
   auto bad = [&](const std::string& why) { return r.Error(field, Quoted(url) + ": " + why); };
   size_t scheme_end = url.find("://");
   if (scheme_end == std::string_view::npos) return bad("not a URL (http://host:port)");
   std::string_view scheme = url.substr(0, scheme_end);
-  if (scheme != "http") {
+  if (scheme != "http" && scheme != "socks5") {
     return bad("scheme " + Quoted(scheme) +
-               " is not supported by kdm (only http:// proxies, through HTTP CONNECT)");
+               " is not supported by kdm (only http:// proxies, through HTTP CONNECT, and "
+               "socks5://)");
   }
   std::string_view rest = url.substr(scheme_end + 3);
   size_t slash = rest.find('/');
@@ -311,7 +313,7 @@ Status ParseProxy(const Reader& r, std::string_view url, const std::string& fiel
       return bad("bad character in the host");
     }
   }
-  unsigned value = 80;
+  unsigned value = scheme == "socks5" ? 1080 : 80;
   if (!port.empty() || (!authority.empty() && authority.back() == ':')) {
     auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
     if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535) {

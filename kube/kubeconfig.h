@@ -44,8 +44,8 @@ struct Pem {
   bool empty() const { return text.empty(); }
 };
 
-// An HTTP CONNECT proxy (a cluster's proxy-url): every connection to the
-// server is a tunnel through it.
+// A cluster's proxy-url, http:// (HTTP CONNECT) or socks5://: every
+// connection to the server is a tunnel through it.
 struct ProxyConfig {
   std::string url;  // as written, for messages
   std::string host;
@@ -98,7 +98,7 @@ struct ClientConfig {
   // The name the server's certificate is verified against and sent as SNI
   // (tls-server-name); empty: the server URL's host.
   std::string tls_server_name;
-  // proxy-url (http:// only); empty: a direct connection.
+  // proxy-url (http:// or socks5://); empty: a direct connection.
   ProxyConfig proxy;
   // The user's exec plugin, when it has one (token and tokenFile are then
   // empty: the plugin's token is used).

@@ -580,12 +580,15 @@ TEST_F(KubeClientTest, PatchReadsNoSuccessBodyAndAPrefixOfAnErrorBody) {
   EXPECT_THAT(whole.message(), HasSubstr("422 Unprocessable Entity: short"));
 }
 
-// An HTTP CONNECT proxy on 127.0.0.1 for the proxy-url tests: it tunnels
-// each CONNECT to 127.0.0.1:<port asked>, counting the tunnels and keeping
-// each CONNECT line; with `refuse` it answers 407 instead.
+// A proxy on 127.0.0.1 for the proxy-url tests: it tunnels each HTTP
+// CONNECT (or, with `socks5`, each SOCKS5 CONNECT) to 127.0.0.1:<port
+// asked>, counting the tunnels and keeping each CONNECT line (for SOCKS5,
+// "SOCKS5 <address type> <port>"); with `refuse` it refuses instead (407, or
+// SOCKS5's "connection refused").
 class ConnectProxy {
  public:
-  explicit ConnectProxy(bool refuse = false) : refuse_(refuse) {
+  explicit ConnectProxy(bool refuse = false, bool socks5 = false)
+      : refuse_(refuse), socks5_(socks5) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -622,7 +625,42 @@ class ConnectProxy {
       ::close(fd);
     }
   }
+  bool ReadExactly(int fd, unsigned char* out, size_t n) {
+    for (size_t got = 0; got < n;) {
+      ssize_t k = ::read(fd, out + got, n - got);
+      if (k <= 0) return false;
+      got += static_cast<size_t>(k);
+    }
+    return true;
+  }
+  // The SOCKS5 handshake: the port asked for, or 0 after refusing.
+  uint16_t Socks5(int fd) {
+    unsigned char b[262];
+    if (!ReadExactly(fd, b, 2) || b[0] != 5 || !ReadExactly(fd, b + 2, b[1])) return 0;
+    if (::write(fd, "\x05\x00", 2) != 2) return 0;
+    if (!ReadExactly(fd, b, 4)) return 0;
+    const int type = b[3];
+    size_t len = type == 1 ? 4 : type == 4 ? 16 : 0;
+    if (type == 3) {
+      if (!ReadExactly(fd, b + 4, 1)) return 0;
+      len = b[4];
+    }
+    if (!ReadExactly(fd, b + 5, len + 2)) return 0;
+    const uint16_t port = static_cast<uint16_t>((b[5 + len] << 8) | b[6 + len]);
+    {
+      MutexLock lock(&mu_);
+      lines_.push_back("SOCKS5 " + std::to_string(type) + " " + std::to_string(port));
+    }
+    const unsigned char answer[10] = {5, static_cast<unsigned char>(refuse_ ? 5 : 0), 0, 1};
+    if (::write(fd, answer, sizeof answer) != sizeof answer || refuse_) return 0;
+    return port;
+  }
   void Serve(int fd) {
+    if (socks5_) {
+      const uint16_t port = Socks5(fd);
+      if (port != 0) Splice(fd, port);
+      return;
+    }
     std::string head;
     char c;
     while (head.size() < 8192 && head.find("\r\n\r\n") == std::string::npos) {
@@ -642,18 +680,23 @@ class ConnectProxy {
       reply("HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n");
       return;
     }
+    if (reply("HTTP/1.1 200 Connection established\r\n\r\n")) {
+      Splice(fd, static_cast<uint16_t>(std::stoi(line.substr(colon + 1))));
+    }
+  }
+  // Copies bytes both ways between `fd` and 127.0.0.1:port until one ends.
+  void Splice(int fd, uint16_t port) {
     int upstream = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in to{};
     to.sin_family = AF_INET;
     to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    to.sin_port = htons(static_cast<uint16_t>(std::stoi(line.substr(colon + 1))));
+    to.sin_port = htons(port);
     if (::connect(upstream, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-      reply("HTTP/1.1 502 Bad Gateway\r\n\r\n");
       ::close(upstream);
       return;
     }
     ++tunnels_;
-    if (reply("HTTP/1.1 200 Connection established\r\n\r\n")) {
+    {
       char buf[16384];
       for (bool open = true; open && !stop_;) {
         pollfd p[2] = {{fd, POLLIN, 0}, {upstream, POLLIN, 0}};
@@ -669,6 +712,7 @@ class ConnectProxy {
   }
 
   const bool refuse_;
+  const bool socks5_;
   int listen_fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
@@ -745,6 +789,36 @@ TEST_F(KubeClientTest, AProxyThatRefusesIsNamedAndNotRetried) {
                         std::to_string(server_->port()) + ": 407 Proxy Authentication Required"));
   EXPECT_EQ(proxy.lines().size(), 1u);
   EXPECT_EQ(server_->RequestCount(), 0u);
+}
+
+TEST_F(KubeClientTest, Socks5ProxyUrlTunnelsEveryRequest) {
+  ConnectProxy proxy(/*refuse=*/false, /*socks5=*/true);
+  server_->SetHandler([](const test::RecordedRequest&) { return Reply{.body = "{}"}; });
+  ClientConfig config = Config(server_->port());
+  config.proxy = ProxyConfig{.url = "socks5://127.0.0.1:" + std::to_string(proxy.port()),
+                             .host = "127.0.0.1",
+                             .port = proxy.port()};
+  auto client = NewClient(config);
+  ASSERT_TRUE(client->Get("/api/v1/nodes", kTimeout).ok());
+  config.host = "localhost";  // a name goes to the proxy as a name (type 3)
+  client = NewClient(config);
+  ASSERT_TRUE(client->Get("/api/v1/nodes", kTimeout).ok());
+  EXPECT_EQ(proxy.tunnels(), 2);
+  EXPECT_EQ(server_->RequestCount(), 2u);
+  const std::string port = std::to_string(server_->port());
+  EXPECT_THAT(proxy.lines(), ElementsAre("SOCKS5 1 " + port, "SOCKS5 3 " + port));
+  EXPECT_EQ(server_->Requests()[1].sni, "localhost");
+
+  ConnectProxy refusing(/*refuse=*/true, /*socks5=*/true);
+  config.proxy.port = refusing.port();
+  config.proxy.url = "socks5://127.0.0.1:" + std::to_string(refusing.port());
+  client = NewClient(config);
+  StatusOr<std::string> r = client->Get("/x", kTimeout);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("proxy " + config.proxy.url + ": SOCKS5 CONNECT localhost:" + port +
+                        ": connection refused"));
+  EXPECT_EQ(server_->RequestCount(), 2u);
 }
 
 TEST_F(KubeClientTest, ExecPluginTokenIsSentAndRunAgainAfterA401) {

@@ -222,6 +222,11 @@ TEST_F(KubeconfigRulesTest, TlsServerNameProxyAndIgnoredFields) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->proxy.host, "::1");
   EXPECT_EQ(c->proxy.port, 80);
+  c = Parse(
+      Config(std::string(kServer) + "    proxy-url: socks5://socks.example\n", "    token: t\n"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->proxy.host, "socks.example");
+  EXPECT_EQ(c->proxy.port, 1080);
 }
 
 TEST_F(KubeconfigRulesTest, EveryFieldKdmDoesNotImplementIsRefusedByName) {
@@ -259,8 +264,10 @@ TEST_F(KubeconfigRulesTest, EveryFieldKdmDoesNotImplementIsRefusedByName) {
       {Config(std::string(kServer) + "    disable-compression: maybe\n", user),
        "clusters[0].cluster.disable-compression: not true or false"},
       // Proxies kdm does not implement.
-      {Config(std::string(kServer) + "    proxy-url: socks5://p:1080\n", user),
-       "proxy-url: \"socks5://p:1080\": scheme \"socks5\" is not supported by kdm"},
+      {Config(std::string(kServer) + "    proxy-url: socks4://p:1080\n", user),
+       "proxy-url: \"socks4://p:1080\": scheme \"socks4\" is not supported by kdm"},
+      {Config(std::string(kServer) + "    proxy-url: socks5://u:pw@p\n", user),
+       "proxy credentials are not supported by kdm"},
       {Config(std::string(kServer) + "    proxy-url: https://p:443\n", user),
        "scheme \"https\" is not supported by kdm"},
       {Config(std::string(kServer) + "    proxy-url: http://u:pw@p:3128\n", user),
@@ -316,6 +323,22 @@ TEST_F(KubeconfigRulesTest, EveryFieldKdmDoesNotImplementIsRefusedByName) {
               "    exec: {command: x, apiVersion: client.authentication.k8s.io/v1beta1, "
               "provideClusterInfo: sometimes}\n"),
        "users[0].user.exec.provideClusterInfo: not true or false"},
+      {Config(kServer, "    exec: {command: [x], apiVersion: client.authentication.k8s.io/v1}\n"),
+       "users[0].user.exec.command: not a string"},
+      {Config(kServer, "    exec: {command: x, apiVersion: {a: b}}\n"),
+       "users[0].user.exec.apiVersion: not a string"},
+      {Config(kServer,
+              "    exec: {command: x, apiVersion: client.authentication.k8s.io/v1beta1, "
+              "installHint: [a]}\n"),
+       "users[0].user.exec.installHint: not a string"},
+      {Config(kServer,
+              "    exec: {command: x, apiVersion: client.authentication.k8s.io/v1beta1, "
+              "env: [{name: A, value: [b]}]}\n"),
+       "users[0].user.exec.env[0].value: not a string"},
+      {Config(kServer,
+              "    exec: {command: x, apiVersion: client.authentication.k8s.io/v1beta1, "
+              "env: [A]}\n"),
+       "users[0].user.exec.env[0]: not a map of name and value"},
       {Config(kServer,
               "    exec: {command: x, apiVersion: client.authentication.k8s.io/v1beta1, "
               "interactive: false}\n"),
