@@ -128,7 +128,7 @@ TEST_F(KubeconfigE2eTest, ExtenderUsesAMergedKubeconfigListAndContext) {
   })) << kdm_->Log();
 }
 
-TEST_F(KubeconfigE2eTest, PublishRunsAnExecPluginAndPassesItsStderrThrough) {
+TEST_F(KubeconfigE2eTest, ExtenderRunsAnExecPluginAndPassesItsStderrThrough) {
   // The plugin sits beside the kubeconfig (./plugin.sh, as kubectl resolves it).
   std::filesystem::create_directories(root_ + "/kube");
   std::ofstream(root_ + "/kube/plugin.sh")
