@@ -1,7 +1,7 @@
 // `kdm extender`: kube-scheduler's HTTP extender (docs/extender.md). Serves
 // POST /filter and POST /prioritize (plus /healthz and /metrics) on
 // --listen, scoring nodes from their kdm.io/devices annotation with
-// kdm::scheduler. With --kubeconfig or --in-cluster it also keeps a node
+// kdm::scheduler. With --kubeconfig, --context or --in-cluster it keeps a node
 // cache (LIST + WATCH), so that a scheduler configured with
 // nodeCacheCapable: true can send node names only, and watches bound pods to
 // assume their devices taken until their node publishes them

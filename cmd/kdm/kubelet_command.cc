@@ -265,7 +265,8 @@ void AddKubeletCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("--publish", flags->publish,
                 "Also publish the node's devices as the kdm.io/devices annotation of Node "
-                "--node-name, as `kdm publish` does (needs --kubeconfig or --in-cluster)");
+                "--node-name, as `kdm publish` does (the API server from --kubeconfig, "
+                "KUBECONFIG, ~/.kube/config or --in-cluster)");
   AddPublishLoopFlags(cmd, &flags->publish_loop);
   cmd->callback([flags, &exit_code] { exit_code = RunKubelet(*flags); });
 }
