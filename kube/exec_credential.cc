@@ -1,12 +1,7 @@
 #include "kdm/kube/exec_credential.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,14 +18,13 @@
 #include "kdm/base/file_system.h"
 #include "kdm/base/json_depth.h"
 #include "kdm/base/log_value.h"
+#include "kdm/base/subprocess.h"
 #include "kdm/base/sync.h"
 
-extern char** environ;
 
 namespace kdm::kube {
 namespace {
 
-using SteadyClock = std::chrono::steady_clock;
 
 // An ExecCredential is 3 levels deep.
 constexpr int kMaxExecCredentialDepth = 16;
@@ -202,131 +196,39 @@ class ProviderImpl final : public ExecCredentialProvider {
     KDM_ASSIGN_OR_RETURN(std::string path, ResolveCommand(c));
 
     // The environment: kdm's, the config's env over it, then the input.
-    std::vector<std::string> env_strings;
-    auto overridden = [&c](std::string_view entry) {
-      std::string_view name = entry.substr(0, entry.find('='));
-      if (name == "KUBERNETES_EXEC_INFO") return true;
-      for (const auto& [n, v] : c.env) {
-        if (n == name) return true;
-      }
-      return false;
-    };
-    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-      if (!overridden(*e)) env_strings.emplace_back(*e);
-    }
-    for (const auto& [n, v] : c.env) env_strings.push_back(n + "=" + v);
-    env_strings.push_back("KUBERNETES_EXEC_INFO=" + c.exec_info_json);
-    std::vector<char*> envp;
-    for (std::string& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> arg_strings{path};
-    arg_strings.insert(arg_strings.end(), c.args.begin(), c.args.end());
-    std::vector<char*> argv;
-    for (std::string& s : arg_strings) argv.push_back(s.data());
-    argv.push_back(nullptr);
-
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) {
-      return Fail(StatusCode::kInternal, std::string("pipe: ") + std::strerror(errno));
-    }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    // Its own process group (killed whole on a timeout), no blocked signals,
-    // default dispositions for the ones kdm handles.
-    posix_spawnattr_setflags(
-        &attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    posix_spawnattr_setpgroup(&attr, 0);
-    sigset_t none, defaults;
-    sigemptyset(&none);
-    posix_spawnattr_setsigmask(&attr, &none);
-    sigemptyset(&defaults);
-    for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&defaults, sig);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    pid_t pid = 0;
-    const int spawned = posix_spawn(&pid, path.c_str(), &actions, &attr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-    ::close(fds[1]);
-    if (spawned != 0) {
-      ::close(fds[0]);
+    SubprocessOptions o;
+    o.argv = {path};
+    o.argv.insert(o.argv.end(), c.args.begin(), c.args.end());
+    for (const auto& [n, v] : c.env) o.extra_env[n] = v;
+    o.extra_env["KUBERNETES_EXEC_INFO"] = c.exec_info_json;
+    o.timeout = options_.timeout;
+    o.max_output_bytes = options_.max_output_bytes;
+    o.kill_past_max_output = true;
+    o.inherit_stderr = true;  // the plugin's own words reach the user as it writes them
+    StatusOr<SubprocessResult> r = RunSubprocess(o);
+    if (!r.ok()) {
       return Fail(StatusCode::kUnauthenticated,
-                  "cannot run " + QuoteLogValue(path, 512) + ": " + std::strerror(spawned));
+                  "cannot run " + QuoteLogValue(path, 512) + ": " + r.status().message());
     }
-
-    const SteadyClock::time_point deadline = SteadyClock::now() + options_.timeout;
-    auto left_ms = [&deadline] {
-      auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
-      return static_cast<int>(std::max<int64_t>(0, left.count()));
-    };
-    auto kill_group = [pid] {
-      ::kill(-pid, SIGKILL);
-      int ignored;
-      while (::waitpid(pid, &ignored, 0) < 0 && errno == EINTR) {
-      }
-    };
-    std::string out;
-    char buf[16 * 1024];
-    Status failure;
-    for (;;) {
-      pollfd p{fds[0], POLLIN, 0};
-      const int ready = ::poll(&p, 1, left_ms());
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready == 0) {
-        failure = Fail(StatusCode::kDeadlineExceeded, "no answer within " +
-                                                          std::to_string(options_.timeout.count()) +
-                                                          " ms; its process group was killed");
-        break;
-      }
-      const ssize_t n = ::read(fds[0], buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-      if (out.size() > options_.max_output_bytes) {
-        failure = Fail(StatusCode::kUnauthenticated,
-                       "printed more than " + std::to_string(options_.max_output_bytes) +
-                           " bytes on stdout; its process group was killed");
-        break;
-      }
+    if (r->timed_out) {
+      return Fail(StatusCode::kDeadlineExceeded, "no answer within " +
+                                                     std::to_string(options_.timeout.count()) +
+                                                     " ms; its process group was killed");
     }
-    ::close(fds[0]);
-    if (!failure.ok()) {
-      kill_group();
-      return failure;
-    }
-    // stdout is closed: the plugin is ending (or left it for good).
-    int wstatus = 0;
-    for (;;) {
-      const pid_t r = ::waitpid(pid, &wstatus, WNOHANG);
-      if (r == pid) break;
-      if (r < 0 && errno != EINTR) {
-        return Fail(StatusCode::kInternal, std::string("waitpid: ") + std::strerror(errno));
-      }
-      if (left_ms() == 0) {
-        kill_group();
-        return Fail(StatusCode::kDeadlineExceeded, "closed stdout but did not exit within " +
-                                                       std::to_string(options_.timeout.count()) +
-                                                       " ms; its process group was killed");
-      }
-      struct timespec pause {
-        0, 2'000'000
-      };
-      ::nanosleep(&pause, nullptr);
-    }
-    if (WIFSIGNALED(wstatus)) {
+    if (r->output_overflow) {
       return Fail(StatusCode::kUnauthenticated,
-                  "killed by signal " + std::to_string(WTERMSIG(wstatus)));
+                  "printed more than " + std::to_string(options_.max_output_bytes) +
+                      " bytes on stdout; its process group was killed");
     }
-    if (WEXITSTATUS(wstatus) != 0) {
-      return Fail(
-          StatusCode::kUnauthenticated,
-          "exited with status " + std::to_string(WEXITSTATUS(wstatus)) + " (its stderr is above)");
+    if (r->term_signal != 0) {
+      return Fail(StatusCode::kUnauthenticated,
+                  "killed by signal " + std::to_string(r->term_signal));
     }
-    return out;
+    if (r->exit_code != 0) {
+      return Fail(StatusCode::kUnauthenticated,
+                  "exited with status " + std::to_string(r->exit_code) + " (its stderr is above)");
+    }
+    return std::move(r->stdout_text);
   }
 
   const Options options_;
