@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "cli_dialect.h"
 #include "commands.h"
 #include "duration_flag.h"
 #include "kdm/base/file_lock.h"
@@ -54,17 +55,13 @@ struct ConformFlags {
   std::string timeout = "10s";
   std::string junit;
   std::string only;
-  bool verbose = false;
+  int verbosity = 0;
 };
 
 int ConformFail(int code, const std::string& message) {
   std::cerr << "kdm conform: " << message << "\n";
   if (code == kUsageError) std::cerr << "Run 'kdm conform --help' for usage.\n";
   return code;
-}
-
-void SetUpLogging(bool verbose) {
-  SetUpStderrLogging("kdm-conform", verbose ? spdlog::level::debug : spdlog::level::warn);
 }
 
 // A check run has nothing to finish cleanly: on SIGINT or SIGTERM a watcher
@@ -129,7 +126,17 @@ int RunConform(const ConformFlags& f) {
   if (Status s = conformance::Runner::CheckOptions(options); !s.ok()) {
     return ConformFail(kUsageError, s.message());
   }
-  SetUpLogging(f.verbose);
+  if (!options.root.empty()) {
+    if (Status s = CheckSocketPathFlag("--root", options.root + "/device-plugins/kubelet.sock");
+        !s.ok()) {
+      return ConformFail(kCannotCheck, s.message());
+    }
+  } else if (Status s = CheckSocketPathFlag("--plugin-socket", options.plugin_socket); !s.ok()) {
+    return ConformFail(kCannotCheck, s.message());
+  }
+  // `kdm --dry-run conform`: every check above is pure; nothing below is.
+  if (DryRun()) return kOk;
+  SetUpStderrLogging("kdm-conform", LogLevelFor(f.verbosity, spdlog::level::warn));
   // A socket path that cannot work and a directory that cannot be made are
   // said here, naming their flag, before anything is served or dialled.
   // kubelet.sock.lock is held while the checks run: an agent started on the
@@ -211,17 +218,8 @@ void AddConformCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--junit", flags->junit, "Also write the report as JUnit XML to FILE");
   cmd->add_option("--only", flags->only, "Run only these check ids (comma-separated)");
-  cmd->add_flag("-v,--verbose", flags->verbose, "Log every check and RPC event to stderr");
-  // Unknown arguments are a usage error (exit 2) like every other bad flag.
-  cmd->allow_extras();
-  cmd->callback([&exit_code, flags, cmd] {
-    std::vector<std::string> extras = cmd->remaining();
-    if (!extras.empty()) {
-      exit_code = ConformFail(kUsageError, UnknownArgumentsMessage(extras));
-      return;
-    }
-    exit_code = RunConform(*flags);
-  });
+  AddVerbosityFlag(cmd, &flags->verbosity);
+  cmd->callback([&exit_code, flags] { exit_code = RunConform(*flags); });
 }
 
 }  // namespace kdm::cli

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "cli_common.h"
+#include "cli_dialect.h"
 #include "commands.h"
 #include "duration_flag.h"
 #include "kdm/base/env.h"
@@ -64,13 +65,13 @@ std::string CheckByteCount(const std::string& v) {
 }
 
 int RunExtender(const ExtenderFlags& flags) {
-  SetUpStderrLogging("extender", flags.verbosity >= 1 ? spdlog::level::debug : spdlog::level::info);
+  SetUpStderrLogging("extender", LogLevelFor(flags.verbosity, spdlog::level::info));
   auto fail = [](int code, const std::string& m) {
     std::cerr << "kdm extender: " << m << "\n";
     return code;
   };
   if (flags.listen.empty()) return fail(kUsageError, "--listen is required");
-  StatusOr<http::ListenAddress> listen = http::ParseListenAddress(flags.listen, "--listen");
+  StatusOr<http::ListenAddress> listen = ParseListenFlag("--listen", flags.listen);
   if (!listen.ok()) return fail(kUsageError, std::string(listen.status().message()));
   const std::string& host = listen->host;
   if (flags.tls_cert.empty() != flags.tls_key.empty()) {
@@ -106,7 +107,8 @@ int RunExtender(const ExtenderFlags& flags) {
                 "--bind-wait: " + (bind_wait.ok() ? std::string("must be 0 (off) to 5s")
                                                   : std::string(bind_wait.status().message())));
   }
-  if (flags.verbosity < 0) return fail(kUsageError, "-v: must be 0 or more");
+  // `kdm --dry-run extender`: every check above is pure; nothing below is.
+  if (DryRun()) return kOk;
 
   scheduler::ExtenderServer::Options server_options;
   server_options.listen = flags.listen;
@@ -249,7 +251,7 @@ void AddExtenderCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--bind-wait", flags->bind_wait,
                   "How long a filter waits for the bind of the pod before it (0: not at all)")
       ->capture_default_str();
-  cmd->add_option("-v", flags->verbosity, "Log verbosity: 0 info, 1 debug")->capture_default_str();
+  AddVerbosityFlag(cmd, &flags->verbosity);
   cmd->callback([flags, &exit_code] { exit_code = RunExtender(*flags); });
 }
 

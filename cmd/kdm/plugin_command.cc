@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "cli_dialect.h"
 #include "commands.h"
 #include "duration_flag.h"
 #include "kdm/base/file_lock.h"
@@ -73,7 +74,7 @@ struct PluginFlags {
   bool fault_given = false;  // --fault "" is a usage error, not healthy mode
   bool pre_start = false;
   bool cdi = false;
-  bool verbose = false;
+  int verbosity = 0;
   // --nvml and the flags only it takes.
   bool nvml = false;
   std::string nvml_library;
@@ -86,10 +87,6 @@ int PluginFail(int code, const std::string& message) {
   std::cerr << "kdm plugin: " << message << "\n";
   if (code == kUsageError) std::cerr << "Run 'kdm plugin --help' for usage.\n";
   return code;
-}
-
-void SetUpLogging(bool verbose) {
-  SetUpStderrLogging("kdm-plugin", verbose ? spdlog::level::debug : spdlog::level::info);
 }
 
 const char* SignalName(int sig) {
@@ -329,7 +326,21 @@ int RunPlugin(const PluginFlags& given) {
 
   fakes::PluginConfig config;
   if (auto usage = CheckUsage(f, &config)) return PluginFail(kUsageError, *usage);
-  SetUpLogging(f.verbose);
+  // --health-recovery is checked here too: `kdm --dry-run plugin` stops below.
+  if (!f.health_recovery.empty()) {
+    StatusOr<std::chrono::milliseconds> d = ParseDurationFlag(f.health_recovery);
+    if (!d.ok()) return PluginFail(kUsageError, "--health-recovery: " + d.status().message());
+    if (d->count() <= 0) {
+      return PluginFail(kUsageError, "--health-recovery must be a positive duration, got '" +
+                                         f.health_recovery + "' (leave it out for no recovery)");
+    }
+  }
+  if (f.nvml) {
+    const char* disable = std::getenv(nvml::kDisableHealthChecksEnv);
+    StatusOr<nvml::HealthChecks> checks = nvml::ParseDisableHealthChecks(disable ? disable : "");
+    if (!checks.ok()) return PluginFail(kUsageError, checks.status().message());
+  }
+  SetUpStderrLogging("kdm-plugin", LogLevelFor(f.verbosity, spdlog::level::info));
   // Both sockets in the plugin directory must fit a unix socket path: said
   // here, naming the flag that gave the directory.
   const char* dir_flag = f.root.empty() ? "--plugin-dir" : "--root";
@@ -341,6 +352,8 @@ int RunPlugin(const PluginFlags& given) {
       return PluginFail(kRuntimeError, s.message());
     }
   }
+  // `kdm --dry-run plugin`: every check above is pure; nothing below is.
+  if (DryRun()) return kOk;
   if (!f.root.empty()) {
     // The agent may not have made its directory yet; the plugin waits for
     // kubelet.sock there either way.
@@ -464,17 +477,9 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--health-recovery", flags->health_recovery,
                   "With --nvml: mark a GPU healthy again after DURATION (e.g. 10m) without a new "
                   "critical event (default: never)");
-  cmd->add_flag("-v,--verbose", flags->verbose, "Debug logging");
-  // Unknown arguments are a usage error (exit 2) like every other bad flag,
-  // not CLI11's own exit code.
-  cmd->allow_extras();
-  cmd->callback([&exit_code, flags, cmd, fault] {
+  AddVerbosityFlag(cmd, &flags->verbosity);
+  cmd->callback([&exit_code, flags, fault] {
     flags->fault_given = fault->count() > 0;
-    std::vector<std::string> extras = cmd->remaining();
-    if (!extras.empty()) {
-      exit_code = PluginFail(kUsageError, UnknownArgumentsMessage(extras));
-      return;
-    }
     exit_code = RunPlugin(*flags);
   });
 }

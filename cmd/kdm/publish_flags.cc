@@ -1,6 +1,7 @@
 #include "publish_flags.h"
 
 #include <algorithm>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -118,6 +119,43 @@ std::optional<PublishFailure> ParsePluginPolicies(const std::vector<std::string>
   return std::nullopt;
 }
 
+// --node-name, the client flags, the durations (into out->options),
+// --plugin-policy (into out->options.policies) and --attributes' shape.
+std::optional<PublishFailure> CheckDurationsAndNames(
+    const PublishLoopFlags& flags, const std::vector<std::string>& attribute_values,
+    ClientFlags client, PublishSetup* out) {
+  auto usage = [](std::string m) { return PublishFailure{kPublishUsageError, std::move(m)}; };
+  if (flags.node_name.empty()) return usage("--node-name is required");
+  if (!k8s::IsDns1123Subdomain(flags.node_name)) {
+    return usage("--node-name " + Show(flags.node_name) +
+                 " is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most "
+                 "253 characters)");
+  }
+  if (Status s = CheckKubeClientFlags(flags.kube, client != ClientFlags::kOptional); !s.ok()) {
+    const bool missing = !flags.kube.given();
+    return usage(s.message() + (missing && client == ClientFlags::kRequiredUnlessDryRun
+                                    ? " (or --dry-run)"
+                                    : ""));
+  }
+  for (const auto& [name, text, field] :
+       std::vector<std::tuple<std::string, std::string, std::chrono::milliseconds*>>{
+           {"--interval", flags.interval, &out->options.interval},
+           {"--min-write-interval", flags.min_write_interval, &out->options.min_write_interval},
+           {"--resync", flags.resync, &out->options.resync},
+           {"--timeout", flags.timeout, &out->options.timeout}}) {
+    auto d = ParseDurationFlag(text);
+    if (!d.ok()) return usage(name + ": " + d.status().message());
+    if (d->count() <= 0 && name != "--min-write-interval") {
+      return usage(name + ": must be more than 0");
+    }
+    *field = *d;
+  }
+  if (auto f = ParsePluginPolicies(flags.plugin_policies, &out->options.policies)) return f;
+  auto attributes = ParseResourceAttributes(attribute_values);
+  if (!attributes.ok()) return usage(attributes.status().message());
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool PublishLoopFlags::any_given() const {
@@ -165,36 +203,57 @@ void AddPublishLoopFlags(CLI::App* cmd, PublishLoopFlags* flags) {
       ->capture_default_str();
 }
 
+std::optional<PublishFailure> CheckPublishFlags(const PublishLoopFlags& flags,
+                                                const std::vector<std::string>& attribute_values,
+                                                ClientFlags client) {
+  PublishSetup scratch;
+  if (auto f = CheckDurationsAndNames(flags, attribute_values, client, &scratch)) return f;
+  std::set<std::string> ids, topologies;
+  bool nvml = false;
+  for (const std::string& value : flags.ids) {
+    std::string resource, file;
+    if (auto f = SplitResource("--ids", value, &resource, &file)) return f;
+    if (!ids.insert(resource).second) {
+      return PublishFailure{kPublishUsageError, "--ids: resource " + resource + " given twice"};
+    }
+  }
+  for (const std::string& value : flags.topologies) {
+    std::string resource, source;
+    if (auto f = SplitResource("--topology", value, &resource, &source)) return f;
+    if (!topologies.insert(resource).second) {
+      return PublishFailure{kPublishUsageError,
+                            "--topology: resource " + resource + " given twice"};
+    }
+    publish::TopologySource parsed = publish::ParseTopologySource(source);
+    if (parsed.kind == publish::TopologySource::Kind::kNvml) nvml = true;
+    if (parsed.kind == publish::TopologySource::Kind::kPreset) {
+      bool usage = false;
+      StatusOr<publish::LoadedTopology> preset = publish::LoadTopology(parsed, {}, &usage);
+      if (!preset.ok()) {
+        return PublishFailure{usage ? kPublishUsageError : kPublishRuntimeError,
+                              "--topology " + Show(value) + ": " + preset.status().message()};
+      }
+    }
+  }
+  for (const std::string& resource : ids) {
+    if (!topologies.count(resource)) {
+      return PublishFailure{kPublishUsageError,
+                            "--ids " + resource + ": no --topology for this resource"};
+    }
+  }
+  if ((!flags.nvml_library.empty() || !flags.sysfs_root.empty()) && !nvml) {
+    return PublishFailure{kPublishUsageError,
+                          "--nvml-library and --sysfs-root need a --topology RESOURCE=nvml"};
+  }
+  return std::nullopt;
+}
+
 std::optional<PublishFailure> LoadPublishFlags(const PublishLoopFlags& flags,
                                                const std::vector<std::string>& attribute_values,
                                                ClientFlags client, PublishSetup* out) {
+  if (auto f = CheckPublishFlags(flags, attribute_values, client)) return f;
+  if (auto f = CheckDurationsAndNames(flags, attribute_values, client, out)) return f;
   auto usage = [](std::string m) { return PublishFailure{kPublishUsageError, std::move(m)}; };
-  if (flags.node_name.empty()) return usage("--node-name is required");
-  if (!k8s::IsDns1123Subdomain(flags.node_name)) {
-    return usage("--node-name " + Show(flags.node_name) +
-                 " is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most "
-                 "253 characters)");
-  }
-  if (Status s = CheckKubeClientFlags(flags.kube, client != ClientFlags::kOptional); !s.ok()) {
-    const bool missing = !flags.kube.given();
-    return usage(s.message() + (missing && client == ClientFlags::kRequiredUnlessDryRun
-                                    ? " (or --dry-run)"
-                                    : ""));
-  }
-  for (const auto& [name, text, field] :
-       std::vector<std::tuple<std::string, std::string, std::chrono::milliseconds*>>{
-           {"--interval", flags.interval, &out->options.interval},
-           {"--min-write-interval", flags.min_write_interval, &out->options.min_write_interval},
-           {"--resync", flags.resync, &out->options.resync},
-           {"--timeout", flags.timeout, &out->options.timeout}}) {
-    auto d = ParseDurationFlag(text);
-    if (!d.ok()) return usage(name + ": " + d.status().message());
-    if (d->count() <= 0 && name != "--min-write-interval") {
-      return usage(name + ": must be more than 0");
-    }
-    *field = *d;
-  }
-  if (auto f = ParsePluginPolicies(flags.plugin_policies, &out->options.policies)) return f;
   auto attributes = ParseResourceAttributes(attribute_values);
   if (!attributes.ok()) return usage(attributes.status().message());
   std::map<std::string, k8s::DeviceAttributes> nvml_attributes;

@@ -76,6 +76,17 @@ struct PublishSetup {
 // --in-cluster is required, and whether the command could do without
 // (`kdm publish --dry-run`); both flags are always an error.
 enum class ClientFlags { kOptional, kRequiredUnlessDryRun, kRequired };
+
+// The pure part of LoadPublishFlags (what `kdm --dry-run publish` and
+// `kdm --dry-run kubelet --publish` check): --node-name, the client flags,
+// the durations, every RESOURCE=VALUE's shape and duplicates, a --topology
+// preset's name, --plugin-policy, --attributes, and --nvml-library /
+// --sysfs-root without a RESOURCE=nvml. Reads no file, NVML nor network.
+std::optional<PublishFailure> CheckPublishFlags(const PublishLoopFlags& flags,
+                                                const std::vector<std::string>& attribute_values,
+                                                ClientFlags client);
+
+// CheckPublishFlags, then loads the topologies, ids files and NVML.
 std::optional<PublishFailure> LoadPublishFlags(const PublishLoopFlags& flags,
                                                const std::vector<std::string>& attribute_values,
                                                ClientFlags client, PublishSetup* out);
