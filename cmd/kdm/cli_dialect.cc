@@ -110,7 +110,7 @@ void SetEnvNames(CLI::App* app) {
     // CLI11 takes yes/no/on/off and more for a flag: the documented words
     // only, said by the variable's name.
     const char* value = std::getenv(env.c_str());
-    if (opt->get_type_size_max() == 0 && value != nullptr && *value != '\0' &&
+    if (opt->get_expected_max() == 0 && value != nullptr && *value != '\0' &&
         !IsBooleanWord(value)) {
       throw CLI::ValidationError(env, Quoted(value) + " is not a boolean (true, false, 1 or 0)");
     }
