@@ -181,8 +181,6 @@ std::string DidYouMean(std::string_view word, const std::vector<std::string>& ca
 }
 
 int ReportParseError(CLI::App& root, const CLI::ParseError& e) {
-  // --help, --version: CLI11 prints them (exit 0).
-  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return root.exit(e);
   std::vector<CLI::App*> chain = {&root};
   while (!chain.back()->get_subcommands().empty()) {
     chain.push_back(chain.back()->get_subcommands().front());
@@ -201,6 +199,9 @@ int ReportParseError(CLI::App& root, const CLI::ParseError& e) {
     std::cerr << name_of(depth) << ": " << UnknownArgumentLine(chain[depth], extras) << std::endl;
     return kUsageError;
   }
+  // --help, --version: CLI11 prints them (exit 0), unless something else on
+  // the line was unknown (above: `kdm help kubelt` is `kdm kubelt --help`).
+  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return root.exit(e);
   std::string what = e.what();
   if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && what.starts_with("A subcommand")) {
     std::string known;

@@ -238,7 +238,7 @@ TEST_F(CliE2eTest, EveryDurationFlagTakesGoDurationsAndRefusesABareNumberWithAHi
   };
   for (const Case& c : cases) {
     const std::string what = c.command[0] + " " + c.flag;
-    for (const std::string& good : {"1s500ms", "100ms", "2s"}) {
+    for (const std::string good : {"1s500ms", "100ms", "2s"}) {
       std::vector<std::string> args = c.command;
       args.insert(args.end(), {c.flag, good});
       Ran r = DryRun(args);
@@ -271,13 +271,13 @@ TEST_F(CliE2eTest, GetTimeoutTakesADurationInARealRun) {
 
 TEST_F(CliE2eTest, DashVIsTheSameOnEveryCommand) {
   for (const CommandLine& c : EveryCommand()) {
-    for (const std::string& level : {"0", "1", "2", "9"}) {
+    for (const std::string level : {"0", "1", "2", "9"}) {
       std::vector<std::string> args = c.args;
       args.insert(args.end(), {"-v", level});
       Ran r = DryRun(args);
       EXPECT_EQ(r.exit_code, 0) << c.name << " -v " << level << ": " << r.err;
     }
-    for (const std::string& bad : {"10", "-1", "x", "1.5"}) {
+    for (const std::string bad : {"10", "-1", "x", "1.5"}) {
       std::vector<std::string> args = c.args;
       args.insert(args.end(), {"-v", bad});
       Ran r = DryRun(args);
@@ -368,12 +368,12 @@ TEST_F(CliE2eTest, TheCommandLineWinsOverAKdmVariable) {
 TEST_F(CliE2eTest, BooleanKdmVariablesTakeTrueFalseOneZero) {
   const std::vector<std::string> plugin = {"plugin",     "--root",         "{R}", "--count", "2",
                                            "--resource", "example.com/gpu"};
-  for (const std::string& yes : {"true", "1", "TRUE"}) {
+  for (const std::string yes : {"true", "1", "TRUE"}) {
     Ran r = DryRun(plugin, {"KDM_NVML=" + yes});
     EXPECT_EQ(r.exit_code, 2) << yes;
     EXPECT_THAT(r.err, HasSubstr("--nvml takes its devices from NVML")) << yes;
   }
-  for (const std::string& no : {"false", "0", ""}) {
+  for (const std::string no : {"false", "0", ""}) {
     Ran r = DryRun(plugin, {"KDM_NVML=" + no});
     EXPECT_EQ(r.exit_code, 0) << no << ": " << r.err;
   }
