@@ -104,8 +104,11 @@ bool IsBooleanWord(std::string text) {
 void SetEnvNames(CLI::App* app) {
   for (CLI::Option* opt : app->get_options()) {
     if (IsHelpOption(app, opt) || !opt->get_envname().empty()) continue;
-    if (opt->get_lnames().empty()) continue;
-    const std::string env = EnvNameOfFlag(opt->get_lnames().front());
+    // -v, the one short-only flag every command has, is KDM_V.
+    const bool verbosity = opt->get_lnames().empty() && opt->get_snames().size() == 1 &&
+                           opt->get_snames().front() == "v";
+    if (opt->get_lnames().empty() && !verbosity) continue;
+    const std::string env = EnvNameOfFlag(verbosity ? "v" : opt->get_lnames().front());
     opt->envname(env);
     // CLI11 takes yes/no/on/off and more for a flag: the documented words
     // only, said by the variable's name.

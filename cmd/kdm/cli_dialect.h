@@ -4,8 +4,8 @@
 //   -v N            the same on every command: 0 the command's normal lines,
 //                   1 debug, 2 to 9 trace (LogLevelFor)
 //   KDM_<FLAG>      every long flag of every command also from the
-//                   environment (--plugin-dir: KDM_PLUGIN_DIR); the command
-//                   line wins (AddEnvNames)
+//                   environment (--plugin-dir: KDM_PLUGIN_DIR), and -v from
+//                   KDM_V; the command line wins (AddEnvNames)
 //   kdm --dry-run CMD ...   CMD checks its flags as a real run would, then
 //                   exits 0 before any I/O (DryRun)
 //   usage errors    one line "kdm <cmd>: <what>", exit 2; an unknown flag or

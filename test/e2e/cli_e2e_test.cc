@@ -277,6 +277,10 @@ TEST_F(CliE2eTest, DashVIsTheSameOnEveryCommand) {
       Ran r = DryRun(args);
       EXPECT_EQ(r.exit_code, 0) << c.name << " -v " << level << ": " << r.err;
     }
+    Ran env = DryRun(c.args, {"KDM_V=12"});
+    EXPECT_EQ(env.exit_code, 2) << c.name << ": KDM_V is -v";
+    EXPECT_THAT(env.err, HasSubstr("-v: must be a whole number from 0 to 9")) << c.name;
+    EXPECT_EQ(DryRun(c.args, {"KDM_V=2"}).exit_code, 0) << c.name;
     for (const std::string bad : {"10", "-1", "x", "1.5"}) {
       std::vector<std::string> args = c.args;
       args.insert(args.end(), {"-v", bad});
