@@ -215,7 +215,8 @@ void AddConformCommand(CLI::App& app, int& exit_code) {
                   "The extended resource name the plugin must register (required)");
   cmd->add_option("--timeout", flags->timeout,
                   "Deadline of every RPC and bound of every wait (e.g. 500ms, 10s, 2m)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--junit", flags->junit, "Also write the report as JUnit XML to FILE");
   cmd->add_option("--only", flags->only, "Run only these check ids (comma-separated)");
   AddVerbosityFlag(cmd, &flags->verbosity);

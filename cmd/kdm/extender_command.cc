@@ -243,14 +243,17 @@ void AddExtenderCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--request-budget", flags->request_budget,
                   "Time one request may spend on its nodes; the rest pass unjudged / score 0")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--assume-timeout", flags->assume_timeout,
                   "With --kubeconfig/--in-cluster: how long a bound pod's devices count as "
                   "taken while its node's annotation does not show it (0: off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--bind-wait", flags->bind_wait,
                   "How long a filter waits for the bind of the pod before it (0: not at all)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   AddVerbosityFlag(cmd, &flags->verbosity);
   cmd->callback([flags, &exit_code] { exit_code = RunExtender(*flags); });
 }

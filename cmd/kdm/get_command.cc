@@ -779,7 +779,8 @@ void AddGetCommand(CLI::App& app, int& exit_code) {
   add_common(cmd);
   cmd->add_option("--timeout", flags->timeout,
                   "Deadline of each pod-resources call (a duration: 500ms, 5s)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   auto* pods =
       cmd->add_subcommand("pods",
                           "Every pod the agent knows: devices (pod-resources List), STATUS "
@@ -788,7 +789,8 @@ void AddGetCommand(CLI::App& app, int& exit_code) {
   add_common(pods);
   pods->add_option("--timeout", flags->timeout,
                    "Deadline of each pod-resources call (a duration: 500ms, 5s)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   pods->add_option("name", flags->name, "One pod to describe: NAME or NAMESPACE/NAME")
       ->type_name("NAME");
   pods->add_option("-n,--namespace", flags->namespace_name,
@@ -818,7 +820,8 @@ void AddGetCommand(CLI::App& app, int& exit_code) {
   devices
       ->add_option("--timeout", flags->timeout,
                    "Deadline of each pod-resources call (a duration: 500ms, 5s)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   devices->add_option("id", flags->name, "Only this device id")->type_name("ID");
   devices->callback([flags, &exit_code] { exit_code = RunGet("devices", *flags, BuildDevices); });
 

@@ -252,17 +252,21 @@ void AddKubeletCommand(CLI::App& app, int& exit_code) {
       "Serve /metrics and /healthz on HOST:PORT (port 0: any free port); off by default");
   cmd->add_option("--grace", flags->grace,
                   "How long a resource whose plugin went away stays before it is deleted (e.g. 5m)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--rpc-timeout", flags->rpc_timeout,
                   "Deadline of every device plugin RPC but PreStartContainer (e.g. 300ms, 10s)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--pre-start-timeout", flags->pre_start_timeout,
                   "Deadline of PreStartContainer (the kubelet's: 30s)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--registration-grace", flags->registration_grace,
                   "At start, how long a pod admitted before the restart waits for its plugins "
                   "to register before it is judged (e.g. 30s; 0: not at all)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--restrict", flags->restrictions,
                   "RESOURCE=NS1,NS2: only pods of these namespaces may use RESOURCE; others are "
                   "rejected (repeatable, e.g. --restrict nvidia.com/gpu=ml,research)")

@@ -476,7 +476,8 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
                   "With --nvml: where the host's /dev is seen, for the control nodes (default /)");
   cmd->add_option("--health-recovery", flags->health_recovery,
                   "With --nvml: mark a GPU healthy again after DURATION (e.g. 10m) without a new "
-                  "critical event (default: never)");
+                  "critical event (default: never)")
+      ->type_name("DURATION");
   AddVerbosityFlag(cmd, &flags->verbosity);
   cmd->callback([&exit_code, flags, fault] {
     flags->fault_given = fault->count() > 0;

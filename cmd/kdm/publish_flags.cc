@@ -192,15 +192,19 @@ void AddPublishLoopFlags(CLI::App* cmd, PublishLoopFlags* flags) {
       ->type_name("DIR");
   AddKubeClientFlags(cmd, &flags->kube);
   cmd->add_option("--interval", flags->interval, "How often the node's devices are read")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--min-write-interval", flags->min_write_interval,
                   "At most one write per this interval (0: no limit)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--resync", flags->resync, "Rewrite an unchanged value this long after the last")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--timeout", flags->timeout,
                   "Deadline of each pod-resources call and of each write to the API server")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
 }
 
 std::optional<PublishFailure> CheckPublishFlags(const PublishLoopFlags& flags,

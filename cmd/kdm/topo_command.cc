@@ -411,7 +411,8 @@ void AddTopoCommand(CLI::App& app, int& exit_code) {
   topo->add_option("--policy", flags->policy, "packed (default), best-set or first-fit");
   topo->add_option("--budget", flags->budget,
                    "Search time before settling for the best set found (a duration: 50ms, 1s)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   // The old spelling, a number of milliseconds: still taken, not shown.
   topo->add_option("--budget-ms", flags->budget_ms, "Deprecated: --budget")->group("");
   topo->add_flag("--json", flags->json, "Print the answer as JSON");
