@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cstdlib>
 #include <iostream>
-#include <numeric>
 
 #include "cli_common.h"
 #include "kdm/base/log_value.h"
