@@ -11,7 +11,7 @@
 namespace kdm::cli {
 namespace {
 
-bool dry_run = false;
+bool g_dry_run = false;
 
 // Optimal string alignment distance: insertions, deletions, substitutions
 // and swaps of two neighbours ("--prot" is one edit from "--port").
@@ -55,7 +55,7 @@ std::vector<std::string> CommandNames(CLI::App* app) {
   return names;
 }
 
-std::string Quoted(const std::string& text) {
+std::string QuotedArgument(const std::string& text) {
   // Outside text: a control byte or a long word must not break the line.
   bool plain = text.size() <= 200 && std::all_of(text.begin(), text.end(), [](char c) {
                  const auto u = static_cast<unsigned char>(c);
@@ -73,15 +73,15 @@ std::string UnknownArgumentLine(CLI::App* app, const std::vector<std::string>& e
   auto flag = std::find_if(extras.begin(), extras.end(), is_flag);
   if (flag != extras.end() && (commands.empty() || is_flag(extras.front()))) {
     std::string name = flag->substr(0, flag->find('='));
-    std::string line = "unknown flag " + Quoted(name);
+    std::string line = "unknown flag " + QuotedArgument(name);
     if (std::string close = DidYouMean(name, FlagNames(app)); !close.empty()) {
       line += " (did you mean '" + close + "'?)";
     }
     return line;
   }
   const std::string& word = extras.front();
-  if (commands.empty()) return "unexpected argument " + Quoted(word);
-  std::string line = "unknown command " + Quoted(word);
+  if (commands.empty()) return "unexpected argument " + QuotedArgument(word);
+  std::string line = "unknown command " + QuotedArgument(word);
   if (std::string close = DidYouMean(word, commands); !close.empty()) {
     line += " (did you mean '" + close + "'?)";
   } else {
@@ -114,7 +114,8 @@ void SetEnvNames(CLI::App* app) {
     const char* value = std::getenv(env.c_str());
     if (opt->get_expected_max() == 0 && value != nullptr && *value != '\0' &&
         !IsBooleanWord(value)) {
-      throw CLI::ValidationError(env, Quoted(value) + " is not a boolean (true, false, 1 or 0)");
+      throw CLI::ValidationError(env,
+                                 QuotedArgument(value) + " is not a boolean (true, false, 1 or 0)");
     }
   }
 }
@@ -129,7 +130,7 @@ void AddVerbosityFlag(CLI::App* cmd, int* verbosity) {
       ->check([](const std::string& v) -> std::string {
         if (v.size() == 1 && v[0] >= '0' && v[0] <= '0' + kMaxVerbosity) return "";
         return "must be a whole number from 0 to " + std::to_string(kMaxVerbosity) +
-               " (0 normal, 1 debug, 2-9 trace), got " + Quoted(v);
+               " (0 normal, 1 debug, 2-9 trace), got " + QuotedArgument(v);
       })
       ->capture_default_str();
 }
@@ -140,8 +141,8 @@ spdlog::level::level_enum LogLevelFor(int verbosity, spdlog::level::level_enum n
   return normal;
 }
 
-void SetDryRun(bool value) { dry_run = value; }
-bool DryRun() { return dry_run; }
+void SetDryRun(bool value) { g_dry_run = value; }
+bool DryRun() { return g_dry_run; }
 
 std::string EnvNameOfFlag(std::string_view name) {
   while (!name.empty() && name.front() == '-') name.remove_prefix(1);
