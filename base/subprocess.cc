@@ -59,6 +59,8 @@ std::string SubprocessResult::Describe() const {
   std::string out;
   if (timed_out) {
     out = "ran past its timeout and was killed";
+  } else if (output_overflow) {
+    out = "printed more than it may and was killed";
   } else if (term_signal != 0) {
     out = "killed by signal " + std::to_string(term_signal);
   } else {
@@ -75,6 +77,7 @@ StatusOr<SubprocessResult> RunSubprocess(const SubprocessOptions& options) {
   }
   Fds fds;  // [0] stdout read, [1] stdout write, [2] stderr read, [3] stderr write
   for (int i : {0, 2}) {
+    if (i == 2 && options.inherit_stderr) continue;
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) return InternalError(std::string("pipe: ") + strerror(errno));
     fds.fd[i] = p[0];
@@ -84,7 +87,7 @@ StatusOr<SubprocessResult> RunSubprocess(const SubprocessOptions& options) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, fds.fd[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, fds.fd[3], STDERR_FILENO);
+  if (!options.inherit_stderr) posix_spawn_file_actions_adddup2(&actions, fds.fd[3], STDERR_FILENO);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // A group of its own (killed whole on timeout), and the default signal
@@ -110,11 +113,10 @@ StatusOr<SubprocessResult> RunSubprocess(const SubprocessOptions& options) {
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (err != 0) {
-    // glibc reports a program that cannot be executed here.
-    SubprocessResult r;
-    r.exit_code = 127;
-    r.stderr_text = options.argv[0] + ": " + strerror(err);
-    return r;
+    // glibc reports here a program that cannot be executed.
+    std::string message = options.argv[0] + ": " + strerror(err);
+    if (err == ENOENT) return NotFoundError(message);
+    return FailedPreconditionError(message);
   }
   fds.Close(1);
   fds.Close(3);
@@ -123,7 +125,7 @@ StatusOr<SubprocessResult> RunSubprocess(const SubprocessOptions& options) {
   const SteadyTime::time_point deadline = SteadyTime::now() + options.timeout;
   std::string* texts[2] = {&result.stdout_text, &result.stderr_text};
   size_t* dropped[2] = {&result.stdout_dropped, &result.stderr_dropped};
-  int open_streams = 2;
+  int open_streams = options.inherit_stderr ? 1 : 2;
   while (open_streams > 0) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyTime::now());
@@ -148,13 +150,18 @@ StatusOr<SubprocessResult> RunSubprocess(const SubprocessOptions& options) {
       size_t keep = std::min<size_t>(room, static_cast<size_t>(got));
       texts[i]->append(buf, keep);
       *dropped[i] += static_cast<size_t>(got) - keep;
+      if (i == 0 && *dropped[i] > 0 && options.kill_past_max_output) {
+        result.output_overflow = true;
+        open_streams = 0;
+        break;
+      }
     }
   }
   // Both outputs closed: the child is ending, or went on running without
   // them. Either way its wait is bounded by the same deadline.
   int status = 0;
   while (true) {
-    if (!result.timed_out) {
+    if (!result.timed_out && !result.output_overflow) {
       pid_t got = ::waitpid(pid, &status, WNOHANG);
       if (got == pid) break;
       if (got < 0 && errno != EINTR) break;

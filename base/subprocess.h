@@ -1,18 +1,20 @@
 // kdm::RunSubprocess: runs one outside command to its end, bounded in time
 // and in the output kept, for the few places kdm runs a command a user
-// named (`kdm conform --health-trigger`).
+// named (`kdm conform --health-trigger`, a kubeconfig's exec credential
+// plugin).
 //
 // The child gets /dev/null as stdin, pipes as stdout and stderr (read
 // concurrently, so a child that writes much to both never blocks on a full
 // pipe), the parent's environment plus `extra_env` (which wins), and a
 // process group of its own: when `timeout` passes, the whole group is
 // killed (SIGKILL), so a shell's grandchildren go too. Output past
-// `max_output_bytes` (per stream) is read and dropped, and counted.
+// `max_output_bytes` (per stream) is read and dropped, and counted (or,
+// with kill_past_max_output, ends it).
 //
-// Errors: INVALID_ARGUMENT for an empty argv; the OS error for pipes or a
-// spawn that cannot start (a missing program is not an error here: the
-// child exits 127, as a shell reports it). A child that runs past its
-// timeout is a result (timed_out), not an error.
+// Errors: INVALID_ARGUMENT for an empty argv; NOT_FOUND naming a program
+// that is not there; FAILED_PRECONDITION for one that cannot be executed;
+// INTERNAL when no pipe can be made. What the child did (an exit status, a
+// signal, running past its timeout) is a result, not an error.
 //
 // Thread-safety: safe from any thread; each call owns its child and waits
 // for it (a child is never left behind, even on timeout).
@@ -46,6 +48,12 @@ struct SubprocessOptions {
   std::chrono::milliseconds timeout{10'000};
   // The most of stdout and of stderr kept each.
   size_t max_output_bytes = 64 << 10;
+  // Stdout past max_output_bytes kills the process group (output_overflow)
+  // instead of being dropped: for output that is useless cut.
+  bool kill_past_max_output = false;
+  // The child writes to the parent's stderr (a user sees it as it comes)
+  // instead of a pipe; stderr_text stays empty.
+  bool inherit_stderr = false;
 };
 
 struct SubprocessResult {
@@ -60,9 +68,11 @@ struct SubprocessResult {
   // Bytes read past max_output_bytes and dropped, per stream.
   size_t stdout_dropped = 0;
   size_t stderr_dropped = 0;
+  // True when kill_past_max_output killed it.
+  bool output_overflow = false;
 
   // Exited 0 in time.
-  bool ok() const { return !timed_out && term_signal == 0 && exit_code == 0; }
+  bool ok() const { return !timed_out && !output_overflow && term_signal == 0 && exit_code == 0; }
   // "exited 0", "exited 3", "killed by signal 9", "ran past its 2s timeout
   // and was killed", followed by ": <last line of stderr>" when stderr has one.
   std::string Describe() const;

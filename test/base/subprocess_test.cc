@@ -101,13 +101,37 @@ TEST(SubprocessTest, OutputPastTheBoundIsDroppedAndCounted) {
   EXPECT_EQ(r->stderr_dropped, 299'000u);
 }
 
-TEST(SubprocessTest, AMissingProgramExits127NamingIt) {
+TEST(SubprocessTest, AMissingProgramIsNotFoundNamingIt) {
   SubprocessOptions o;
   o.argv = {"/nonexistent/kdm-no-such-program"};
   StatusOr<SubprocessResult> r = RunSubprocess(o);
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(r.status().message(), HasSubstr("/nonexistent/kdm-no-such-program"));
+  o.argv = {"/dev/null"};  // there, not a program
+  EXPECT_EQ(RunSubprocess(o).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(SubprocessTest, KillPastMaxOutputEndsAChildThatPrintsTooMuch) {
+  SubprocessOptions o = Shell("yes; sleep 300");
+  o.max_output_bytes = 4096;
+  o.kill_past_max_output = true;
+  StatusOr<SubprocessResult> r = RunSubprocess(o);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->exit_code, 127);
-  EXPECT_THAT(r->Describe(), HasSubstr("kdm-no-such-program"));
+  EXPECT_TRUE(r->output_overflow);
+  EXPECT_FALSE(r->timed_out);
+  EXPECT_FALSE(r->ok());
+  EXPECT_EQ(r->stdout_text.size(), 4096u);
+  EXPECT_THAT(r->Describe(), HasSubstr("printed more than it may"));
+}
+
+TEST(SubprocessTest, InheritedStderrIsNotCaptured) {
+  SubprocessOptions o = Shell("echo to-the-parent >&2; echo out");
+  o.inherit_stderr = true;
+  StatusOr<SubprocessResult> r = RunSubprocess(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->ok());
+  EXPECT_EQ(r->stdout_text, "out\n");
+  EXPECT_EQ(r->stderr_text, "");
 }
 
 TEST(SubprocessTest, NoProgramIsInvalid) {
