@@ -30,7 +30,7 @@ using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-const std::string kDeployDir = std::string(KDM_SOURCE_DIR) + "/deploy";
+const std::string kDeployDir = std::string(KDM_TEST_SOURCE_DIR) + "/deploy";
 
 std::string DeployLines(const std::vector<std::string>& v) {
   std::string out;
