@@ -195,8 +195,8 @@ data:
 
 // `texts` with `from` replaced by `to` in `file` (which must hold it).
 std::vector<std::pair<std::string, std::string>> DeployBroken(const std::string& file,
-                                                        const std::string& from,
-                                                        const std::string& to) {
+                                                              const std::string& from,
+                                                              const std::string& to) {
   auto texts = DeployGoodSet();
   for (auto& [f, t] : texts) {
     if (f != file) continue;
@@ -207,7 +207,8 @@ std::vector<std::pair<std::string, std::string>> DeployBroken(const std::string&
   return texts;
 }
 
-std::vector<std::string> DeployProblems(const std::vector<std::pair<std::string, std::string>>& texts) {
+std::vector<std::string> DeployProblems(
+    const std::vector<std::pair<std::string, std::string>>& texts) {
   Checker checker(texts);
   checker.CheckAll();
   std::vector<std::string> files;
@@ -217,7 +218,8 @@ std::vector<std::string> DeployProblems(const std::vector<std::pair<std::string,
 }
 
 TEST_F(DeployTest, TheCheckersGoodSetHasNoProblem) {
-  EXPECT_TRUE(DeployProblems(DeployGoodSet()).empty()) << DeployLines(DeployProblems(DeployGoodSet()));
+  EXPECT_TRUE(DeployProblems(DeployGoodSet()).empty())
+      << DeployLines(DeployProblems(DeployGoodSet()));
   Checker checker(DeployGoodSet());
   EXPECT_EQ(checker.CheckAll().runs.size(), 2u);
 }
@@ -370,7 +372,7 @@ TEST_F(DeployTest, TheDryRunFailsOnAnUnknownFlagOrABadValue) {
   for (const char* env : {"{name: KDM_THREADS, value: many}", "{name: KDM_THRADS, value: '2'}"}) {
     SCOPED_TRACE(env);
     Checker checker(DeployBroken("extender.yaml", "        ports:",
-                           std::string("        env: [") + env + "]\n        ports:"));
+                                 std::string("        env: [") + env + "]\n        ports:"));
     const auto& result = checker.CheckAll();
     ASSERT_EQ(result.runs.size(), 3u) << DeployLines(result.problems);
     EXPECT_THAT(DryRunProblem(result.runs[2], KdmBinary(), dir_), HasSubstr("exited 2"));
