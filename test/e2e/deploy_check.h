@@ -438,6 +438,30 @@ class Checker {
       vars[name] = value;
       env.emplace_back(name, value);
     }
+    // The kubelet adds a Service's docker-link variables to every pod of its
+    // namespace (enableServiceLinks, on by default): Service kdm-extender
+    // gives KDM_EXTENDER_SERVICE_HOST, KDM_EXTENDER_PORT, ..., which kdm
+    // would read as KDM_<FLAG> variables. Such a pod must turn them off.
+    const YAML::Node links = c->pod_spec["enableServiceLinks"];
+    if (!links || links.as<bool>()) {
+      for (const Manifest& s : c_.docs) {
+        if (Str(s.doc["kind"]) != "Service" ||
+            Str(s.doc["metadata"]["namespace"]) != c->namespace_name) {
+          continue;
+        }
+        std::string prefix;
+        for (char ch : Str(s.doc["metadata"]["name"])) {
+          prefix +=
+              ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+        }
+        if (prefix.rfind("KDM_", 0) == 0) {
+          Problem(where + ": enableServiceLinks is on, so Service " +
+                  Str(s.doc["metadata"]["name"]) + " gives it " + prefix + "_SERVICE_HOST, " +
+                  prefix +
+                  "_PORT, ...: variables kdm reads as KDM_<FLAG>; set enableServiceLinks: false");
+        }
+      }
+    }
     std::vector<std::string> argv;
     for (const char* part : {"command", "args"}) {
       for (const YAML::Node& a : c->container[part]) {

@@ -126,6 +126,7 @@ spec:
   template:
     metadata: {labels: {app: plugin}}
     spec:
+      enableServiceLinks: false
       containers:
       - name: plugin
         image: registry.example.com/kdm:1
@@ -160,6 +161,7 @@ spec:
     metadata: {labels: {app: ext}}
     spec:
       serviceAccountName: ext
+      enableServiceLinks: false
       containers:
       - name: ext
         image: registry.example.com/kdm:1
@@ -170,7 +172,7 @@ spec:
 ---
 apiVersion: v1
 kind: Service
-metadata: {name: ext, namespace: kdm}
+metadata: {name: kdm-ext, namespace: kdm}
 spec:
   selector: {app: ext}
   ports: [{port: 80, targetPort: http}]
@@ -183,7 +185,7 @@ data:
     apiVersion: kubescheduler.config.k8s.io/v1
     kind: KubeSchedulerConfiguration
     extenders:
-    - urlPrefix: http://ext.kdm.svc
+    - urlPrefix: http://kdm-ext.kdm.svc
       filterVerb: filter
       prioritizeVerb: prioritize
       weight: 1
@@ -241,12 +243,13 @@ TEST_F(DeployTest, EachBrokenCrossReferenceIsNamed) {
        "subjects: [{kind: ServiceAccount, name: other,", "may not list nodes"},
       {"extender.yaml", "verbs: [list, watch]", "verbs: [list]", "may not watch nodes"},
       {"extender.yaml", "  selector: {app: ext}", "  selector: {app: extender}",
-       "Service kdm/ext: its selector selects no workload of the set"},
+       "Service kdm/kdm-ext: its selector selects no workload of the set"},
       {"extender.yaml", "targetPort: http", "targetPort: https",
        "targetPort https is no port of the selected containers"},
-      {"extender.yaml", "urlPrefix: http://ext.kdm.svc", "urlPrefix: http://ext.kdm.svc:8888",
-       "urlPrefix port 8888 is not a port of Service kdm/ext"},
-      {"extender.yaml", "urlPrefix: http://ext.kdm.svc", "urlPrefix: http://extender.kdm.svc",
+      {"extender.yaml", "urlPrefix: http://kdm-ext.kdm.svc",
+       "urlPrefix: http://kdm-ext.kdm.svc:8888",
+       "urlPrefix port 8888 is not a port of Service kdm/kdm-ext"},
+      {"extender.yaml", "urlPrefix: http://kdm-ext.kdm.svc", "urlPrefix: http://extender.kdm.svc",
        "urlPrefix names Service kdm/extender, which is not in the set"},
       {"extender.yaml", "--listen=:8888", "--listen=:9999",
        "urlPrefix reaches container port 8888, but kdm extender --listen is :9999"},
@@ -264,6 +267,8 @@ TEST_F(DeployTest, EachBrokenCrossReferenceIsNamed) {
       {"extender.yaml", "path: /readyz", "path: /healthz", "readinessProbe must GET /readyz"},
       {"extender.yaml", "port: 8888}}", "port: 9090}}", "livenessProbe port 9090 is not the port"},
       {"extender.yaml", "--policy=packed", "--policy=best-set", "the policies disagree"},
+      {"plugin.yaml", "      enableServiceLinks: false\n", "",
+       "enableServiceLinks is on, so Service kdm-ext gives it KDM_EXT_SERVICE_HOST"},
       {"extender.yaml",
        "        ports:", "        env: [{name: KDM_POLICY, value: packed}]\n        ports:",
        "env KDM_POLICY: --policy is also on the command line, which wins over it"},
