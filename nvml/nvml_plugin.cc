@@ -55,11 +55,17 @@ StatusOr<std::unique_ptr<NvmlPlugin>> NvmlPlugin::Create(NvmlPluginConfig config
   p->topology_ = std::make_shared<const topology::Topology>(std::move(t.topology));
 
   std::vector<GpuNode> nodes;
-  for (const GpuInfo& g : p->node_.gpus) nodes.push_back({g.uuid, g.minor});
-  p->answers_ = std::make_unique<AllocateAnswerBuilder>(
-      std::move(nodes),
-      AllocateAnswerOptions{
-          .dev_root = config.dev_root, .cdi = config.cdi, .cdi_kind = config.resource_name});
+  for (const GpuInfo& g : p->node_.gpus) nodes.push_back({g.uuid, g.minor, g.index});
+  if (config.cdi) config.device_list.cdi_cri = true;
+  AllocateAnswerOptions answer_options;
+  answer_options.dev_root = config.dev_root;
+  answer_options.host_dev_root = config.host_dev_root;
+  answer_options.id_strategy = config.device_id_strategy;
+  answer_options.list = config.device_list;
+  answer_options.pass_device_specs = config.pass_device_specs;
+  answer_options.cdi_kind = config.resource_name;
+  answer_options.cdi_annotation_prefix = config.cdi_annotation_prefix;
+  p->answers_ = std::make_unique<AllocateAnswerBuilder>(std::move(nodes), answer_options);
 
   plugin::PluginServer::Options o;
   o.resource_name = config.resource_name;
@@ -99,10 +105,13 @@ Status NvmlPlugin::Start() {
   }
   spdlog::info(
       "event=serving resource={} socket={} devices={} source=nvml library={} driver={} cuda={} "
-      "policy={} cdi={} health_recovery_ms={} health_checks={}",
+      "policy={} cdi={} device_id_strategy={} device_list_strategy={} pass_device_specs={} "
+      "health_recovery_ms={} health_checks={}",
       config_.resource_name, server_->SocketPath(), node_.gpus.size(), Quoted(library_->path()),
       Quoted(node_.driver_version), Quoted(node_.cuda_driver_version),
-      topology::PolicyName(config_.policy), config_.cdi,
+      topology::PolicyName(config_.policy), config_.device_list.cdi_cri,
+      config_.device_id_strategy == DeviceIdStrategy::kIndex ? "index" : "uuid",
+      DeviceListStrategiesName(config_.device_list), config_.pass_device_specs,
       config_.health_recovery ? std::to_string(config_.health_recovery->count()) : "off",
       config_.health_checks.disabled ? "off"
                                      : (config_.health_checks.xids_disabled ? "ecc" : "on"));
@@ -140,12 +149,18 @@ StatusOr<v1beta1::ContainerAllocateResponse> NvmlPlugin::Allocate(
   }
   v1beta1::ContainerAllocateResponse r;
   for (const auto& [name, value] : a->envs) (*r.mutable_envs())[name] = value;
-  for (const std::string& path : a->device_nodes) {
+  for (const ContainerMount& m : a->mounts) {
+    v1beta1::Mount* mount = r.add_mounts();
+    mount->set_container_path(m.container_path);
+    mount->set_host_path(m.host_path);
+  }
+  for (const DeviceNode& node : a->device_nodes) {
     v1beta1::DeviceSpec* spec = r.add_devices();
-    spec->set_container_path(path);
-    spec->set_host_path(path);
+    spec->set_container_path(node.container_path);
+    spec->set_host_path(node.host_path);
     spec->set_permissions("rw");
   }
+  for (const auto& [key, value] : a->annotations) (*r.mutable_annotations())[key] = value;
   for (const std::string& name : a->cdi_devices) r.add_cdi_devices()->set_name(name);
   spdlog::info("event=allocate resource={} devices={}", config_.resource_name, Quoted(Join(ids)));
   return r;

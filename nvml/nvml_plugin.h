@@ -8,9 +8,10 @@
 //    DP_DISABLE_HEALTHCHECKS as given in the config, the optional recovery
 //    window), then the server. Each health change replaces the server's
 //    device set at once, so every ListAndWatch stream sends it at once;
-//  - Allocate answers NVIDIA_VISIBLE_DEVICES, the device nodes and, with
-//    `cdi`, CDI names (allocate_answer.h); an unknown id is NOT_FOUND naming
-//    it;
+//  - Allocate answers in NVIDIA's shapes (allocate_answer.h): by the device
+//    list strategies NVIDIA_VISIBLE_DEVICES, volume mounts, a CDI annotation
+//    and CDI names, with UUIDs or indices, and the device nodes; an unknown
+//    id is NOT_FOUND naming it;
 //  - GetPreferredAllocation answers topology::AllocateIds on the NVML
 //    topology with the configured policy, honouring must-include and
 //    available exactly as the fake GPU plugin does (the same call).
@@ -63,6 +64,17 @@ struct NvmlPluginConfig {
   std::string sysfs_root = "/sys";
   // Where the host's /dev is seen (allocate_answer.h).
   std::string dev_root = "/";
+  // Where the device nodes are on the host (NVIDIA_DEV_ROOT; allocate_answer.h).
+  std::string host_dev_root = "/";
+  // What names a GPU toward the runtime and how the names reach it
+  // (DEVICE_ID_STRATEGY, DEVICE_LIST_STRATEGY; allocate_answer.h).
+  DeviceIdStrategy device_id_strategy = DeviceIdStrategy::kUuid;
+  DeviceListStrategies device_list;
+  // Device nodes in the Allocate answer (PASS_DEVICE_SPECS).
+  bool pass_device_specs = true;
+  std::string cdi_annotation_prefix = kDefaultCdiAnnotationPrefix;
+  // `--cdi`: also answer CDI names in the CDI devices field (the same as
+  // cdi-cri in device_list).
   bool cdi = false;
   topology::Policy policy = topology::Policy::kPacked;
 

@@ -4,7 +4,8 @@
 //
 // Exit codes: 0 no check failed; 1 at least one check failed; 2 bad usage
 // (missing --resource, neither or both of --root and --plugin-socket, a
-// malformed --timeout, an unknown --only id, an unknown argument, a --root
+// malformed --timeout, an unknown --only id, an empty or oversized
+// --health-trigger, an unknown argument, a --root
 // whose agent is alive: its lock .kdm-kubelet.lock is held, so
 // --plugin-socket is the way); 3 the
 // plugin could not be checked at all (no plugin registered within
@@ -26,7 +27,6 @@
 
 #include <iostream>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -54,6 +54,8 @@ struct ConformFlags {
   std::string timeout = "10s";
   std::string junit;
   std::string only;
+  std::string health_trigger;
+  bool health_trigger_given = false;
   bool verbose = false;
 };
 
@@ -126,6 +128,12 @@ int RunConform(const ConformFlags& f) {
   if (!timeout.ok()) return ConformFail(kUsageError, "--timeout: " + timeout.status().message());
   options.timeout = *timeout;
   options.only = SplitIds(f.only);
+  if (f.health_trigger_given) {
+    if (f.health_trigger.find_first_not_of(" \t\n") == std::string::npos) {
+      return ConformFail(kUsageError, "--health-trigger: the command is empty");
+    }
+    options.health_trigger = f.health_trigger;
+  }
   if (Status s = conformance::Runner::CheckOptions(options); !s.ok()) {
     return ConformFail(kUsageError, s.message());
   }
@@ -211,6 +219,10 @@ void AddConformCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--junit", flags->junit, "Also write the report as JUnit XML to FILE");
   cmd->add_option("--only", flags->only, "Run only these check ids (comma-separated)");
+  cmd->add_option("--health-trigger", flags->health_trigger,
+                  "A shell command that makes one device unhealthy in the plugin; run with the "
+                  "device id as its last argument (and in KDM_DEVICE_ID) by the health.* checks")
+      ->type_name("CMD");
   cmd->add_flag("-v,--verbose", flags->verbose, "Log every check and RPC event to stderr");
   // Unknown arguments are a usage error (exit 2) like every other bad flag.
   cmd->allow_extras();
@@ -220,6 +232,7 @@ void AddConformCommand(CLI::App& app, int& exit_code) {
       exit_code = ConformFail(kUsageError, UnknownArgumentsMessage(extras));
       return;
     }
+    flags->health_trigger_given = cmd->get_option("--health-trigger")->count() > 0;
     exit_code = RunConform(*flags);
   });
 }

@@ -1,7 +1,7 @@
 // `kdm extender`: kube-scheduler's HTTP extender (docs/extender.md). Serves
 // POST /filter and POST /prioritize (plus /healthz and /metrics) on
 // --listen, scoring nodes from their kdm.io/devices annotation with
-// kdm::scheduler. With --kubeconfig or --in-cluster it also keeps a node
+// kdm::scheduler. With --kubeconfig, --context or --in-cluster it keeps a node
 // cache (LIST + WATCH), so that a scheduler configured with
 // nodeCacheCapable: true can send node names only, and watches bound pods to
 // assume their devices taken until their node publishes them
@@ -77,7 +77,7 @@ int RunExtender(const ExtenderFlags& flags) {
   if (flags.tls_cert.empty() != flags.tls_key.empty()) {
     return fail(kUsageError, "--tls-cert and --tls-key: give both or neither");
   }
-  if (Status s = CheckKubeClientFlags(flags.kube, /*required=*/false); !s.ok()) {
+  if (Status s = CheckKubeClientFlags(flags.kube); !s.ok()) {
     return fail(kUsageError, std::string(s.message()));
   }
   StatusOr<scheduler::ScorePolicy> policy = scheduler::ParseScorePolicy(flags.policy);

@@ -110,7 +110,8 @@ int RunKubelet(const KubeletFlags& flags) {
   if (!flags.publish && flags.publish_loop.any_given()) {
     return usage(
         "--node-name, --topology, --ids, --plugin-policy, --nvml-library, --sysfs-root, "
-        "--kubeconfig, --in-cluster, --interval, --min-write-interval, --resync and --timeout "
+        "--kubeconfig, --context, --in-cluster, --interval, --min-write-interval, --resync and "
+        "--timeout "
         "need --publish");
   }
   PublishSetup publish_setup;
@@ -264,7 +265,8 @@ void AddKubeletCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("--publish", flags->publish,
                 "Also publish the node's devices as the kdm.io/devices annotation of Node "
-                "--node-name, as `kdm publish` does (needs --kubeconfig or --in-cluster)");
+                "--node-name, as `kdm publish` does (the API server from --kubeconfig, "
+                "KUBECONFIG, ~/.kube/config or --in-cluster)");
   AddPublishLoopFlags(cmd, &flags->publish_loop);
   cmd->callback([flags, &exit_code] { exit_code = RunKubelet(*flags); });
 }

@@ -14,10 +14,13 @@
 // bound, a socket whose lock <socket>.lock another live plugin holds: one
 // line naming its pid); 2 bad usage (missing or conflicting flags, a malformed number, an
 // unknown preset, policy or fault, an empty or malformed resource name,
-// --fault together with --health-file, a flag that does not apply to --nvml
-// or needs it, a bad DP_DISABLE_HEALTHCHECKS, --nvml on a machine without
+// a flag that does not apply to --nvml
+// or needs it, a bad DP_DISABLE_HEALTHCHECKS, a bad value of one of NVIDIA's
+// flags or environment variables (named), --nvml on a machine without
 // libnvidia-ml: one line "NVML not found: ...; is the NVIDIA driver
-// installed?"). Path flags may be relative; they are
+// installed?"). With --fail-on-init-error=false (FAIL_ON_INIT_ERROR) NVML's
+// start failures are logged once and the plugin waits for a stop signal,
+// then exits 0. Path flags may be relative; they are
 // made absolute at once, and a directory or socket path that cannot work is
 // an error naming its flag.
 #include <pthread.h>
@@ -60,6 +63,22 @@
 namespace kdm::cli {
 namespace {
 
+// A flag that NVIDIA's plugin also reads from an environment variable
+// (CLI11's envname: the command line wins, the variable fills a flag not
+// given). Where a value came from is told apart after parsing: a given
+// option whose value equals the variable's (non-empty) text came from it.
+struct EnvBackedFlag {
+  enum class Source { kDefault, kFlag, kEnv };
+  const char* flag = "";
+  const char* env = "";
+  Source source = Source::kDefault;
+
+  // "--device-id-strategy", or "DEVICE_ID_STRATEGY (--device-id-strategy)".
+  std::string Name() const {
+    return source == Source::kEnv ? std::string(env) + " (" + flag + ")" : std::string(flag);
+  }
+};
+
 struct PluginFlags {
   std::string root;
   std::string plugin_dir;
@@ -81,6 +100,21 @@ struct PluginFlags {
   std::string sysfs_root;
   std::string dev_root;
   std::string health_recovery;
+  // NVIDIA's plugin's flags, each also under NVIDIA's environment variable
+  // (see AddPluginCommand); held as text and checked in CheckNvidiaFlags so
+  // that an error names where the value came from.
+  std::string mig_strategy = "none";
+  std::string fail_on_init_error = "true";
+  std::string driver_root;
+  std::string nvidia_dev_root;
+  std::string pass_device_specs = "true";
+  std::string device_list_strategy = "envvar";
+  std::string device_id_strategy = "uuid";
+  std::string cdi_annotation_prefix = nvml::kDefaultCdiAnnotationPrefix;
+  std::string config_file;
+  std::string kubelet_socket;
+  // Where each of those came from; filled by the command's callback.
+  std::vector<EnvBackedFlag> nvidia_flags;
 };
 
 int PluginFail(int code, const std::string& message) {
@@ -102,6 +136,157 @@ const char* SignalName(int sig) {
     default:
       return "signal";
   }
+}
+
+// NVIDIA's settings after their checks (CheckNvidiaFlags).
+struct NvidiaSettings {
+  bool fail_on_init_error = true;
+  nvml::DeviceIdStrategy device_id_strategy = nvml::DeviceIdStrategy::kUuid;
+  nvml::DeviceListStrategies device_list;
+  bool pass_device_specs = true;
+  std::string host_dev_root = "/";
+  std::string cdi_annotation_prefix = nvml::kDefaultCdiAnnotationPrefix;
+  bool register_with_kubelet = true;
+};
+
+// Go's strconv.ParseBool, which NVIDIA's flags and variables go through.
+std::optional<bool> ParseGoBool(std::string_view text) {
+  for (std::string_view t : {"1", "t", "T", "TRUE", "true", "True"}) {
+    if (text == t) return true;
+  }
+  for (std::string_view t : {"0", "f", "F", "FALSE", "false", "False"}) {
+    if (text == t) return false;
+  }
+  return std::nullopt;
+}
+
+const EnvBackedFlag& NvidiaFlag(const PluginFlags& f, std::string_view flag) {
+  for (const EnvBackedFlag& e : f.nvidia_flags) {
+    if (e.flag == flag) return e;
+  }
+  static const EnvBackedFlag kNone;
+  return kNone;
+}
+
+// Checks NVIDIA's flags and variables into `out`; nullopt when fine, else the
+// usage error, naming the flag (and the variable when the value came from
+// it). Without --nvml the variables are not read (they belong to the GPU
+// plugin's container; a fake plugin in the same shell must not trip on
+// them) and the flags, --kubelet-socket apart, are usage errors. A
+// --kubelet-socket given without --root or --plugin-dir sets the plugin
+// directory (`f->plugin_dir`): the kubelet finds plugins beside its socket.
+std::optional<std::string> CheckNvidiaFlags(PluginFlags* f, NvidiaSettings* out) {
+  using Source = EnvBackedFlag::Source;
+  for (EnvBackedFlag& e : f->nvidia_flags) {
+    if (f->nvml || e.source != Source::kFlag) {
+      if (!f->nvml) e.source = Source::kDefault;
+      continue;
+    }
+    if (std::string_view(e.flag) != "--kubelet-socket") {
+      return std::string(e.flag) + " needs --nvml (it is a setting of the NVIDIA GPU plugin)";
+    }
+  }
+  auto given = [&](std::string_view flag) {
+    return NvidiaFlag(*f, flag).source != Source::kDefault;
+  };
+  auto name = [&](std::string_view flag) { return NvidiaFlag(*f, flag).Name(); };
+  if (given("--mig-strategy")) {
+    const std::string& m = f->mig_strategy;
+    if (m == "single" || m == "mixed") {
+      return name("--mig-strategy") + ": " + QuoteLogValue(m, kMaxLogValueBytes) +
+             " is not supported yet: kdm serves whole GPUs only until MIG comes with issue 31; "
+             "use none";
+    }
+    if (m != "none") {
+      return name("--mig-strategy") + ": " + QuoteLogValue(m, kMaxLogValueBytes) +
+             " is not none, single or mixed";
+    }
+  }
+  if (given("--fail-on-init-error")) {
+    std::optional<bool> b = ParseGoBool(f->fail_on_init_error);
+    if (!b) {
+      return name("--fail-on-init-error") + ": " +
+             QuoteLogValue(f->fail_on_init_error, kMaxLogValueBytes) + " is not true or false";
+    }
+    out->fail_on_init_error = *b;
+  }
+  if (given("--pass-device-specs")) {
+    std::optional<bool> b = ParseGoBool(f->pass_device_specs);
+    if (!b) {
+      return name("--pass-device-specs") + ": " +
+             QuoteLogValue(f->pass_device_specs, kMaxLogValueBytes) + " is not true or false";
+    }
+    out->pass_device_specs = *b;
+  }
+  if (given("--device-list-strategy")) {
+    StatusOr<nvml::DeviceListStrategies> l =
+        nvml::ParseDeviceListStrategies(f->device_list_strategy);
+    if (!l.ok()) return name("--device-list-strategy") + ": " + l.status().message();
+    out->device_list = *l;
+  }
+  if (given("--device-id-strategy")) {
+    StatusOr<nvml::DeviceIdStrategy> d = nvml::ParseDeviceIdStrategy(f->device_id_strategy);
+    if (!d.ok()) return name("--device-id-strategy") + ": " + d.status().message();
+    out->device_id_strategy = *d;
+  }
+  if (given("--cdi-annotation-prefix")) {
+    if (Status st = nvml::CheckCdiAnnotationPrefix(f->cdi_annotation_prefix); !st.ok()) {
+      return name("--cdi-annotation-prefix") + ": " + st.message();
+    }
+    out->cdi_annotation_prefix = f->cdi_annotation_prefix;
+  }
+  if (given("--config-file")) {
+    return name("--config-file") + ": " + QuoteLogValue(f->config_file, kMaxLogValueBytes) +
+           ": config files are not supported yet (NVIDIA's config format comes with issue 31); "
+           "give the settings as flags or environment variables";
+  }
+  // Host paths: the plugin never opens them, so they are not made absolute
+  // against its working directory.
+  for (const char* flag : {"--driver-root", "--nvidia-dev-root"}) {
+    const std::string& root =
+        std::string_view(flag) == "--driver-root" ? f->driver_root : f->nvidia_dev_root;
+    if (given(flag) && (root.empty() || root[0] != '/')) {
+      return name(flag) + ": " + QuoteLogValue(root, kMaxLogValueBytes) +
+             " must be an absolute path on the host";
+    }
+  }
+  // NVIDIA's rule: the device root defaults to the driver root.
+  if (given("--nvidia-dev-root")) {
+    out->host_dev_root = f->nvidia_dev_root;
+  } else if (given("--driver-root")) {
+    out->host_dev_root = f->driver_root;
+  }
+  if (given("--kubelet-socket")) {
+    if (f->kubelet_socket.empty()) {
+      // NVIDIA's meaning of an empty socket: serve, never register.
+      out->register_with_kubelet = false;
+    } else {
+      std::filesystem::path socket(f->kubelet_socket);
+      if (socket.filename() != pluginapi::kKubeletSocketName) {
+        return name("--kubelet-socket") + ": " +
+               QuoteLogValue(f->kubelet_socket, kMaxLogValueBytes) +
+               " must name a file kubelet.sock (the kubelet's registration socket)";
+      }
+      const std::string dir = socket.parent_path().lexically_normal().string();
+      if (f->root.empty() && f->plugin_dir.empty()) {
+        f->plugin_dir = dir;
+      } else {
+        const std::string plugin_dir =
+            (f->plugin_dir.empty() ? std::filesystem::path(f->root) / "device-plugins"
+                                   : std::filesystem::path(f->plugin_dir))
+                .lexically_normal()
+                .string();
+        if (plugin_dir != dir) {
+          return name("--kubelet-socket") + ": " +
+                 QuoteLogValue(f->kubelet_socket, kMaxLogValueBytes) +
+                 " is not in the plugin directory " + plugin_dir + " (given by " +
+                 (f->plugin_dir.empty() ? "--root" : "--plugin-dir") +
+                 "); the kubelet looks for plugins beside its socket";
+        }
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 // Checks the flags' shape; nullopt when fine, else the usage error.
@@ -131,10 +316,6 @@ std::optional<std::string> CheckUsage(const PluginFlags& f, fakes::PluginConfig*
   if (Status s = pluginapi::ValidateResourceName(f.resource); !s.ok()) return s.message();
   if (f.fault_given) {
     if (Status s = fakes::CheckFaultName(f.fault); !s.ok()) return "--fault: " + s.message();
-    if (!f.health_file.empty()) {
-      return "--health-file is not supported together with --fault (a faulty plugin's devices "
-             "stay healthy)";
-    }
   }
   config->resource_name = f.resource;
   if (!f.count.empty()) {
@@ -219,6 +400,45 @@ int ServeUntilSignal(StopSignals& stop_signals, const fakes::PluginConfig& confi
 }
 
 // Runs a FaultyPlugin until SIGTERM or SIGINT (see RunPlugin).
+// Follows --health-file (`path`), applying each version through `apply`.
+// Errors: INVALID_ARGUMENT for a file that cannot be watched (exit 2), the
+// watch's start error otherwise (exit 1); see StatusExitCode.
+StatusOr<std::unique_ptr<fakes::HealthFileWatcher>> StartHealthFile(
+    const std::string& path, const std::string& resource,
+    std::function<fakes::HealthUpdate(const fakes::HealthMap&)> apply) {
+  auto w = fakes::HealthFileWatcher::Create(
+      path,
+      [apply, path, resource](const fakes::HealthMap& health) {
+        fakes::HealthUpdate u = apply(health);
+        spdlog::info(
+            "event=health_file_applied resource={} path={} healthy={} unhealthy={} "
+            "unknown_ids={}",
+            resource, path, u.healthy, u.unhealthy, u.unknown_ids.size());
+      },
+      [path, resource](const Status& error) {
+        if (error.code() == StatusCode::kNotFound) {
+          spdlog::info(
+              "event=health_file_missing resource={} path={} detail={} "
+              "action=keep_last_state",
+              resource, path, QuoteLogValue(error.message()));
+        } else {
+          spdlog::warn(
+              "event=health_file_rejected resource={} path={} error={} "
+              "action=keep_last_state",
+              resource, path, QuoteLogValue(error.message()));
+        }
+      });
+  if (!w.ok()) return InvalidArgumentError(w.status().message());
+  std::unique_ptr<fakes::HealthFileWatcher> watcher = std::move(*w);
+  if (Status s = watcher->Start(); !s.ok()) return InternalError(s.message());
+  return watcher;
+}
+
+// kUsageError for INVALID_ARGUMENT, kRuntimeError otherwise.
+int StatusExitCode(const Status& s) {
+  return s.code() == StatusCode::kInvalidArgument ? kUsageError : kRuntimeError;
+}
+
 int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
                     StopSignals& stop_signals) {
   spdlog::info("event=fault_mode fault={}", f.fault);
@@ -227,8 +447,19 @@ int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
   if (!created.ok()) return PluginFail(kRuntimeError, created.status().message());
   std::unique_ptr<fakes::FaultyPlugin> plugin = std::move(*created);
   const std::string& resource = config.resource_name;
+  std::unique_ptr<fakes::HealthFileWatcher> watcher;
+  if (!f.health_file.empty()) {
+    fakes::FaultyPlugin* p = plugin.get();
+    StatusOr<std::unique_ptr<fakes::HealthFileWatcher>> w = StartHealthFile(
+        f.health_file, resource, [p](const fakes::HealthMap& h) { return p->ApplyHealth(h); });
+    if (!w.ok()) return PluginFail(StatusExitCode(w.status()), w.status().message());
+    watcher = std::move(*w);
+  }
   RaiseFdLimit();
-  if (Status s = plugin->Start(); !s.ok()) return PluginFail(kRuntimeError, s.message());
+  if (Status s = plugin->Start(); !s.ok()) {
+    if (watcher) watcher->Stop();
+    return PluginFail(kRuntimeError, s.message());
+  }
   spdlog::info("event=serving resource={} socket={} devices={} source={} fault={}", resource,
                plugin->SocketPath(), plugin->healthy().topology().size(),
                QuoteLogValue(plugin->healthy().source()), f.fault);
@@ -239,6 +470,7 @@ int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
       stop_signals, config, [&] { return plugin->RegistrationCount(); },
       [&] { return plugin->LastRegistrationError(); }, f.fault);
   spdlog::info("event=stopping resource={} signal={}", resource, SignalName(sig));
+  if (watcher) watcher->Stop();
   plugin->Stop();
   spdlog::info("event=stopped resource={}", resource);
   return 0;
@@ -257,6 +489,12 @@ StatusOr<PluginFlags> WithAbsolutePaths(const PluginFlags& given) {
   for (const auto& [flag, value] : paths) {
     KDM_ASSIGN_OR_RETURN(*value, AbsolutePathFlag(flag, *value));
   }
+  // Empty is NVIDIA's "do not register", not the working directory.
+  if (!f.kubelet_socket.empty()) {
+    KDM_ASSIGN_OR_RETURN(
+        f.kubelet_socket,
+        AbsolutePathFlag(NvidiaFlag(f, "--kubelet-socket").Name(), f.kubelet_socket));
+  }
   // A bare library name goes through the loader's search path; a path is
   // made absolute like every other.
   if (f.nvml_library.find('/') != std::string::npos) {
@@ -267,7 +505,26 @@ StatusOr<PluginFlags> WithAbsolutePaths(const PluginFlags& given) {
 
 // Runs the NVML GPU plugin until SIGTERM or SIGINT (see RunPlugin).
 int RunNvmlPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
-                  StopSignals& stop_signals) {
+                  const NvidiaSettings& nvidia, StopSignals& stop_signals) {
+  // Without NVML, --fail-on-init-error=false waits for the stop signal
+  // instead of exiting: a DaemonSet on a node without a working driver does
+  // not crash-loop (NVIDIA's plugin "blocks indefinitely").
+  auto init_failed = [&](int code, const std::string& message, bool prefix) {
+    if (nvidia.fail_on_init_error) {
+      if (!prefix) {
+        std::cerr << message << "\n";
+        return code;
+      }
+      return PluginFail(code, message);
+    }
+    spdlog::warn(
+        "event=nvml_init_failed resource={} error={} fail_on_init_error=false "
+        "action=wait_for_stop_signal",
+        config.resource_name, QuoteLogValue(message));
+    const int sig = stop_signals.Wait();
+    spdlog::info("event=stopped resource={} signal={}", config.resource_name, SignalName(sig));
+    return 0;
+  };
   nvml::NvmlPluginConfig c;
   c.resource_name = config.resource_name;
   c.plugin_dir = config.plugin_dir;
@@ -276,6 +533,12 @@ int RunNvmlPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
   if (!f.sysfs_root.empty()) c.sysfs_root = f.sysfs_root;
   if (!f.dev_root.empty()) c.dev_root = f.dev_root;
   c.cdi = f.cdi;
+  c.host_dev_root = nvidia.host_dev_root;
+  c.device_id_strategy = nvidia.device_id_strategy;
+  c.device_list = nvidia.device_list;
+  c.pass_device_specs = nvidia.pass_device_specs;
+  c.cdi_annotation_prefix = nvidia.cdi_annotation_prefix;
+  c.register_with_kubelet = config.register_with_kubelet;
   c.policy = *config.policy;
   if (!f.health_recovery.empty()) {
     StatusOr<std::chrono::milliseconds> d = ParseDurationFlag(f.health_recovery);
@@ -295,14 +558,15 @@ int RunNvmlPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
   StatusOr<std::unique_ptr<nvml::Library>> library = nvml::Library::Load(c.library_path);
   if (!library.ok()) {
     if (library.status().code() == StatusCode::kNotFound) {
-      std::cerr << library.status().message() << "\n";
-      return kUsageError;
+      return init_failed(kUsageError, library.status().message(), /*prefix=*/false);
     }
-    return PluginFail(kRuntimeError, library.status().message());
+    return init_failed(kRuntimeError, library.status().message(), /*prefix=*/true);
   }
   StatusOr<std::unique_ptr<nvml::NvmlPlugin>> created =
       nvml::NvmlPlugin::Create(std::move(c), std::move(*library));
-  if (!created.ok()) return PluginFail(kRuntimeError, created.status().message());
+  if (!created.ok()) {
+    return init_failed(kRuntimeError, created.status().message(), /*prefix=*/true);
+  }
   std::unique_ptr<nvml::NvmlPlugin> plugin = std::move(*created);
   const std::string& resource = config.resource_name;
   RaiseFdLimit();
@@ -323,17 +587,23 @@ int RunPlugin(const PluginFlags& given) {
   if (!absolute.ok()) return PluginFail(kRuntimeError, absolute.status().message());
   PluginFlags f = *absolute;
   if (f.nvml && f.resource.empty()) f.resource = nvml::kNvidiaGpuResource;
+  const bool plugin_dir_given = !f.plugin_dir.empty();
 
   // Before any thread exists (see StopSignals): the first SIGTERM/SIGINT
   // stops the plugin cleanly, a second one exits at once (130/143).
   StopSignals stop_signals("kdm plugin");
 
   fakes::PluginConfig config;
+  NvidiaSettings nvidia;
+  if (auto usage = CheckNvidiaFlags(&f, &nvidia)) return PluginFail(kUsageError, *usage);
   if (auto usage = CheckUsage(f, &config)) return PluginFail(kUsageError, *usage);
+  config.register_with_kubelet = nvidia.register_with_kubelet;
   SetUpLogging(f.verbose);
   // Both sockets in the plugin directory must fit a unix socket path: said
   // here, naming the flag that gave the directory.
-  const char* dir_flag = f.root.empty() ? "--plugin-dir" : "--root";
+  const char* dir_flag = !f.root.empty()    ? "--root"
+                         : plugin_dir_given ? "--plugin-dir"
+                                            : "--kubelet-socket";
   const std::string own_socket =
       f.socket_name.empty() ? plugin::DefaultSocketName(f.resource) : f.socket_name;
   for (const std::string& name : {std::string(pluginapi::kKubeletSocketName), own_socket}) {
@@ -363,7 +633,7 @@ int RunPlugin(const PluginFlags& given) {
     return PluginFail(kRuntimeError, std::string(dir_flag) + ": " + socket_lock.status().message());
   }
   if (f.fault_given) return RunFaultyPlugin(f, config, stop_signals);
-  if (f.nvml) return RunNvmlPlugin(f, config, stop_signals);
+  if (f.nvml) return RunNvmlPlugin(f, config, nvidia, stop_signals);
 
   StatusOr<std::unique_ptr<fakes::FakeDevicePlugin>> created =
       fakes::FakeDevicePlugin::Create(config);
@@ -377,32 +647,10 @@ int RunPlugin(const PluginFlags& given) {
   std::unique_ptr<fakes::HealthFileWatcher> watcher;
   if (!f.health_file.empty()) {
     fakes::FakeDevicePlugin* p = plugin.get();
-    std::string path = f.health_file;
-    auto w = fakes::HealthFileWatcher::Create(
-        path,
-        [p, path, resource](const fakes::HealthMap& health) {
-          fakes::HealthUpdate u = p->ApplyHealth(health);
-          spdlog::info(
-              "event=health_file_applied resource={} path={} healthy={} unhealthy={} "
-              "unknown_ids={}",
-              resource, path, u.healthy, u.unhealthy, u.unknown_ids.size());
-        },
-        [path, resource](const Status& error) {
-          if (error.code() == StatusCode::kNotFound) {
-            spdlog::info(
-                "event=health_file_missing resource={} path={} detail={} "
-                "action=keep_last_state",
-                resource, path, QuoteLogValue(error.message()));
-          } else {
-            spdlog::warn(
-                "event=health_file_rejected resource={} path={} error={} "
-                "action=keep_last_state",
-                resource, path, QuoteLogValue(error.message()));
-          }
-        });
-    if (!w.ok()) return PluginFail(kUsageError, w.status().message());
+    StatusOr<std::unique_ptr<fakes::HealthFileWatcher>> w = StartHealthFile(
+        f.health_file, resource, [p](const fakes::HealthMap& h) { return p->ApplyHealth(h); });
+    if (!w.ok()) return PluginFail(StatusExitCode(w.status()), w.status().message());
     watcher = std::move(*w);
-    if (Status s = watcher->Start(); !s.ok()) return PluginFail(kRuntimeError, s.message());
   }
 
   RaiseFdLimit();
@@ -466,12 +714,81 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--health-recovery", flags->health_recovery,
                   "With --nvml: mark a GPU healthy again after DURATION (e.g. 10m) without a new "
                   "critical event (default: never)");
+  // NVIDIA's plugin's flags under NVIDIA's names and environment variables
+  // (docs/nvml.md, "NVIDIA's flags and variables"). CLI11 takes one
+  // variable per option, so these are not also read as KDM_<FLAG>.
+  struct NvidiaOption {
+    const char* names;  // CLI11's spelling, first long name first
+    const char* flag;   // the name messages use
+    const char* env;
+    std::string* value;
+    bool is_bool;
+    const char* help;
+  };
+  const NvidiaOption nvidia_options[] = {
+      {"--mig-strategy", "--mig-strategy", "MIG_STRATEGY", &flags->mig_strategy, false,
+       "With --nvml: MIG devices: none (single and mixed wait for MIG, issue 31)"},
+      {"--fail-on-init-error", "--fail-on-init-error", "FAIL_ON_INIT_ERROR",
+       &flags->fail_on_init_error, true,
+       "With --nvml: exit when NVML cannot be loaded or initialised (default true); "
+       "=false: log once and wait for SIGTERM instead (no crash loop on a node without a "
+       "driver)"},
+      {"--driver-root,--nvidia-driver-root", "--driver-root", "NVIDIA_DRIVER_ROOT",
+       &flags->driver_root, false,
+       "With --nvml: the driver's root on the host (/ or /run/nvidia/driver); the device "
+       "nodes' host paths are under it unless --nvidia-dev-root is given"},
+      {"--nvidia-dev-root", "--nvidia-dev-root", "NVIDIA_DEV_ROOT", &flags->nvidia_dev_root, false,
+       "With --nvml: where the device nodes are on the host: the host path of /dev/nvidia0 is "
+       "DIR/dev/nvidia0 (default: --driver-root, else /; not --dev-root, which is where this "
+       "process sees the host's /dev)"},
+      {"--pass-device-specs", "--pass-device-specs", "PASS_DEVICE_SPECS", &flags->pass_device_specs,
+       true,
+       "With --nvml: answer Allocate with the device nodes (default true; NVIDIA's default is "
+       "false)"},
+      {"--device-list-strategy", "--device-list-strategy", "DEVICE_LIST_STRATEGY",
+       &flags->device_list_strategy, false,
+       "With --nvml: how the runtime gets the GPUs, a comma list of envvar (default), "
+       "volume-mounts, cdi-annotations, cdi-cri"},
+      {"--device-id-strategy", "--device-id-strategy", "DEVICE_ID_STRATEGY",
+       &flags->device_id_strategy, false,
+       "With --nvml: the GPUs' names toward the runtime: uuid (default) or index"},
+      {"--cdi-annotation-prefix", "--cdi-annotation-prefix", "CDI_ANNOTATION_PREFIX",
+       &flags->cdi_annotation_prefix, false,
+       "With --nvml and cdi-annotations: the annotation key's prefix (default cdi.k8s.io/)"},
+      {"--config-file", "--config-file", "CONFIG_FILE", &flags->config_file, false,
+       "With --nvml: NVIDIA's config file; refused until issue 31 brings its format"},
+      {"--kubelet-socket", "--kubelet-socket", "KUBELET_SOCKET", &flags->kubelet_socket, false,
+       "The kubelet's kubelet.sock (default DIR/kubelet.sock of --root or --plugin-dir; alone, "
+       "it gives the plugin directory); \"\": serve without registering"},
+  };
+  auto nvidia_registered = std::make_shared<std::vector<std::pair<EnvBackedFlag, CLI::Option*>>>();
+  for (const NvidiaOption& o : nvidia_options) {
+    CLI::Option* opt = o.is_bool ? cmd->add_flag(o.names, *o.value, o.help)
+                                 : cmd->add_option(o.names, *o.value, o.help);
+    opt->envname(o.env);
+    EnvBackedFlag e;
+    e.flag = o.flag;
+    e.env = o.env;
+    nvidia_registered->push_back({e, opt});
+  }
   cmd->add_flag("-v,--verbose", flags->verbose, "Debug logging");
   // Unknown arguments are a usage error (exit 2) like every other bad flag,
   // not CLI11's own exit code.
   cmd->allow_extras();
-  cmd->callback([&exit_code, flags, cmd, fault] {
+  cmd->callback([&exit_code, flags, cmd, fault, nvidia_registered] {
     flags->fault_given = fault->count() > 0;
+    flags->nvidia_flags.clear();
+    for (auto [e, opt] : *nvidia_registered) {
+      using Source = EnvBackedFlag::Source;
+      const char* env = std::getenv(e.env);
+      // CLI11 fills an option from its variable only when the command line
+      // did not give it, storing the variable's text as it is.
+      const std::string value = opt->results().empty() ? "" : opt->results().back();
+      e.source = opt->count() == 0                                  ? Source::kDefault
+                 : (env != nullptr && *env != '\0' && value == env) ? Source::kEnv
+                                                                    : Source::kFlag;
+      flags->nvidia_flags.push_back(e);
+    }
     std::vector<std::string> extras = cmd->remaining();
     if (!extras.empty()) {
       exit_code = PluginFail(kUsageError, UnknownArgumentsMessage(extras));

@@ -2,8 +2,8 @@
 // kdm.io/devices annotation (docs/publish.md), read from a pod-resources
 // socket (a real kubelet's or `kdm kubelet`'s). `--dry-run` prints the
 // annotation once and exits; otherwise kube::Publisher polls and writes it to
-// the Node object through the API server client (--kubeconfig or
-// --in-cluster) until SIGTERM/SIGINT. An API server that is down or refuses
+// the Node object through the API server client (kubectl's loading rules,
+// kube_flags.h) until SIGTERM/SIGINT. An API server that is down or refuses
 // never stops it: writes are retried. A value over the API server's 256 KiB
 // is never printed nor sent (docs/publish.md, "How large the annotation may
 // be").

@@ -175,12 +175,10 @@ std::optional<PublishFailure> LoadPublishFlags(const PublishLoopFlags& flags,
                  " is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most "
                  "253 characters)");
   }
-  if (Status s = CheckKubeClientFlags(flags.kube, client != ClientFlags::kOptional); !s.ok()) {
-    const bool missing = !flags.kube.given();
-    return usage(s.message() + (missing && client == ClientFlags::kRequiredUnlessDryRun
-                                    ? " (or --dry-run)"
-                                    : ""));
-  }
+  // Without --kubeconfig or --in-cluster, the loading rules find the
+  // config when the client is made (kube_flags.h).
+  (void)client;
+  if (Status s = CheckKubeClientFlags(flags.kube); !s.ok()) return usage(s.message());
   for (const auto& [name, text, field] :
        std::vector<std::tuple<std::string, std::string, std::chrono::milliseconds*>>{
            {"--interval", flags.interval, &out->options.interval},

@@ -861,9 +861,10 @@ class Checker {
         Problem(at + ": prioritizeVerb needs a weight of at least 1");
       }
       if (e["nodeCacheCapable"] && e["nodeCacheCapable"].as<bool>() &&
-          !extender->Flag("--in-cluster") && !extender->Flag("--kubeconfig")) {
-        Problem(at + ": nodeCacheCapable true, but kdm extender has no --in-cluster or " +
-                "--kubeconfig (it would have no opinion on any node)");
+          !extender->Flag("--in-cluster") && !extender->Flag("--kubeconfig") &&
+          !extender->Flag("--context")) {
+        Problem(at + ": nodeCacheCapable true, but kdm extender has no --in-cluster, " +
+                "--kubeconfig or --context (it would have no opinion on any node)");
       }
       if (e["bindVerb"] &&
           !Grants(extender->namespace_name, Str(extender->pod_spec["serviceAccountName"]),

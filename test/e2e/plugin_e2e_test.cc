@@ -560,12 +560,7 @@ INSTANTIATE_TEST_SUITE_P(
             "EmptyFault",
             {"--root", "{ROOT}", "--resource", kPluginGpu, "--preset", "dgx1-v100", "--fault", ""},
             2,
-            "unknown fault \"\""},
-        BadFlagsCase{"FaultWithHealthFile",
-                     {"--root", "{ROOT}", "--resource", kPluginGpu, "--preset", "dgx1-v100",
-                      "--fault", "pref-slow", "--health-file", "{ROOT}/health.json"},
-                     2,
-                     "--health-file is not supported together with --fault"}),
+            "unknown fault \"\""}),
     [](const ::testing::TestParamInfo<BadFlagsCase>& info) { return info.param.name; });
 
 // `kdm plugin --fault nope` names every known fault.
