@@ -101,13 +101,13 @@ inline const std::set<std::string>& Subcommands() {
 }
 
 // NVIDIA device plugin's environment variables that name a `kdm plugin`
-// flag (docs/nvml.md), as NAME -> the flag.
+// flag (docs/nvml.md; h30-nvidia's names), as NAME -> the flag.
 inline const std::map<std::string, std::string>& NvidiaFlagVariables() {
   static const std::map<std::string, std::string> m = {
       {"MIG_STRATEGY", "--mig-strategy"},
       {"FAIL_ON_INIT_ERROR", "--fail-on-init-error"},
       {"NVIDIA_DRIVER_ROOT", "--driver-root"},
-      {"NVIDIA_DEV_ROOT", "--dev-root"},
+      {"NVIDIA_DEV_ROOT", "--nvidia-dev-root"},
       {"PASS_DEVICE_SPECS", "--pass-device-specs"},
       {"DEVICE_LIST_STRATEGY", "--device-list-strategy"},
       {"DEVICE_ID_STRATEGY", "--device-id-strategy"},
