@@ -43,7 +43,8 @@ struct ExtenderFlags {
   std::string listen;
   std::string tls_cert;
   std::string tls_key;
-  std::string policy = "best-set";
+  // topology::kDefaultPolicy, as every kdm command's.
+  std::string policy{scheduler::ScorePolicyName(scheduler::kDefaultScorePolicy)};
   KubeClientFlags kube;  // optional: without it, no node cache
   int threads = 2;
   uint64_t max_body_bytes = 128ull << 20;
@@ -224,7 +225,7 @@ void AddExtenderCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--tls-cert", flags->tls_cert, "Serve HTTPS with this PEM certificate (chain)")
       ->type_name("FILE");
   cmd->add_option("--tls-key", flags->tls_key, "The PEM key of --tls-cert")->type_name("FILE");
-  cmd->add_option("--policy", flags->policy, "Scoring: best-set (the KEP's) or packed")
+  cmd->add_option("--policy", flags->policy, "Scoring: packed or best-set (the KEP's)")
       ->capture_default_str();
   // With either, the extender keeps a node cache from the API server.
   AddKubeClientFlags(cmd, &flags->kube);

@@ -58,6 +58,7 @@
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
+#include "kdm/topology/allocator.h"
 #include "kdm/topology/presets.h"
 
 namespace kdm::cli {
@@ -86,7 +87,7 @@ struct PluginFlags {
   std::string preset;
   std::string topology_file;
   std::string count;
-  std::string policy = "packed";
+  std::string policy{topology::PolicyName(topology::kDefaultPolicy)};
   std::string socket_name;
   std::string health_file;
   std::string fault;
@@ -698,8 +699,9 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--topology", flags->topology_file,
                   "A topology file (nvidia-smi topo -m text or kdm JSON)");
   cmd->add_option("--count", flags->count, "N generic devices <name>-0 ... <name>-(N-1)");
-  cmd->add_option("--policy", flags->policy,
-                  "GetPreferredAllocation: packed (default), best-set, first-fit or none");
+  cmd->add_option(
+      "--policy", flags->policy,
+      "GetPreferredAllocation: packed, best-set, first-fit or none; default " + flags->policy);
   cmd->add_option("--socket-name", flags->socket_name,
                   "Socket file name in the plugin directory (default from the resource)");
   cmd->add_option("--health-file", flags->health_file,

@@ -223,7 +223,7 @@ struct AllocateFlags {
   std::string size;
   std::string available;
   std::string must_include;
-  std::string policy = "packed";
+  std::string policy{topology::PolicyName(topology::kDefaultPolicy)};
   std::string budget = "50ms";
   std::string budget_ms;  // the old --budget-ms MS, still taken
   bool json = false;
@@ -408,7 +408,8 @@ void AddTopoCommand(CLI::App& app, int& exit_code) {
       "The free devices: indices, ranges (0-3) or ids, comma-separated (default: all)");
   topo->add_option("--must-include", flags->must_include,
                    "Devices the set must keep: indices, ranges or ids, comma-separated");
-  topo->add_option("--policy", flags->policy, "packed (default), best-set or first-fit");
+  topo->add_option("--policy", flags->policy,
+                   "packed, best-set or first-fit; default " + flags->policy);
   topo->add_option("--budget", flags->budget,
                    "Search time before settling for the best set found (a duration: 50ms, 1s)")
       ->capture_default_str()
