@@ -50,7 +50,7 @@ struct HttpAnswer {
 class Extender {
  public:
   struct Options {
-    ScorePolicy policy = ScorePolicy::kBestSet;
+    ScorePolicy policy = kDefaultScorePolicy;
     // Not owned; may be null (then NodeNames get no opinion: the first such
     // request logs event=node_names_without_cache at warn, each is counted
     // in kdm_extender_node_names_without_cache_total).

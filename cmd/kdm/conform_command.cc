@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "cli_dialect.h"
 #include "commands.h"
 #include "duration_flag.h"
 #include "kdm/base/file_lock.h"
@@ -56,17 +57,13 @@ struct ConformFlags {
   std::string only;
   std::string health_trigger;
   bool health_trigger_given = false;
-  bool verbose = false;
+  int verbosity = 0;
 };
 
 int ConformFail(int code, const std::string& message) {
   std::cerr << "kdm conform: " << message << "\n";
   if (code == kUsageError) std::cerr << "Run 'kdm conform --help' for usage.\n";
   return code;
-}
-
-void SetUpLogging(bool verbose) {
-  SetUpStderrLogging("kdm-conform", verbose ? spdlog::level::debug : spdlog::level::info);
 }
 
 // A check run has nothing to finish cleanly: on SIGINT or SIGTERM a watcher
@@ -137,7 +134,19 @@ int RunConform(const ConformFlags& f) {
   if (Status s = conformance::Runner::CheckOptions(options); !s.ok()) {
     return ConformFail(kUsageError, s.message());
   }
-  SetUpLogging(f.verbose);
+  if (!options.root.empty()) {
+    if (Status s = CheckSocketPathFlag("--root", options.root + "/device-plugins/kubelet.sock");
+        !s.ok()) {
+      return ConformFail(kCannotCheck, s.message());
+    }
+  } else if (Status s = CheckSocketPathFlag("--plugin-socket", options.plugin_socket); !s.ok()) {
+    return ConformFail(kCannotCheck, s.message());
+  }
+  // `kdm --dry-run conform`: every check above is pure; nothing below is.
+  if (DryRun()) return kOk;
+  // Info by default: the registration wait (once, with its bound) and what
+  // answers it; each check's line at -v 1.
+  SetUpStderrLogging("kdm-conform", LogLevelFor(f.verbosity, spdlog::level::info));
   // A socket path that cannot work and a directory that cannot be made are
   // said here, naming their flag, before anything is served or dialled.
   // kubelet.sock.lock is held while the checks run: an agent started on the
@@ -216,22 +225,16 @@ void AddConformCommand(CLI::App& app, int& exit_code) {
                   "The extended resource name the plugin must register (required)");
   cmd->add_option("--timeout", flags->timeout,
                   "Deadline of every RPC and bound of every wait (e.g. 500ms, 10s, 2m)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--junit", flags->junit, "Also write the report as JUnit XML to FILE");
   cmd->add_option("--only", flags->only, "Run only these check ids (comma-separated)");
   cmd->add_option("--health-trigger", flags->health_trigger,
                   "A shell command that makes one device unhealthy in the plugin; run with the "
                   "device id as its last argument (and in KDM_DEVICE_ID) by the health.* checks")
       ->type_name("CMD");
-  cmd->add_flag("-v,--verbose", flags->verbose, "Log every check and RPC event to stderr");
-  // Unknown arguments are a usage error (exit 2) like every other bad flag.
-  cmd->allow_extras();
+  AddVerbosityFlag(cmd, &flags->verbosity);
   cmd->callback([&exit_code, flags, cmd] {
-    std::vector<std::string> extras = cmd->remaining();
-    if (!extras.empty()) {
-      exit_code = ConformFail(kUsageError, UnknownArgumentsMessage(extras));
-      return;
-    }
     flags->health_trigger_given = cmd->get_option("--health-trigger")->count() > 0;
     exit_code = RunConform(*flags);
   });

@@ -27,6 +27,7 @@
 #include <string>
 
 #include "cli_common.h"
+#include "cli_dialect.h"
 #include "commands.h"
 #include "duration_flag.h"
 #include "kdm/base/env.h"
@@ -50,7 +51,8 @@ struct ExtenderFlags {
   std::string listen;
   std::string tls_cert;
   std::string tls_key;
-  std::string policy = "best-set";
+  // topology::kDefaultPolicy, as every kdm command's.
+  std::string policy{scheduler::ScorePolicyName(scheduler::kDefaultScorePolicy)};
   KubeClientFlags kube;  // optional: without it, no node cache
   int threads = 2;
   uint64_t max_body_bytes = 128ull << 20;
@@ -115,13 +117,13 @@ int WaitLoggingSync(StopSignals& stop_signals, const std::function<std::string()
 }
 
 int RunExtender(const ExtenderFlags& flags) {
-  SetUpStderrLogging("extender", flags.verbosity >= 1 ? spdlog::level::debug : spdlog::level::info);
+  SetUpStderrLogging("extender", LogLevelFor(flags.verbosity, spdlog::level::info));
   auto fail = [](int code, const std::string& m) {
     std::cerr << "kdm extender: " << m << "\n";
     return code;
   };
   if (flags.listen.empty()) return fail(kUsageError, "--listen is required");
-  StatusOr<http::ListenAddress> listen = http::ParseListenAddress(flags.listen, "--listen");
+  StatusOr<http::ListenAddress> listen = ParseListenFlag("--listen", flags.listen);
   if (!listen.ok()) return fail(kUsageError, std::string(listen.status().message()));
   const std::string& host = listen->host;
   if (flags.tls_cert.empty() != flags.tls_key.empty()) {
@@ -157,7 +159,8 @@ int RunExtender(const ExtenderFlags& flags) {
                 "--bind-wait: " + (bind_wait.ok() ? std::string("must be 0 (off) to 5s")
                                                   : std::string(bind_wait.status().message())));
   }
-  if (flags.verbosity < 0) return fail(kUsageError, "-v: must be 0 or more");
+  // `kdm --dry-run extender`: every check above is pure; nothing below is.
+  if (DryRun()) return kOk;
 
   scheduler::ExtenderServer::Options server_options;
   server_options.listen = flags.listen;
@@ -283,7 +286,7 @@ void AddExtenderCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--tls-cert", flags->tls_cert, "Serve HTTPS with this PEM certificate (chain)")
       ->type_name("FILE");
   cmd->add_option("--tls-key", flags->tls_key, "The PEM key of --tls-cert")->type_name("FILE");
-  cmd->add_option("--policy", flags->policy, "Scoring: best-set (the KEP's) or packed")
+  cmd->add_option("--policy", flags->policy, "Scoring: packed or best-set (the KEP's)")
       ->capture_default_str();
   // With either, the extender keeps a node cache from the API server.
   AddKubeClientFlags(cmd, &flags->kube);
@@ -302,15 +305,18 @@ void AddExtenderCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--request-budget", flags->request_budget,
                   "Time one request may spend on its nodes; the rest pass unjudged / score 0")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--assume-timeout", flags->assume_timeout,
                   "With --kubeconfig/--in-cluster: how long a bound pod's devices count as "
                   "taken while its node's annotation does not show it (0: off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--bind-wait", flags->bind_wait,
                   "How long a filter waits for the bind of the pod before it (0: not at all)")
-      ->capture_default_str();
-  cmd->add_option("-v", flags->verbosity, "Log verbosity: 0 info, 1 debug")->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
+  AddVerbosityFlag(cmd, &flags->verbosity);
   cmd->callback([flags, &exit_code] { exit_code = RunExtender(*flags); });
 }
 

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "cli_dialect.h"
 #include "commands.h"
 #include "duration_flag.h"
 #include "kdm/base/file_lock.h"
@@ -57,6 +58,7 @@
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
+#include "kdm/topology/allocator.h"
 #include "kdm/topology/presets.h"
 
 namespace kdm::cli {
@@ -85,14 +87,14 @@ struct PluginFlags {
   std::string preset;
   std::string topology_file;
   std::string count;
-  std::string policy = "packed";
+  std::string policy{topology::PolicyName(topology::kDefaultPolicy)};
   std::string socket_name;
   std::string health_file;
   std::string fault;
   bool fault_given = false;  // --fault "" is a usage error, not healthy mode
   bool pre_start = false;
   bool cdi = false;
-  bool verbose = false;
+  int verbosity = 0;
   // --nvml and the flags only it takes.
   bool nvml = false;
   std::string nvml_library;
@@ -120,10 +122,6 @@ int PluginFail(int code, const std::string& message) {
   std::cerr << "kdm plugin: " << message << "\n";
   if (code == kUsageError) std::cerr << "Run 'kdm plugin --help' for usage.\n";
   return code;
-}
-
-void SetUpLogging(bool verbose) {
-  SetUpStderrLogging("kdm-plugin", verbose ? spdlog::level::debug : spdlog::level::info);
 }
 
 const char* SignalName(int sig) {
@@ -631,8 +629,22 @@ int RunPlugin(const PluginFlags& given) {
   NvidiaSettings nvidia;
   if (auto usage = CheckNvidiaFlags(&f, &nvidia)) return PluginFail(kUsageError, *usage);
   if (auto usage = CheckUsage(f, &config)) return PluginFail(kUsageError, *usage);
+  // --health-recovery is checked here too: `kdm --dry-run plugin` stops below.
+  if (!f.health_recovery.empty()) {
+    StatusOr<std::chrono::milliseconds> d = ParseDurationFlag(f.health_recovery);
+    if (!d.ok()) return PluginFail(kUsageError, "--health-recovery: " + d.status().message());
+    if (d->count() <= 0) {
+      return PluginFail(kUsageError, "--health-recovery must be a positive duration, got '" +
+                                         f.health_recovery + "' (leave it out for no recovery)");
+    }
+  }
+  if (f.nvml) {
+    const char* disable = std::getenv(nvml::kDisableHealthChecksEnv);
+    StatusOr<nvml::HealthChecks> checks = nvml::ParseDisableHealthChecks(disable ? disable : "");
+    if (!checks.ok()) return PluginFail(kUsageError, checks.status().message());
+  }
   config.register_with_kubelet = nvidia.register_with_kubelet;
-  SetUpLogging(f.verbose);
+  SetUpStderrLogging("kdm-plugin", LogLevelFor(f.verbosity, spdlog::level::info));
   // Both sockets in the plugin directory must fit a unix socket path: said
   // here, naming the flag that gave the directory.
   const char* dir_flag = !f.root.empty()    ? "--root"
@@ -646,6 +658,8 @@ int RunPlugin(const PluginFlags& given) {
       return PluginFail(kRuntimeError, s.message());
     }
   }
+  // `kdm --dry-run plugin`: every check above is pure; nothing below is.
+  if (DryRun()) return kOk;
   if (!f.root.empty()) {
     // The agent may not have made its directory yet; the plugin waits for
     // kubelet.sock there either way.
@@ -720,8 +734,9 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--topology", flags->topology_file,
                   "A topology file (nvidia-smi topo -m text or kdm JSON)");
   cmd->add_option("--count", flags->count, "N generic devices <name>-0 ... <name>-(N-1)");
-  cmd->add_option("--policy", flags->policy,
-                  "GetPreferredAllocation: packed (default), best-set, first-fit or none");
+  cmd->add_option(
+      "--policy", flags->policy,
+      "GetPreferredAllocation: packed, best-set, first-fit or none; default " + flags->policy);
   cmd->add_option("--socket-name", flags->socket_name,
                   "Socket file name in the plugin directory (default from the resource)");
   cmd->add_option("--health-file", flags->health_file,
@@ -746,7 +761,8 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
                   "With --nvml: where the host's /dev is seen, for the control nodes (default /)");
   cmd->add_option("--health-recovery", flags->health_recovery,
                   "With --nvml: mark a GPU healthy again after DURATION (e.g. 10m) without a new "
-                  "critical event (default: never)");
+                  "critical event (default: never)")
+      ->type_name("DURATION");
   // NVIDIA's plugin's flags under NVIDIA's names and environment variables
   // (docs/nvml.md, "NVIDIA's flags and variables"). CLI11 takes one
   // variable per option, so these are not also read as KDM_<FLAG>.
@@ -804,11 +820,8 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
     e.env = o.env;
     nvidia_registered->push_back({e, opt});
   }
-  cmd->add_flag("-v,--verbose", flags->verbose, "Debug logging");
-  // Unknown arguments are a usage error (exit 2) like every other bad flag,
-  // not CLI11's own exit code.
-  cmd->allow_extras();
-  cmd->callback([&exit_code, flags, cmd, fault, nvidia_registered] {
+  AddVerbosityFlag(cmd, &flags->verbosity);
+  cmd->callback([&exit_code, flags, fault, nvidia_registered] {
     flags->fault_given = fault->count() > 0;
     flags->nvidia_flags.clear();
     for (auto [e, opt] : *nvidia_registered) {
@@ -821,11 +834,6 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
                  : (env != nullptr && *env != '\0' && value == env) ? Source::kEnv
                                                                     : Source::kFlag;
       flags->nvidia_flags.push_back(e);
-    }
-    std::vector<std::string> extras = cmd->remaining();
-    if (!extras.empty()) {
-      exit_code = PluginFail(kUsageError, UnknownArgumentsMessage(extras));
-      return;
     }
     exit_code = RunPlugin(*flags);
   });

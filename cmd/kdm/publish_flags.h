@@ -77,6 +77,17 @@ struct PublishSetup {
 // --kubeconfig or --in-cluster the loading rules find its config later
 // (kube_flags.h), so only conflicting client flags are an error here.
 enum class ClientFlags { kOptional, kRequiredUnlessDryRun, kRequired };
+
+// The pure part of LoadPublishFlags (what `kdm --dry-run publish` and
+// `kdm --dry-run kubelet --publish` check): --node-name, the client flags,
+// the durations, every RESOURCE=VALUE's shape and duplicates, a --topology
+// preset's name, --plugin-policy, --attributes, and --nvml-library /
+// --sysfs-root without a RESOURCE=nvml. Reads no file, NVML nor network.
+std::optional<PublishFailure> CheckPublishFlags(const PublishLoopFlags& flags,
+                                                const std::vector<std::string>& attribute_values,
+                                                ClientFlags client);
+
+// CheckPublishFlags, then loads the topologies, ids files and NVML.
 std::optional<PublishFailure> LoadPublishFlags(const PublishLoopFlags& flags,
                                                const std::vector<std::string>& attribute_values,
                                                ClientFlags client, PublishSetup* out);

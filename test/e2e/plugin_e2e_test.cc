@@ -541,7 +541,7 @@ INSTANTIATE_TEST_SUITE_P(
             "UnknownFlag",
             {"--root", "{ROOT}", "--resource", kPluginGpu, "--preset", "dgx1-v100", "--gpus", "8"},
             2,
-            "unknown arguments '--gpus', '8'"},
+            "kdm plugin: unknown flag '--gpus'"},
         BadFlagsCase{"CountWithoutValue",
                      {"--root", "{ROOT}", "--resource", "example.com/fpga", "--count"},
                      2,
