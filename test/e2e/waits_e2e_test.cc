@@ -191,7 +191,7 @@ class WaitsE2eTest : public KubeletE2eTest {
 // Was: a plugin started before its agent said nothing at all until it
 // registered.
 TEST_F(WaitsE2eTest, PluginWithoutAgentSaysOnceWhatItWaitsForThenRegisters) {
-  Process& plugin = StartPlugin({"--resource", kFpga, "--count", "2", "-v"});
+  Process& plugin = StartPlugin({"--resource", kFpga, "--count", "2", "-v", "1"});
   const std::string socket = root_ + "/device-plugins/kubelet.sock";
   ASSERT_TRUE(WaitUntil(
       [&] {
