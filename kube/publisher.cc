@@ -66,10 +66,30 @@ Publisher::StepResult Publisher::Step() {
   if (read_failing_) spdlog::info("event=publish_read_recovered");
   read_failing_ = false;
 
+  // A --topology for a resource the node does not have (yet: its plugin may
+  // register later) is said once and not published, never an empty entry;
+  // it is published from the first read that has the resource.
+  std::map<std::string, topology::Topology> topologies;
+  for (const auto& [resource, topo] : options_.topologies) {
+    if (read->allocatable.contains(resource)) {
+      topologies.emplace(resource, topo);
+      if (missing_topologies_.erase(resource) > 0) {
+        spdlog::info("event=publish_topology_resource_appeared resource={}",
+                     QuoteLogValue(resource, kMaxLogValueBytes));
+      }
+    } else if (missing_topologies_.insert(resource).second) {
+      spdlog::warn(
+          "event=publish_topology_without_resource resource={} detail={}",
+          QuoteLogValue(resource, kMaxLogValueBytes),
+          QuoteLogValue("--topology names " + resource +
+                            ", which the node does not have (is its device plugin registered?); "
+                            "not published until it appears",
+                        kMaxLogValueBytes));
+    }
+  }
   std::vector<std::string> warnings;
-  k8s::DevicesAnnotation a =
-      BuildDevicesAnnotation(options_.node, "", *read, options_.topologies, options_.attributes,
-                             &warnings, options_.policies);
+  k8s::DevicesAnnotation a = BuildDevicesAnnotation(
+      options_.node, "", *read, topologies, options_.attributes, &warnings, options_.policies);
   for (const std::string& w : warnings) {
     if (warned_.insert(w).second) {
       spdlog::warn("event=publish_without_matrix detail={}", QuoteLogValue(w, kMaxLogValueBytes));

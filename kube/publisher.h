@@ -95,6 +95,8 @@ class Publisher {
  public:
   struct Options {
     std::string node;  // the Node object's name
+    // Resource -> its matrix (--topology). A resource the node does not
+    // have is left out (warned once) until a read has it.
     std::map<std::string, topology::Topology> topologies;
     std::map<std::string, k8s::DeviceAttributes> attributes;
     // Resource -> the policy of the node's device plugin (`policy`).
@@ -144,6 +146,8 @@ class Publisher {
   std::optional<std::chrono::steady_clock::time_point> last_success_;
   std::optional<std::chrono::steady_clock::time_point> last_attempt_;
   std::set<std::string> warned_;
+  // --topology resources the node did not have at the last read.
+  std::set<std::string> missing_topologies_;
   bool read_failing_ = false;
   bool write_failing_ = false;
   int writes_ = 0;

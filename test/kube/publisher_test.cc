@@ -354,5 +354,35 @@ TEST_F(PublisherTest, FirstWriteIsSaidOnceAndLaterWritesAreRateLimited) {
   EXPECT_THAT(log, HasSubstr("writes=21 suppressed=13\n"));
 }
 
+// Issue 30: a --topology for a resource the node does not have was
+// published as an empty entry. Now it is said once, left out, and published
+// from the first read that has the resource (a plugin registering later).
+TEST_F(PublisherTest, ATopologyForAResourceTheNodeLacksIsSaidOnceAndLeftOut) {
+  std::ostringstream captured;
+  auto previous = spdlog::default_logger();
+  auto logger = std::make_shared<spdlog::logger>(
+      "publisher-missing", std::make_shared<spdlog::sinks::ostream_sink_st>(captured));
+  logger->set_pattern("%L %v");
+  spdlog::set_default_logger(logger);
+  Publisher::Options o = Opts();
+  o.topologies.emplace("example.com/fpga", *topology::Preset("dgx1-v100"));
+  Publisher p(o, &source_, &writer_);
+  ASSERT_EQ(p.Step(), Result::kWritten);
+  clock_->Advance(2s);
+  source_.used = 1;
+  ASSERT_EQ(p.Step(), Result::kWritten);
+  spdlog::set_default_logger(previous);
+  ASSERT_EQ(writer_.values.size(), 2u);
+  for (const std::string& v : writer_.values) {
+    EXPECT_THAT(v, ::testing::Not(HasSubstr("example.com/fpga"))) << v;
+    EXPECT_THAT(v, HasSubstr("nvidia.com/gpu"));
+  }
+  const std::string log = captured.str();
+  const std::string line =
+      "W event=publish_topology_without_resource resource=\"example.com/fpga\"";
+  EXPECT_THAT(log, HasSubstr(line));
+  EXPECT_EQ(log.find(line), log.rfind(line)) << log;  // once
+}
+
 }  // namespace
 }  // namespace kdm::kube
