@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -462,9 +463,15 @@ std::map<std::string, Check> Checks() {
       });
   c["nvmlDeviceGetBrand"] = [](const Fake& f, const json& node, const Handles& gpus,
                                DeviceHandle bogus) {
-    UnsignedCheck("nvmlDeviceGetBrand", [](const json& g) -> std::optional<unsigned> {
-      return static_cast<unsigned>(*BrandFromName(g.value("brand", std::string("nvidia"))));
-    })(f, node, gpus, bogus);
+    auto fn = f.Fn<Return (*)(DeviceHandle, BrandType*)>("nvmlDeviceGetBrand");
+    for (size_t i = 0; i < gpus.size(); ++i) {
+      BrandType b = -1;
+      ASSERT_EQ(fn(gpus[i], &b), kSuccess);
+      EXPECT_EQ(b, *BrandFromName(node["gpus"][i].value("brand", std::string("nvidia"))));
+      EXPECT_EQ(fn(gpus[i], nullptr), kErrorInvalidArgument);
+    }
+    BrandType b = 0;
+    EXPECT_EQ(fn(bogus, &b), kErrorInvalidArgument);
   };
   c["nvmlDeviceGetPciInfo_v3"] = [](const Fake& f, const json& node, const Handles& gpus,
                                     DeviceHandle bogus) {
@@ -479,6 +486,23 @@ std::map<std::string, Check> Checks() {
     PciInfo p{};
     EXPECT_EQ(fn(bogus, &p), kErrorInvalidArgument);
   };
+  // The legacy layout: the first 36 bytes, nothing written past them.
+  for (const char* n : {"nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v2"}) {
+    c[n] = [n](const Fake& f, const json& node, const Handles& gpus, DeviceHandle bogus) {
+      auto fn = f.Fn<Return (*)(DeviceHandle, PciInfo*)>(n);
+      for (size_t i = 0; i < gpus.size(); ++i) {
+        PciInfo p{};
+        std::memset(p.bus_id, 'x', sizeof p.bus_id);
+        ASSERT_EQ(fn(gpus[i], &p), kSuccess);
+        EXPECT_EQ(CanonicalBusId(p.bus_id_legacy),
+                  CanonicalBusId(node["gpus"][i]["pci_bus_id"].get<std::string>()));
+        EXPECT_EQ(p.bus_id[0], 'x') << n << " wrote past the legacy layout";
+        EXPECT_EQ(fn(gpus[i], nullptr), kErrorInvalidArgument);
+      }
+      PciInfo p{};
+      EXPECT_EQ(fn(bogus, &p), kErrorInvalidArgument);
+    };
+  }
   // Topology: the pcie matrix of the description (default SYS).
   auto level_of = [](const json& node, size_t i, size_t j) -> int {
     if (i == j) return kTopologyInternal;
@@ -601,6 +625,18 @@ std::map<std::string, Check> Checks() {
         PciInfo p{};
         return f.Fn<Return (*)(DeviceHandle, unsigned, PciInfo*)>(
             "nvmlDeviceGetNvLinkRemotePciInfo_v2")(d, l, &p);
+      });
+  c["nvmlDeviceGetNvLinkRemotePciInfo"] =
+      link_check("nvmlDeviceGetNvLinkRemotePciInfo", [](const Fake& f, DeviceHandle d, unsigned l) {
+        PciInfo p{};
+        std::memset(p.bus_id, 'x', sizeof p.bus_id);
+        Return r = f.Fn<Return (*)(DeviceHandle, unsigned, PciInfo*)>(
+            "nvmlDeviceGetNvLinkRemotePciInfo")(d, l, &p);
+        if (r == kSuccess) {
+          EXPECT_TRUE(CanonicalBusId(p.bus_id_legacy).has_value()) << p.bus_id_legacy;
+          EXPECT_EQ(p.bus_id[0], 'x');
+        }
+        return r;
       });
   c["nvmlDeviceGetNvLinkRemoteDeviceType"] = link_check(
       "nvmlDeviceGetNvLinkRemoteDeviceType", [](const Fake& f, DeviceHandle d, unsigned l) {

@@ -1,10 +1,15 @@
-// The fake libnvidia-ml.so.1: the C functions kdm calls (nvml/nvml_api.h),
-// answering from a JSON node description instead of a GPU. Built into the
-// build tree only (never installed); docs/nvml.md, "The fake NVML", describes
-// the description, the failure switches and the event channel.
+// The fake libnvidia-ml.so.1: the C functions kdm calls (nvml/nvml_api.h) and
+// every other NVML function NVIDIA's k8s-device-plugin binds
+// (exported_symbols.txt), answering from a JSON node description instead of a
+// GPU, and NVML_ERROR_NOT_SUPPORTED where the description has no data. Built
+// into the build tree only (never installed); docs/nvml.md, "The fake NVML",
+// describes the description, the answers, the failure switches and the event
+// channel.
 //
-//   KDM_FAKE_NVML_NODE    the node description (read by nvmlInit_v2)
-//   KDM_FAKE_NVML_EVENTS  a file of event lines read by nvmlEventSetWait_v2
+//   KDM_FAKE_NVML_NODE           the node description (read by nvmlInit_v2)
+//   KDM_FAKE_NVML_EVENTS         a file of event lines read by nvmlEventSetWait_v2
+//   KDM_FAKE_NVML_REPLAY_EVENTS  1: a set also receives the lines written
+//                                before its registration (a test switch)
 //
 // A description that cannot be read or is wrong makes nvmlInit_v2 answer
 // NVML_ERROR_UNKNOWN, and nvmlErrorString of it names the file and the JSON
@@ -1321,6 +1326,36 @@ KDM_FAKE_NVML_EXPORT Return nvmlDeviceGetDeviceHandleFromMigDeviceHandle(DeviceH
   if (int r = Enter(mig, "mig", &gpu); r != kSuccess) return r;
   if (device == nullptr) return kErrorInvalidArgument;
   return kErrorInvalidArgument;
+}
+
+// The _v1/_v2 PCI queries fill the legacy 52-byte nvmlPciInfo_t: its first 36
+// bytes are laid out as version 3's (the 4-digit-domain bus id, domain, bus,
+// device, ids), and nothing past them is written.
+constexpr size_t kLegacyPciBytes = offsetof(PciInfo, bus_id);
+
+KDM_FAKE_NVML_EXPORT Return nvmlDeviceGetPciInfo_v2(DeviceHandle device, PciInfo* pci) {
+  PciInfo full{};
+  if (Return r = nvmlDeviceGetPciInfo_v3(device, pci == nullptr ? nullptr : &full); r != kSuccess) {
+    return r;
+  }
+  std::memcpy(pci, &full, kLegacyPciBytes);
+  return kSuccess;
+}
+
+KDM_FAKE_NVML_EXPORT Return nvmlDeviceGetPciInfo(DeviceHandle device, PciInfo* pci) {
+  return nvmlDeviceGetPciInfo_v2(device, pci);
+}
+
+KDM_FAKE_NVML_EXPORT Return nvmlDeviceGetNvLinkRemotePciInfo(DeviceHandle device, unsigned link,
+                                                             PciInfo* pci) {
+  PciInfo full{};
+  if (Return r =
+          nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, pci == nullptr ? nullptr : &full);
+      r != kSuccess) {
+    return r;
+  }
+  std::memcpy(pci, &full, kLegacyPciBytes);
+  return kSuccess;
 }
 
 KDM_FAKE_NVML_EXPORT Return nvmlEventSetWait(EventSetHandle set, EventData* data,
