@@ -737,7 +737,14 @@ std::map<std::string, Check> Checks() {
     EXPECT_EQ(wait2(set, &data, 1), kErrorTimeout);
     EXPECT_EQ(wait2(set, nullptr, 0), kErrorInvalidArgument);
     EXPECT_EQ(wait2(nullptr, &data, 0), kErrorInvalidArgument);
+    // A made-up set is refused, never dereferenced; so is a freed one.
+    const auto fake_set = reinterpret_cast<EventSetHandle>(&data);
+    EXPECT_EQ(reg(gpus[0], kEventTypeXidCriticalError, fake_set), kErrorInvalidArgument);
+    EXPECT_EQ(wait2(fake_set, &data, 0), kErrorInvalidArgument);
+    EXPECT_EQ(free_set(fake_set), kErrorInvalidArgument);
     EXPECT_EQ(free_set(set), kSuccess);
+    EXPECT_EQ(free_set(set), kErrorInvalidArgument);
+    EXPECT_EQ(wait1(set, &data, 0), kErrorInvalidArgument);
     EXPECT_EQ(free_set(nullptr), kErrorInvalidArgument);
   };
   for (const char* n :

@@ -120,6 +120,15 @@ std::unique_ptr<FakeNode> g_node ABSL_GUARDED_BY(g_mu);
 // LeakSanitizer reports. The text handed out stays valid until the next
 // failed nvmlInit_v2 or the library's unloading; callers copy it at once.
 std::string g_load_error ABSL_GUARDED_BY(g_mu);
+// The live event sets, owned here (freed at unloading too): a handle that is
+// not one of them answers NVML_ERROR_INVALID_ARGUMENT instead of being
+// dereferenced, so a freed or made-up set cannot crash the caller.
+std::map<EventSetHandle, std::unique_ptr<EventSet>> g_sets ABSL_GUARDED_BY(g_mu);
+
+EventSet* FindSet(EventSetHandle handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
+  auto it = g_sets.find(handle);
+  return it == g_sets.end() ? nullptr : it->second.get();
+}
 
 // --- the description ----------------------------------------------------
 
@@ -938,7 +947,9 @@ __attribute__((visibility("default"))) Return nvmlEventSetCreate(EventSetHandle*
   if (g_node == nullptr) return kErrorUninitialized;
   if (set == nullptr) return kErrorInvalidArgument;
   if (int r = NodeFail("event_set"); r != kSuccess) return r;
-  *set = reinterpret_cast<EventSetHandle>(new EventSet);
+  auto owned = std::make_unique<EventSet>();
+  *set = reinterpret_cast<EventSetHandle>(owned.get());
+  g_sets[*set] = std::move(owned);
   return kSuccess;
 }
 
@@ -958,10 +969,11 @@ __attribute__((visibility("default"))) Return nvmlDeviceRegisterEvents(DeviceHan
   kdm::MutexLock lock(&g_mu);
   FakeGpu* gpu = nullptr;
   if (int r = Enter(device, "register_events", &gpu); r != kSuccess) return r;
-  if (set == nullptr) return kErrorInvalidArgument;
+  EventSet* events = FindSet(set);
+  if (events == nullptr) return kErrorInvalidArgument;
   // All or nothing: an unsupported type registers nothing.
   if ((types & ~gpu->supported_events) != 0) return kErrorNotSupported;
-  Registration& reg = reinterpret_cast<EventSet*>(set)->registered[gpu];
+  Registration& reg = events->registered[gpu];
   if (reg.types == 0) reg.from = ReplayEvents() ? 0 : EventsFileSize();
   reg.types |= types;
   return kSuccess;
@@ -970,13 +982,14 @@ __attribute__((visibility("default"))) Return nvmlDeviceRegisterEvents(DeviceHan
 __attribute__((visibility("default"))) Return nvmlEventSetWait_v2(EventSetHandle set,
                                                                   EventData* data,
                                                                   unsigned timeout_ms) {
-  if (set == nullptr || data == nullptr) return kErrorInvalidArgument;
-  auto* events = reinterpret_cast<EventSet*>(set);
+  if (data == nullptr) return kErrorInvalidArgument;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     {
       kdm::MutexLock lock(&g_mu);
       if (g_node == nullptr) return kErrorUninitialized;
+      EventSet* events = FindSet(set);  // again each time: it may be freed meanwhile
+      if (events == nullptr) return kErrorInvalidArgument;
       if (int r = NextEvent(*events, data); r != kErrorTimeout) return r;
     }
     if (std::chrono::steady_clock::now() >= deadline) return kErrorTimeout;
@@ -985,9 +998,8 @@ __attribute__((visibility("default"))) Return nvmlEventSetWait_v2(EventSetHandle
 }
 
 __attribute__((visibility("default"))) Return nvmlEventSetFree(EventSetHandle set) {
-  if (set == nullptr) return kErrorInvalidArgument;
-  delete reinterpret_cast<EventSet*>(set);
-  return kSuccess;
+  kdm::MutexLock lock(&g_mu);
+  return g_sets.erase(set) == 1 ? kSuccess : kErrorInvalidArgument;
 }
 
 // --- more of NVML: what NVIDIA's k8s-device-plugin and nvidia-smi-style tools
