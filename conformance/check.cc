@@ -24,6 +24,10 @@ const std::vector<CheckInfo>& Catalogue() {
       {"lw.health", "every health string is exactly \"Healthy\" or \"Unhealthy\"",
        "docs/wire-contract.md#field-rules"},
       {"lw.numa", "every NUMA node id is >= 0", "docs/wire-contract.md#field-rules"},
+      {"health.trigger",
+       "a device --health-trigger makes unhealthy is reported Unhealthy on the open stream within "
+       "--timeout",
+       "docs/kubelet-rules.md#listandwatch"},
       {"lw.full-snapshots", "every ListAndWatch message is a full snapshot, never a delta",
        "docs/kubelet-rules.md#listandwatch"},
       {"alloc.one-response",
@@ -62,6 +66,10 @@ const std::vector<CheckInfo>& Catalogue() {
        "docs/kubelet-rules.md#prestartcontainer"},
       {"lw.stream-drop",
        "20 cancelled ListAndWatch streams later, a new stream and Allocate still work",
+       "docs/kubelet-rules.md#listandwatch"},
+      {"health.reconnect",
+       "after 3 cancelled ListAndWatch streams, every health change --health-trigger makes reaches "
+       "the new stream",
        "docs/kubelet-rules.md#listandwatch"},
       {"reg.restart", "after kubelet.sock is removed and created again the plugin registers again",
        "docs/kubelet-rules.md#kubelet-restart"},

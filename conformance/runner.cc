@@ -23,6 +23,8 @@
 // registration too, so that `kdm conform` and `kdm kubelet` can never
 // disagree.
 #include "kdm/base/file_system.h"
+#include "kdm/base/log_value.h"
+#include "kdm/base/subprocess.h"
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/grpc_status.h"
@@ -173,6 +175,20 @@ class Session {
   std::optional<Outcome> NeedOptions();
   std::optional<Outcome> NeedAllocateAnswer();
   std::optional<Outcome> NeedPreferred();
+  std::optional<Outcome> NeedHealthTrigger() const;
+  // True when the check `id` ran in this session and failed.
+  bool Failed(std::string_view id) const {
+    auto it = verdicts_.find(id);
+    return it != verdicts_.end() && it->second == Verdict::kFail;
+  }
+
+  // Runs --health-trigger for `id`; nullopt when it exited 0, else the FAIL.
+  std::optional<Outcome> RunHealthTrigger(const std::string& id);
+  // Waits until a message of `stream` after its first `seen` ones lists `id`
+  // as Unhealthy; false after `options_.timeout`.
+  bool WaitForUnhealthy(StreamWatcher& stream, size_t seen, const std::string& id);
+  // `id` is no longer offered to the checks that need a healthy device.
+  void ForgetHealthy(const std::string& id);
 
   void EnsureOptions();
   void EnsureSnapshot();
@@ -198,6 +214,7 @@ class Session {
   Outcome LwIds();
   Outcome LwHealth();
   Outcome LwNuma();
+  Outcome HealthTrigger();
   Outcome LwFullSnapshots();
   Outcome AllocOneResponse();
   Outcome AllocUnknownId();
@@ -214,6 +231,7 @@ class Session {
   Outcome PrefDeadline();
   Outcome PrestartAnswered();
   Outcome LwStreamDrop();
+  Outcome HealthReconnect();
   Outcome RegRestart();
 
   static const std::map<std::string, CheckFn, std::less<>>& Checks();
@@ -244,6 +262,10 @@ class Session {
   std::vector<std::string> ids_;          // unique ids of the first snapshot, in order
   std::vector<std::string> healthy_ids_;  // those of them that are "Healthy"
 
+  // The verdict of every check run so far (a later check can need an
+  // earlier one to have passed).
+  std::map<std::string, Verdict, std::less<>> verdicts_;
+
   bool allocate_tried_ = false;
   std::vector<std::string> allocate_ids_;
   grpc::Status allocate_status_;
@@ -260,6 +282,7 @@ const std::map<std::string, Session::CheckFn, std::less<>>& Session::Checks() {
       {"lw.ids", &Session::LwIds},
       {"lw.health", &Session::LwHealth},
       {"lw.numa", &Session::LwNuma},
+      {"health.trigger", &Session::HealthTrigger},
       {"lw.full-snapshots", &Session::LwFullSnapshots},
       {"alloc.one-response", &Session::AllocOneResponse},
       {"alloc.unknown-id", &Session::AllocUnknownId},
@@ -275,6 +298,7 @@ const std::map<std::string, Session::CheckFn, std::less<>>& Session::Checks() {
       {"pref.deterministic", &Session::PrefDeterministic},
       {"pref.deadline", &Session::PrefDeadline},
       {"prestart.answered", &Session::PrestartAnswered},
+      {"health.reconnect", &Session::HealthReconnect},
       {"lw.stream-drop", &Session::LwStreamDrop},
       {"reg.restart", &Session::RegRestart},
   };
@@ -340,6 +364,7 @@ Report Session::RunChecks() {
     auto fn = Checks().find(info.id);
     Clock::time_point start = Clock::now();
     Outcome o = fn == Checks().end() ? Skip("not implemented") : (this->*(fn->second))();
+    verdicts_[info.id] = o.verdict;
     CheckResult r{info, o.verdict, std::move(o.reason), Since(start)};
     spdlog::info("event=check id={} verdict={} duration={}ms", r.info.id, VerdictName(r.verdict),
                  r.duration.count());
@@ -409,8 +434,13 @@ void Session::EnsureSnapshot() {
   Clock::time_point start = Clock::now();
   // Stream 1 lives through lw.full-snapshots: the first message, the
   // observation window, stream 2's first message and a catch-up wait.
+  // With a health trigger it also lives through health.trigger: the
+  // trigger's run and the wait for its report.
+  const milliseconds trigger_time =
+      options_.health_trigger.empty() ? milliseconds(0) : 2 * options_.timeout;
   stream1_ = std::make_unique<StreamWatcher>(
-      stub_.get(), 3 * first_snapshot_bound_ + options_.snapshot_window + options_.timeout);
+      stub_.get(),
+      3 * first_snapshot_bound_ + options_.snapshot_window + options_.timeout + trigger_time);
   if (!stream1_->WaitForMessages(1, first_snapshot_bound_)) {
     std::optional<grpc::Status> end = stream1_->Finished();
     snapshot_outcome_ =
@@ -716,6 +746,133 @@ Outcome Session::LwStreamDrop() {
   return Pass(std::to_string(n) + " streams cancelled; a new stream and Allocate still work");
 }
 
+// --- health ----------------------------------------------------------------
+
+std::optional<Outcome> Session::NeedHealthTrigger() const {
+  if (options_.health_trigger.empty()) {
+    return Skip("needs --health-trigger CMD (a command that makes a device unhealthy)");
+  }
+  return std::nullopt;
+}
+
+std::optional<Outcome> Session::RunHealthTrigger(const std::string& id) {
+  SubprocessOptions o;
+  o.argv = {"/bin/sh", "-c", options_.health_trigger + " \"$@\"", "kdm-health-trigger", id};
+  o.extra_env = {{"KDM_DEVICE_ID", id}, {"KDM_RESOURCE", options_.resource}};
+  o.timeout = options_.timeout;
+  o.max_output_bytes = 4096;
+  Clock::time_point start = Clock::now();
+  StatusOr<SubprocessResult> r = RunSubprocess(o);
+  if (!r.ok())
+    return Fail("--health-trigger for " + id + " could not run: " + r.status().message());
+  spdlog::debug("event=health_trigger_ran device={} result={} took_ms={}", QuoteLogValue(id),
+                QuoteLogValue(r->Describe()), Since(start).count());
+  if (!r->ok()) {
+    std::string what =
+        r->timed_out ? "ran past --timeout " + DurationText(options_.timeout) + " and was killed"
+                     : r->Describe();
+    return Fail("--health-trigger for " + id + " " + what);
+  }
+  return std::nullopt;
+}
+
+bool Session::WaitForUnhealthy(StreamWatcher& stream, size_t seen, const std::string& id) {
+  return stream.WaitUntil(
+      [&](const std::vector<v1beta1::ListAndWatchResponse>& messages) {
+        for (size_t i = seen; i < messages.size(); ++i) {
+          for (const v1beta1::Device& d : messages[i].devices()) {
+            if (d.id() == id && d.health() == pluginapi::kUnhealthy) return true;
+          }
+        }
+        return false;
+      },
+      options_.timeout);
+}
+
+void Session::ForgetHealthy(const std::string& id) {
+  healthy_ids_.erase(std::remove(healthy_ids_.begin(), healthy_ids_.end(), id), healthy_ids_.end());
+}
+
+// On stream 1, open since lw.first-snapshot: the stream a kubelet keeps.
+// The device is the last healthy one; at least one other stays healthy for
+// the checks that follow.
+Outcome Session::HealthTrigger() {
+  if (auto skip = NeedHealthTrigger()) return *skip;
+  if (auto skip = NeedDevices()) return *skip;
+  if (!stream1_) return Skip("needs the first stream: lw.first-snapshot did not pass");
+  if (healthy_ids_.size() < 2) {
+    return Skip("needs 2 healthy devices (one stays healthy for the other checks)");
+  }
+  const std::string id = healthy_ids_.back();
+  const size_t seen = stream1_->Messages().size();
+  Clock::time_point start = Clock::now();
+  std::optional<Outcome> failed = RunHealthTrigger(id);
+  ForgetHealthy(id);
+  if (failed) return *failed;
+  if (!WaitForUnhealthy(*stream1_, seen, id)) {
+    std::optional<grpc::Status> end = stream1_->Finished();
+    return Fail(id + " was not reported Unhealthy on the open stream within " +
+                DurationText(options_.timeout) + " of the trigger" +
+                (end ? " (the stream ended: " + GrpcText(*end) + ")" : ""));
+  }
+  return Pass(id + " reported Unhealthy on the open stream " + DurationText(Since(start)) +
+              " after the trigger");
+}
+
+// A kubelet that restarts (or whose stream breaks) cancels its stream and
+// opens a new one; a plugin whose cancelled streams linger and take health
+// events (NVIDIA's v0.13 did) loses those events. Up to two devices, the
+// last healthy ones, one at a time.
+Outcome Session::HealthReconnect() {
+  if (auto skip = NeedHealthTrigger()) return *skip;
+  if (auto skip = NeedDevices()) return *skip;
+  if (Failed("health.trigger")) {
+    return Skip("needs a plugin that reports health changes: health.trigger did not pass");
+  }
+  if (Failed("lw.stream-drop")) {
+    return Skip("needs new streams after cancelled ones: lw.stream-drop did not pass");
+  }
+  std::vector<std::string> targets;
+  for (size_t i = healthy_ids_.size(); i > 0 && targets.size() < 2; --i) {
+    targets.push_back(healthy_ids_[i - 1]);
+  }
+  if (targets.empty()) return Skip("needs a healthy device: none is left");
+  const int n = options_.health_reconnects;
+  for (int i = 0; i < n; ++i) {
+    StreamWatcher stream(stub_.get(), options_.timeout);
+    if (!stream.WaitForMessages(1, first_snapshot_bound_)) {
+      return Fail("stream " + std::to_string(i + 1) + " of " + std::to_string(n) +
+                  " sent nothing within " + DurationText(first_snapshot_bound_));
+    }
+  }  // each stream is cancelled as it goes out of scope
+  const std::string after = "the stream opened after " + std::to_string(n) + " cancelled streams";
+  StreamWatcher fresh(stub_.get(), first_snapshot_bound_ + 4 * options_.timeout);
+  if (!fresh.WaitForMessages(1, first_snapshot_bound_)) {
+    return Fail(after + " sent nothing within " + DurationText(first_snapshot_bound_));
+  }
+  int reached = 0;
+  std::string missed;
+  for (const std::string& id : targets) {
+    const size_t seen = fresh.Messages().size();
+    std::optional<Outcome> failed = RunHealthTrigger(id);
+    ForgetHealthy(id);
+    if (failed) return *failed;
+    if (WaitForUnhealthy(fresh, seen, id)) {
+      ++reached;
+    } else if (missed.empty()) {
+      missed = id;
+    }
+  }
+  const std::string count = std::to_string(reached) + " of " + std::to_string(targets.size()) +
+                            " health changes reached " + after;
+  if (reached < static_cast<int>(targets.size())) {
+    return Fail(count + " (" + missed + " was not reported Unhealthy within " +
+                DurationText(options_.timeout) +
+                " of its trigger: a cancelled stream may have taken it)");
+  }
+  return Pass(count);
+}
+
 // --- Allocate --------------------------------------------------------------
 
 Outcome Session::AllocOneResponse() {
@@ -1012,6 +1169,15 @@ Status Runner::CheckOptions(const Options& options) {
   }
   if (options.stream_drop_iterations < 1 || options.stream_drop_iterations > 1000) {
     return InvalidArgumentError("stream-drop iterations must be between 1 and 1000");
+  }
+  if (options.health_trigger.size() > 4096 ||
+      options.health_trigger.find('\0') != std::string::npos) {
+    return InvalidArgumentError(
+        "--health-trigger must be a shell command of at most 4096 bytes "
+        "without NUL bytes");
+  }
+  if (options.health_reconnects < 1 || options.health_reconnects > 100) {
+    return InvalidArgumentError("health reconnects must be between 1 and 100");
   }
   for (const std::string& id : options.only) {
     if (FindCheck(id) != nullptr) continue;

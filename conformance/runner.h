@@ -62,13 +62,24 @@ class Runner {
     std::chrono::milliseconds snapshot_window{1'000};
     // How many streams lw.stream-drop opens and cancels.
     int stream_drop_iterations = 20;
+
+    // A shell command that makes one device unhealthy in the plugin under
+    // test (`kdm conform --health-trigger`): run as
+    //   /bin/sh -c '<health_trigger> "$@"' kdm-health-trigger <device id>
+    // (the id is its last argument, and KDM_DEVICE_ID / KDM_RESOURCE are set),
+    // bounded by `timeout`. Empty: the health.* checks SKIP.
+    std::string health_trigger;
+    // How many streams health.reconnect opens and cancels before it watches
+    // a new one.
+    int health_reconnects = 3;
   };
 
   // OK for usable Options; INVALID_ARGUMENT naming the problem otherwise: no
   // or a malformed resource (not an extended resource name), neither or both
   // of root and plugin_socket, a timeout <= 0, an unknown `only` id (the
   // message lists the known ids), a window outside [0, 1 min] or iterations
-  // outside [1, 1000].
+  // outside [1, 1000], a health trigger with a NUL byte or over 4096 bytes,
+  // health reconnects outside [1, 100].
   static Status CheckOptions(const Options& options);
 
   // Runs the checks (see the header comment for errors).

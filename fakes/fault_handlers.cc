@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <deque>
+#include <map>
 #include <optional>
 #include <random>
 #include <set>
@@ -157,6 +159,124 @@ class DeltaUpdates final : public ForwardingHandler {
     int next_delta_ = 0;
     TimePoint next_;
   };
+};
+
+// health-not-sent: the first message goes out; every later one (a health
+// change) is swallowed.
+class FirstSnapshotOnly final : public ForwardingHandler {
+ public:
+  using ForwardingHandler::ForwardingHandler;
+
+  Status ListAndWatch(ListAndWatchStream& stream) override {
+    FirstOnlyStream first(stream);
+    return inner().ListAndWatch(first);
+  }
+
+ private:
+  class FirstOnlyStream final : public ForwardingStream {
+   public:
+    using ForwardingStream::ForwardingStream;
+    bool Write(const v1beta1::ListAndWatchResponse& message) override {
+      if (sent_) return true;
+      sent_ = true;
+      return inner().Write(message);
+    }
+
+   private:
+    bool sent_ = false;
+  };
+};
+
+// health-stale-streams, the way NVIDIA's v0.13 plugin loses health events:
+// all its streams receive from one channel of health events, and a stream
+// the kubelet cancelled goes on waiting on it until it takes an event (and
+// then fails to send it). So each change goes to ONE waiting stream, the one
+// waiting longest, and a change taken by a cancelled stream is lost. Here:
+// every stream joins a queue when it opens; a stream the client cancelled
+// stays in it as "stale"; each new device-set version (a health change) is
+// given to the queue's head (a live head sends it and queues again at the
+// back; a stale head is dropped, the change lost). Deterministic: after N
+// cancelled streams, the next N changes are lost.
+class StaleStreamsTakeChanges final : public ForwardingHandler {
+ public:
+  using ForwardingHandler::ForwardingHandler;
+
+  Status ListAndWatch(ListAndWatchStream& stream) override {
+    const uint64_t token = Join();
+    TakingStream taking(stream, *this, token);
+    Status s = inner().ListAndWatch(taking);
+    Leave(token, /*stale=*/stream.ClientGone());
+    return s;
+  }
+
+ private:
+  class TakingStream final : public ForwardingStream {
+   public:
+    TakingStream(ListAndWatchStream& stream, StaleStreamsTakeChanges& owner, uint64_t token)
+        : ForwardingStream(stream), owner_(owner), token_(token) {}
+    std::shared_ptr<const std::vector<plugin::Device>> Devices(uint64_t* version) const override {
+      auto devices = ForwardingStream::Devices(&version_);
+      if (version != nullptr) *version = version_;
+      return devices;
+    }
+    bool Write(const v1beta1::ListAndWatchResponse& message) override {
+      if (!sent_first_) {
+        sent_first_ = true;
+        return inner().Write(message);
+      }
+      if (owner_.Take(version_) != token_) return true;  // another stream's change
+      return inner().Write(message);
+    }
+
+   private:
+    StaleStreamsTakeChanges& owner_;
+    const uint64_t token_;
+    mutable uint64_t version_ = 0;
+    bool sent_first_ = false;
+  };
+
+  uint64_t Join() {
+    kdm::MutexLock lock(&mu_);
+    queue_.push_back(++next_token_);
+    return next_token_;
+  }
+
+  // A stream ends: it stays queued as stale when its client cancelled it,
+  // and leaves the queue when the server ended it.
+  void Leave(uint64_t token, bool stale) {
+    kdm::MutexLock lock(&mu_);
+    if (stale) {
+      stale_.insert(token);
+    } else {
+      queue_.erase(std::remove(queue_.begin(), queue_.end(), token), queue_.end());
+    }
+  }
+
+  // The stream that takes `version` (decided once, by its first asker).
+  uint64_t Take(uint64_t version) {
+    kdm::MutexLock lock(&mu_);
+    if (auto it = taken_.find(version); it != taken_.end()) return it->second;
+    uint64_t taker = 0;
+    if (!queue_.empty()) {
+      taker = queue_.front();
+      queue_.pop_front();
+      if (stale_.erase(taker) > 0) {
+        spdlog::info("event=fault_health_lost fault=health-stale-streams version={} stale_left={}",
+                     version, stale_.size());
+      } else {
+        queue_.push_back(taker);
+      }
+    }
+    taken_[version] = taker;
+    while (taken_.size() > 1024) taken_.erase(taken_.begin());
+    return taker;
+  }
+
+  kdm::Mutex mu_;
+  uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<uint64_t> queue_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> stale_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, uint64_t> taken_ ABSL_GUARDED_BY(mu_);
 };
 
 // lw-drop-breaks: once a client has cancelled a stream, every later
@@ -402,7 +522,10 @@ class SlowPreferred final : public ForwardingHandler {
   StatusOr<v1beta1::PreferredAllocationResponse> GetPreferredAllocation(
       const v1beta1::PreferredAllocationRequest& request, CallContext& call) override {
     for (const auto& container : request.container_requests()) {
-      if (container.allocation_size() < std::max(1, devices_ - 1)) continue;
+      // The largest requests: all but one of the devices offered (at most
+      // all but one of the plugin's).
+      const int offered = std::min(devices_, container.available_deviceids_size());
+      if (container.allocation_size() < std::max(1, offered - 1)) continue;
       const auto start = SteadyClock::now();
       const char* ended;
       {
@@ -570,6 +693,7 @@ const FaultEntry kFaultTable[] = {
          t->add_nodes()->set_id(-1);
        });
      }},
+    {"health-not-sent", [](const Parts& p) { return Wrap<FirstSnapshotOnly>(p); }},
     {"lw-delta-updates", [](const Parts& p) { return Wrap<DeltaUpdates>(p); }},
     {"alloc-two-responses",
      [](const Parts& p) {
@@ -665,6 +789,7 @@ const FaultEntry kFaultTable[] = {
      }},
     {"prestart-unimplemented", [](const Parts& p) { return Wrap<PrestartUnimplemented>(p); }},
     {"lw-drop-breaks", [](const Parts& p) { return Wrap<BreakAfterCancelledStream>(p); }},
+    {"health-stale-streams", [](const Parts& p) { return Wrap<StaleStreamsTakeChanges>(p); }},
     {"no-reregister",
      [](const Parts& p) {
        return Register(p, "no-reregister", [](v1beta1::RegisterRequest&, int registrations) {

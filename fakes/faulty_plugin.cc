@@ -32,8 +32,8 @@ Status CheckFaultName(std::string_view name) {
 // The healthy plugin, its handler wrapped by the fault, served by the SDK.
 class FaultyPlugin::Impl {
  public:
-  Impl(std::string fault, std::unique_ptr<FakeDevicePlugin> healthy)
-      : fault_(std::move(fault)), healthy_(std::move(healthy)) {}
+  Impl(std::string fault, std::string resource, std::unique_ptr<FakeDevicePlugin> healthy)
+      : fault_(std::move(fault)), resource_(std::move(resource)), healthy_(std::move(healthy)) {}
 
   // Stops the server before the handler's parts (healthy_, held_) go.
   ~Impl() {
@@ -41,6 +41,7 @@ class FaultyPlugin::Impl {
   }
 
   std::string fault_;
+  std::string resource_;
   std::unique_ptr<FakeDevicePlugin> healthy_;
   HeldCallCounter held_;
   std::unique_ptr<plugin::PluginServer> server_;
@@ -57,7 +58,7 @@ StatusOr<std::unique_ptr<FaultyPlugin>> FaultyPlugin::Create(PluginConfig config
   }
   KDM_ASSIGN_OR_RETURN(std::unique_ptr<FakeDevicePlugin> healthy,
                        FakeDevicePlugin::Create(std::move(healthy_config)));
-  auto impl = std::make_unique<Impl>(fault, std::move(healthy));
+  auto impl = std::make_unique<Impl>(fault, config.resource_name, std::move(healthy));
   KDM_ASSIGN_OR_RETURN(FaultSetup setup, MakeFaultSetup(fault, *impl->healthy_, impl->held_));
 
   plugin::PluginServer::Options o;
@@ -91,6 +92,9 @@ bool FaultyPlugin::WaitForRegistrationCount(int count, std::chrono::milliseconds
 }
 Status FaultyPlugin::LastRegistrationError() const {
   return impl_->server_->LastRegistrationError();
+}
+HealthUpdate FaultyPlugin::ApplyHealth(const std::map<std::string, bool>& health) {
+  return ApplyHealthTo(*impl_->server_, impl_->resource_, health);
 }
 int FaultyPlugin::HeldCalls() const { return impl_->held_.count(); }
 const std::string& FaultyPlugin::fault() const { return impl_->fault_; }

@@ -27,6 +27,8 @@
 //   lw-duplicate-ids        the snapshot lists the first device twice
 //   lw-bad-health           the first device's health is "healthy"
 //   lw-negative-numa        the first device's NUMA node is -1
+//   health-not-sent         after the first snapshot, no message: a health
+//                           change (--health-file) never reaches a stream
 //   lw-delta-updates        after the first full snapshot, every 200 ms a
 //                           message holding one device, its health toggled
 //   alloc-two-responses     Allocate answers one container response too many
@@ -44,13 +46,18 @@
 //   pref-random             must-include ids plus a random pick of the rest,
 //                           never the same set twice in a row when another
 //                           set is possible
-//   pref-slow               requests with allocation_size >= max(1, device
-//                           count - 1) are answered only after the client
-//                           gives up (CANCELLED; at most 60 s, or Stop)
+//   pref-slow               requests with allocation_size >= max(1, n - 1),
+//                           n the devices offered (at most the plugin's),
+//                           are answered only after the client gives up
+//                           (CANCELLED; at most 60 s, or Stop)
 //   prestart-unimplemented  pre_start_required, PreStartContainer answers
 //                           UNIMPLEMENTED
 //   lw-drop-breaks          after the first stream the client cancels, every
 //                           later ListAndWatch fails at once with UNAVAILABLE
+//   health-stale-streams    as NVIDIA's v0.13: a stream the client
+//                           cancelled lingers, and each health change goes
+//                           to ONE stream, the longest waiting; one taken
+//                           by a cancelled stream is lost
 //   no-reregister           registers once, never again after a kubelet
 //                           restart
 //
@@ -71,6 +78,7 @@
 #define KDM_FAKES_FAULTY_PLUGIN_H_
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -129,6 +137,10 @@ class FaultyPlugin {
   // Calls the fault holds now (lw-no-snapshot streams, pref-slow calls); each
   // is released within ~10 ms of its client giving up, and at once on Stop.
   int HeldCalls() const;
+
+  // As FakeDevicePlugin::ApplyHealth, on the devices this plugin serves
+  // (what `kdm plugin --fault F --health-file FILE` applies).
+  HealthUpdate ApplyHealth(const std::map<std::string, bool>& health);
 
   // The fault's name, e.g. "pref-wrong-size".
   const std::string& fault() const;

@@ -184,9 +184,10 @@ void FakeDevicePlugin::Stop() {
   if (server_) server_->Stop();
 }
 
-HealthUpdate FakeDevicePlugin::ApplyHealth(const std::map<std::string, bool>& health) {
+HealthUpdate ApplyHealthTo(plugin::PluginServer& server, const std::string& resource,
+                           const std::map<std::string, bool>& health) {
   HealthUpdate update;
-  std::vector<plugin::Device> devices = server_->Devices();
+  std::vector<plugin::Device> devices = server.Devices();
   std::set<std::string> known;
   bool changed = false;
   for (plugin::Device& d : devices) {
@@ -195,8 +196,8 @@ HealthUpdate FakeDevicePlugin::ApplyHealth(const std::map<std::string, bool>& he
     bool healthy = it == health.end() || it->second;
     if (d.healthy != healthy) {
       changed = true;
-      spdlog::info("event=health_changed resource={} device={} health={}", config_.resource_name,
-                   d.id, healthy ? "Healthy" : "Unhealthy");
+      spdlog::info("event=health_changed resource={} device={} health={}", resource, d.id,
+                   healthy ? "Healthy" : "Unhealthy");
     }
     d.healthy = healthy;
     ++(healthy ? update.healthy : update.unhealthy);
@@ -205,12 +206,16 @@ HealthUpdate FakeDevicePlugin::ApplyHealth(const std::map<std::string, bool>& he
     if (!known.count(id)) update.unknown_ids.push_back(id);
   }
   if (!update.unknown_ids.empty()) {
-    spdlog::warn("event=health_unknown_devices resource={} ids={} known={}", config_.resource_name,
+    spdlog::warn("event=health_unknown_devices resource={} ids={} known={}", resource,
                  Join(update.unknown_ids),
                  Join(std::vector<std::string>(known.begin(), known.end())));
   }
-  if (changed) server_->SetDevices(std::move(devices));
+  if (changed) server.SetDevices(std::move(devices));
   return update;
+}
+
+HealthUpdate FakeDevicePlugin::ApplyHealth(const std::map<std::string, bool>& health) {
+  return ApplyHealthTo(*server_, config_.resource_name, health);
 }
 
 StatusOr<v1beta1::ContainerAllocateResponse> FakeDevicePlugin::Allocate(

@@ -104,6 +104,13 @@ struct HealthUpdate {
   std::vector<std::string> unknown_ids;
 };
 
+// Sets the health of the devices `server` serves from `health` (devices it
+// does not name are healthy), logging each change as `resource`'s, and
+// pushes one snapshot when anything changed: FakeDevicePlugin::ApplyHealth,
+// and FaultyPlugin's, for the server it runs.
+HealthUpdate ApplyHealthTo(plugin::PluginServer& server, const std::string& resource,
+                           const std::map<std::string, bool>& health);
+
 class FakeDevicePlugin {
  public:
   // Validates the config and loads the devices; touches nothing but the

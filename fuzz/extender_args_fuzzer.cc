@@ -47,6 +47,10 @@ struct World {
   static kdm::scheduler::Extender::Options ExtenderOptions(kdm::scheduler::NodeCache* cache,
                                                            kdm::k8s::TopologyCache* topologies) {
     kdm::scheduler::Extender::Options o;
+    // best-set, the default when this target and its corpus were made (the
+    // default is packed since issue 30; its scores are bounded by the same
+    // request budget).
+    o.policy = kdm::scheduler::ScorePolicy::kBestSet;
     o.cache = cache;
     o.topologies = topologies;
     return o;

@@ -13,8 +13,10 @@
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
@@ -87,6 +89,12 @@ class Attempt {
 
   void ArmTimer(SteadyClock::time_point at);
   void Close();
+  // CONNECT host:port through the proxy the socket is connected to; an
+  // error result unless the proxy answered 2xx.
+  RoundTripResult OpenTunnel();
+  // The same through a SOCKS5 proxy (RFC 1928, no authentication; a host
+  // name is sent as a name, resolved by the proxy).
+  RoundTripResult OpenSocks5Tunnel();
   RoundTripResult Failure(const std::string& step, const beast::error_code& ec);
   RoundTripResult ReadAnswer(bool discard_body,
                              const std::function<bool(std::string_view)>* on_line,
@@ -181,30 +189,41 @@ RoundTripResult Attempt::Run(const ClientRequest& request,
   }
   ArmTimer(deadline_);
 
+  const bool proxied = !options.proxy_host.empty();
+  const std::string& connect_host = proxied ? options.proxy_host : options.host;
+  const uint16_t connect_port = proxied ? options.proxy_port : options.port;
+  const std::string via = proxied ? "proxy " + options.proxy_url + ": " : "";
   tcp::resolver::results_type endpoints;
   beast::error_code ec = Await([&](auto handler) {
     resolver_.async_resolve(
-        options.host, std::to_string(options.port),
+        connect_host, std::to_string(connect_port),
         [&endpoints, handler](beast::error_code e, tcp::resolver::results_type results) mutable {
           endpoints = std::move(results);
           handler(e);
         });
   });
-  if (ec) return Failure("resolving " + options.host, ec);
+  if (ec) return Failure(via + "resolving " + connect_host, ec);
   ec = Await([&](auto handler) {
     beast::get_lowest_layer(stream_).async_connect(
         endpoints, [handler](beast::error_code e, const tcp::endpoint&) mutable { handler(e); });
   });
-  if (ec) return Failure("connect", ec);
+  if (ec) return Failure(via + "connect", ec);
+  if (proxied) {
+    RoundTripResult tunnel =
+        options.proxy_url.rfind("socks5://", 0) == 0 ? OpenSocks5Tunnel() : OpenTunnel();
+    if (!tunnel.error.ok()) return tunnel;
+  }
 
   SSL* ssl = stream_.native_handle();
-  if (IsIpAddress(options.host)) {
+  const std::string& verify_name =
+      options.tls_server_name.empty() ? options.host : options.tls_server_name;
+  if (IsIpAddress(verify_name)) {
     if (!options.insecure_skip_tls_verify) {
-      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), options.host.c_str());
+      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), verify_name.c_str());
     }
   } else {
-    SSL_set_tlsext_host_name(ssl, options.host.c_str());
-    if (!options.insecure_skip_tls_verify) SSL_set1_host(ssl, options.host.c_str());
+    SSL_set_tlsext_host_name(ssl, verify_name.c_str());
+    if (!options.insecure_skip_tls_verify) SSL_set1_host(ssl, verify_name.c_str());
   }
   ec = Await([&](auto handler) { stream_.async_handshake(ssl::stream_base::client, handler); });
   if (ec) {
@@ -212,9 +231,12 @@ RoundTripResult Attempt::Run(const ClientRequest& request,
     ERR_clear_error();
     if (!cancelled_ && !timed_out_ && verify != X509_V_OK) {
       RoundTripResult r;
-      r.error =
-          UnavailableError(options.server_name + ": TLS: the server's certificate was refused: " +
-                           X509_verify_cert_error_string(verify));
+      std::string why = X509_verify_cert_error_string(verify);
+      if (!options.tls_server_name.empty()) {
+        why += " (verified against tls-server-name \"" + options.tls_server_name + "\")";
+      }
+      r.error = UnavailableError(options.server_name +
+                                 ": TLS: the server's certificate was refused: " + why);
       return r;
     }
     return Failure("TLS handshake", ec);
@@ -235,6 +257,129 @@ RoundTripResult Attempt::Run(const ClientRequest& request,
   if (ec) return Failure("sending the request", ec);
 
   return ReadAnswer(request.discard_body, on_line, idle_timeout);
+}
+
+RoundTripResult Attempt::OpenTunnel() {
+  const HttpsClient::Options& options = client_.options();
+  const std::string via = "proxy " + options.proxy_url;
+  std::string authority =
+      options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host;
+  authority += ":" + std::to_string(options.port);
+  bhttp::request<bhttp::empty_body> connect{bhttp::verb::connect, authority, 11};
+  connect.set(bhttp::field::host, authority);
+  connect.set(bhttp::field::user_agent, "kdm");
+  auto& socket = beast::get_lowest_layer(stream_);
+  beast::error_code ec = Await([&](auto handler) { bhttp::async_write(socket, connect, handler); });
+  if (ec) return Failure(via + ": sending CONNECT " + authority, ec);
+  // The proxy's answer has no body; nothing follows it before our TLS
+  // hello, so the buffer holds only the answer.
+  beast::flat_buffer buffer(64 * 1024);
+  bhttp::response_parser<bhttp::empty_body> parser;
+  parser.skip(true);
+  parser.header_limit(64 * 1024);
+  ec = Await([&](auto handler) { bhttp::async_read_header(socket, buffer, parser, handler); });
+  if (ec) return Failure(via + ": reading the answer to CONNECT " + authority, ec);
+  const unsigned status = parser.get().result_int();
+  RoundTripResult r;
+  if (status / 100 != 2) {
+    r.error = UnavailableError(via + ": CONNECT " + authority + ": " + std::to_string(status) +
+                               " " + ReasonPhrase(static_cast<int>(status)));
+    r.retryable = status >= 500;
+    return r;
+  }
+  if (buffer.size() != 0) {
+    r.error = UnavailableError(via + ": CONNECT " + authority +
+                               ": the proxy sent bytes before the TLS handshake");
+    return r;
+  }
+  return r;
+}
+
+RoundTripResult Attempt::OpenSocks5Tunnel() {
+  const HttpsClient::Options& options = client_.options();
+  const std::string via = "proxy " + options.proxy_url;
+  auto& socket = beast::get_lowest_layer(stream_);
+  auto write = [&](const std::string& bytes) {
+    return Await([&](auto handler) {
+      net::async_write(socket, net::buffer(bytes),
+                       [handler](beast::error_code e, size_t) mutable { handler(e); });
+    });
+  };
+  auto read = [&](unsigned char* out, size_t n) {
+    return Await([&](auto handler) {
+      net::async_read(socket, net::buffer(out, n),
+                      [handler](beast::error_code e, size_t) mutable { handler(e); });
+    });
+  };
+  auto refused = [&](const std::string& why) {
+    RoundTripResult r;
+    r.error = UnavailableError(via + ": " + why);
+    return r;
+  };
+  // Greeting: version 5, one method, "no authentication".
+  beast::error_code ec = write(std::string("\x05\x01\x00", 3));
+  if (ec) return Failure(via + ": SOCKS5 greeting", ec);
+  unsigned char choice[2];
+  ec = read(choice, 2);
+  if (ec) return Failure(via + ": SOCKS5 greeting", ec);
+  if (choice[0] != 5) return refused("not a SOCKS5 proxy");
+  if (choice[1] != 0)
+    return refused("SOCKS5: the proxy wants authentication (not supported by kdm)");
+  // CONNECT host:port: an address as such, a name as a name.
+  std::string request("\x05\x01\x00", 3);
+  beast::error_code parse_ec;
+  const net::ip::address address = net::ip::make_address(options.host, parse_ec);
+  if (!parse_ec && address.is_v4()) {
+    auto bytes = address.to_v4().to_bytes();
+    request.push_back('\x01');
+    request.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  } else if (!parse_ec) {
+    auto bytes = address.to_v6().to_bytes();
+    request.push_back('\x04');
+    request.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  } else {
+    if (options.host.size() > 255) return refused("SOCKS5: host name longer than 255 bytes");
+    request.push_back('\x03');
+    request.push_back(static_cast<char>(options.host.size()));
+    request += options.host;
+  }
+  request.push_back(static_cast<char>(options.port >> 8));
+  request.push_back(static_cast<char>(options.port & 0xff));
+  ec = write(request);
+  if (ec) return Failure(via + ": SOCKS5 CONNECT", ec);
+  unsigned char reply[4];
+  ec = read(reply, 4);
+  if (ec) return Failure(via + ": SOCKS5 CONNECT", ec);
+  if (reply[0] != 5) return refused("SOCKS5 CONNECT: not a SOCKS5 answer");
+  if (reply[1] != 0) {
+    static const char* const kReasons[] = {
+        "succeeded",           "general failure",       "not allowed by the ruleset",
+        "network unreachable", "host unreachable",      "connection refused",
+        "TTL expired",         "command not supported", "address type not supported"};
+    std::string why = reply[1] < 9 ? kReasons[reply[1]] : "code " + std::to_string(reply[1]);
+    RoundTripResult r =
+        refused("SOCKS5 CONNECT " + options.host + ":" + std::to_string(options.port) + ": " + why);
+    r.retryable = reply[1] == 1;
+    return r;
+  }
+  // The bound address, unused: skip it.
+  size_t skip = 0;
+  if (reply[3] == 1) {
+    skip = 4;
+  } else if (reply[3] == 4) {
+    skip = 16;
+  } else if (reply[3] == 3) {
+    unsigned char len = 0;
+    ec = read(&len, 1);
+    if (ec) return Failure(via + ": SOCKS5 CONNECT", ec);
+    skip = len;
+  } else {
+    return refused("SOCKS5 CONNECT: unknown address type in the answer");
+  }
+  unsigned char bound[258];
+  ec = read(bound, skip + 2);
+  if (ec) return Failure(via + ": SOCKS5 CONNECT", ec);
+  return RoundTripResult{};
 }
 
 RoundTripResult Attempt::ReadAnswer(bool discard_body,

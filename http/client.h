@@ -98,6 +98,14 @@ class HttpsClient {
     uint16_t port = 443;
     // How errors name the server, e.g. "https://10.0.0.1:6443".
     std::string server_name;
+    // The name the server's certificate is verified against and sent as
+    // SNI instead of `host` (a kubeconfig's tls-server-name); empty: host.
+    std::string tls_server_name;
+    // A proxy: a tunnel through it, HTTP CONNECT or SOCKS5 as proxy_url's
+    // scheme says (it also names it in errors). Empty proxy_host: direct.
+    std::string proxy_host;
+    uint16_t proxy_port = 0;
+    std::string proxy_url;
     // Trusted roots; empty text: the system's.
     PemSource ca;
     bool insecure_skip_tls_verify = false;

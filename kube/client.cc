@@ -11,6 +11,7 @@
 #include "kdm/base/json_depth.h"
 #include "kdm/base/sync.h"
 #include "kdm/http/client.h"
+#include "kdm/kube/exec_credential.h"
 
 namespace kdm::kube {
 namespace {
@@ -82,7 +83,14 @@ class ClientImpl final : public Client {
       : options_(std::move(options)),
         transport_(std::move(transport)),
         clock_(options_.clock ? options_.clock : NewRealClock()),
-        rng_(options_.jitter_seed != 0 ? options_.jitter_seed : std::random_device()()) {}
+        rng_(options_.jitter_seed != 0 ? options_.jitter_seed : std::random_device()()) {
+    if (options_.config.exec) {
+      ExecCredentialProvider::Options exec;
+      exec.config = *options_.config.exec;
+      exec.clock = clock_;
+      exec_ = ExecCredentialProvider::Create(std::move(exec));
+    }
+  }
 
   StatusOr<std::string> Get(std::string_view path, milliseconds timeout,
                             Cancellation* cancel) override {
@@ -134,8 +142,9 @@ class ClientImpl final : public Client {
     return std::move(r->body);
   }
 
+  // `token` is what was sent (for Invalidate after a 401).
   StatusOr<http::ClientRequest> BuildRequest(std::string_view method, std::string_view path,
-                                             std::string_view body) const {
+                                             std::string_view body, std::string* sent_token) const {
     const ClientConfig& c = options_.config;
     http::ClientRequest req;
     req.method = std::string(method);
@@ -151,6 +160,13 @@ class ClientImpl final : public Client {
         return fresh.status().WithPrefix(std::string(method) + " " + std::string(path));
       token = std::move(*fresh);
     }
+    if (exec_ != nullptr) {
+      StatusOr<std::string> fresh = exec_->Token();
+      if (!fresh.ok())
+        return fresh.status().WithPrefix(std::string(method) + " " + std::string(path));
+      token = std::move(*fresh);
+    }
+    *sent_token = token;
     if (!token.empty()) req.headers.emplace_back("Authorization", "Bearer " + token);
     if (method == "PATCH") {
       req.headers.emplace_back("Content-Type", "application/merge-patch+json");
@@ -194,15 +210,25 @@ class ClientImpl final : public Client {
     // it as a real deadline for its I/O.
     const kdm::Clock::TimePoint deadline = clock_->Now() + timeout;
     Status last;
+    bool exec_refreshed = false;
     for (int attempt = 1;; ++attempt) {
       if (cancel != nullptr && cancel->cancelled()) return CancelledError(what + ": cancelled");
-      KDM_ASSIGN_OR_RETURN(auto request, BuildRequest(method, path, body));
+      std::string token;
+      KDM_ASSIGN_OR_RETURN(auto request, BuildRequest(method, path, body, &token));
       request.discard_body = discard_body;
       const Clock::time_point io_deadline = Clock::now() + (deadline - clock_->Now());
       http::RoundTripResult r =
           transport_->RoundTrip(request, io_deadline, cancel, on_line, idle_timeout);
       std::optional<milliseconds> retry_after;
       if (r.streamed) return r;
+      if (r.response && r.response->status == 401 && exec_ != nullptr && !exec_refreshed) {
+        // The plugin's token was refused: run it once more, as client-go
+        // does, and try again at once.
+        exec_refreshed = true;
+        exec_->Invalidate(token);
+        --attempt;
+        continue;
+      }
       if (r.response) {
         if (!RetryableStatus(r.response->status, retry_conflict)) {
           if (r.response->status == 409 && attempt > 1) {
@@ -242,6 +268,7 @@ class ClientImpl final : public Client {
   const std::shared_ptr<kdm::Clock> clock_;
   Mutex rng_mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(rng_mu_);
+  std::unique_ptr<ExecCredentialProvider> exec_;
 };
 
 }  // namespace
@@ -281,6 +308,10 @@ StatusOr<std::unique_ptr<Client>> Client::Create(Options options) {
       .host = c.host,
       .port = c.port,
       .server_name = c.ServerUrl(),
+      .tls_server_name = c.tls_server_name,
+      .proxy_host = c.proxy.host,
+      .proxy_port = c.proxy.port,
+      .proxy_url = c.proxy.url,
       .ca = {c.ca.text, c.ca.origin},
       .insecure_skip_tls_verify = c.insecure_skip_tls_verify,
       .client_certificate = {c.client_certificate.text, c.client_certificate.origin},

@@ -24,6 +24,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "kdm/base/env.h"
 #include "kdm/base/status.h"
@@ -42,9 +44,43 @@ struct Pem {
   bool empty() const { return text.empty(); }
 };
 
+// A cluster's proxy-url, http:// (HTTP CONNECT) or socks5://: every
+// connection to the server is a tunnel through it.
+struct ProxyConfig {
+  std::string url;  // as written, for messages
+  std::string host;
+  uint16_t port = 0;
+  bool empty() const { return host.empty(); }
+};
+
+// A user's `exec` credential plugin (client.authentication.k8s.io/v1 or
+// v1beta1), run by kube/exec_credential.h for a token.
+struct ExecConfig {
+  // For messages: `user "u1" (kubeconfig /x: users[0].user.exec)`.
+  std::string who;
+  // The command as written, and the kubeconfig's directory: a command with
+  // a '/' that is not absolute is resolved against it, one without a '/'
+  // is looked up in PATH (as kubectl does).
+  std::string command;
+  std::string kubeconfig_dir;
+  std::vector<std::string> args;
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string api_version;
+  std::string install_hint;
+  // KUBERNETES_EXEC_INFO, the ExecCredential the plugin is given
+  // (spec.interactive false, spec.cluster when provideClusterInfo).
+  std::string exec_info_json;
+};
+
 struct ClientConfig {
-  // What the config was read from, for messages: "kubeconfig /x" or "in-cluster".
+  // What the config was read from, for messages: "kubeconfig /x",
+  // "kubeconfig /a:/b" (a merged KUBECONFIG list) or "in-cluster".
   std::string source;
+  // How it was found (kubeconfig_loaded's source=): "--kubeconfig",
+  // "KUBECONFIG", "home" (~/.kube/config), "in-cluster"; and the context
+  // used ("" in-cluster).
+  std::string found_by;
+  std::string context;
   // The server: https only. host is a name, an IPv4 address or an IPv6
   // address without brackets; base_path is "" or a prefix such as "/k8s/c1".
   std::string host;
@@ -59,6 +95,14 @@ struct ClientConfig {
   // (token_file wins when both are set, as kubectl's tokenFile does not).
   std::string token;
   std::string token_file;
+  // The name the server's certificate is verified against and sent as SNI
+  // (tls-server-name); empty: the server URL's host.
+  std::string tls_server_name;
+  // proxy-url (http:// or socks5://); empty: a direct connection.
+  ProxyConfig proxy;
+  // The user's exec plugin, when it has one (token and tokenFile are then
+  // empty: the plugin's token is used).
+  std::optional<ExecConfig> exec;
 
   // "https://host:port" plus base_path (IPv6 hosts in brackets).
   std::string ServerUrl() const;
@@ -81,12 +125,15 @@ StatusOr<ClientConfig> ParseKubeconfigContext(std::string_view yaml, const std::
                                               const std::string& context_name,
                                               Env* env = Env::Default());
 
+// Looks up an environment variable; std::getenv when empty.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
 struct InClusterOptions {
   // Holds `token` and `ca.crt`.
   std::string service_account_dir = "/var/run/secrets/kubernetes.io/serviceaccount";
   // Looks up KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT; std::getenv
   // when empty. Tests pass their own.
-  std::function<std::optional<std::string>(const std::string&)> lookup_env;
+  EnvLookup lookup_env;
   Env* env = Env::Default();
 };
 
@@ -96,6 +143,37 @@ struct InClusterOptions {
 // environment variables are missing (not in a pod); INVALID_ARGUMENT for a
 // bad port; the file's error for a missing CA or token.
 StatusOr<ClientConfig> LoadInClusterConfig(const InClusterOptions& options = {});
+
+// client-go's loading rules (kubectl's): which kubeconfig, or the pod's
+// in-cluster config, a command uses.
+struct LoadingRules {
+  // --kubeconfig: this file alone (absolute, or relative to the working
+  // directory).
+  std::string kubeconfig;
+  // --context: the context to use instead of current-context.
+  std::string context;
+  // --in-cluster: the pod's config, nothing else.
+  bool in_cluster = false;
+  // KUBECONFIG, HOME, KUBERNETES_SERVICE_HOST/PORT; std::getenv when empty.
+  EnvLookup lookup_env;
+  // The home directory; empty: lookup_env("HOME").
+  std::string home;
+  InClusterOptions in_cluster_options;
+  Env* env = Env::Default();
+};
+
+// In order: rules.kubeconfig alone; else KUBECONFIG, a ':'-separated list
+// merged as client-go merges it (for clusters, users and contexts the first
+// file that names an entry wins; current-context from the first file that
+// sets it; relative names in each file against that file's directory;
+// files that do not exist are skipped, but not all of them); else
+// $HOME/.kube/config if it exists; else in-cluster when running in a pod
+// (KUBERNETES_SERVICE_HOST set and the service-account token present).
+// Errors: INVALID_ARGUMENT naming the file and field (as LoadKubeconfig), or
+// naming KUBECONFIG when none of its files exist; NOT_FOUND when no source
+// is there at all (the message lists what was tried); --context with
+// --in-cluster is INVALID_ARGUMENT.
+StatusOr<ClientConfig> LoadClientConfig(const LoadingRules& rules);
 
 // Reads a token file: its content with surrounding whitespace removed.
 // Errors: the read's error, or INVALID_ARGUMENT for an empty token.

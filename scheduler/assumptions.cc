@@ -25,7 +25,7 @@ std::vector<int> PredictDevices(const k8s::ResourceView& view, const std::vector
   if (static_cast<int64_t>(free.size()) <= count) return free;
   const int size = static_cast<int>(count);
   if (view.topology) {
-    const topology::Policy policy = view.policy.value_or(topology::Policy::kPacked);
+    const topology::Policy policy = view.policy.value_or(topology::kDefaultPolicy);
     StatusOr<topology::Allocation> a =
         topology::Allocate(view.topology->topology, free, {}, size, policy);
     if (a.ok()) return std::move(a->chosen);

@@ -12,7 +12,7 @@
 // - What a pod takes: for each resource the node publishes, the devices the
 //   node's plugin will choose, predicted with topology::Allocate and the
 //   policy the annotation names for the resource (`policy`; without it
-//   kdm plugin's default, packed), over the free devices left by the pods
+//   topology::kDefaultPolicy, kdm plugin's default, packed), over the free devices left by the pods
 //   assumed before it, in the order the bindings were seen; without a
 //   matrix, the first free devices. The kubelet admits in that order too.
 // - When it ends, exactly once: the node's annotation lists the pod's

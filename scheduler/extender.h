@@ -49,7 +49,7 @@ struct HttpAnswer {
 class Extender {
  public:
   struct Options {
-    ScorePolicy policy = ScorePolicy::kBestSet;
+    ScorePolicy policy = kDefaultScorePolicy;
     // Not owned; may be null (then NodeNames get no opinion).
     const NodeCache* cache = nullptr;
     // Not owned; may be null.

@@ -13,7 +13,8 @@
 //   without the annotation, or without a requested resource in it, passes.
 // - Score (0..100 per node): the mean over the requested resources that have
 //   a topology of the policy's resource score; 0 when there is none.
-//   best-set: topology::NodeScore. packed: BestPackedScore below.
+//   best-set: topology::NodeScore. packed: BestPackedScore below. The default
+//   is kDefaultScorePolicy (packed, topology::kDefaultPolicy).
 // - ExtenderScores: the scheduler's 0..10, score x 10 / max (integer
 //   division, on scores kept to 1/1000); all 0 when the max is 0.
 //
@@ -49,11 +50,19 @@
 #include "kdm/base/sync.h"
 #include "kdm/k8s/devices_annotation.h"
 #include "kdm/k8s/requirements.h"
+#include "kdm/topology/allocator.h"
 #include "kdm/topology/topology.h"
 
 namespace kdm::scheduler {
 
 enum class ScorePolicy { kBestSet, kPacked };
+
+// The extender's ranking when none is named: topology's default policy, the
+// one an unconfigured kdm plugin allocates with (first-fit is no ranking).
+static_assert(topology::kDefaultPolicy != topology::Policy::kFirstFit);
+inline constexpr ScorePolicy kDefaultScorePolicy =
+    topology::kDefaultPolicy == topology::Policy::kPacked ? ScorePolicy::kPacked
+                                                          : ScorePolicy::kBestSet;
 
 // "best-set" or "packed"; INVALID_ARGUMENT naming the word otherwise.
 StatusOr<ScorePolicy> ParseScorePolicy(std::string_view name);
@@ -130,7 +139,7 @@ struct Verdict {
 class Scorer {
  public:
   struct Options {
-    ScorePolicy policy = ScorePolicy::kBestSet;
+    ScorePolicy policy = kDefaultScorePolicy;
     // Memo entries kept; the memo is emptied when full.
     size_t max_memo_entries = 1 << 20;
   };

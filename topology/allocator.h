@@ -3,7 +3,7 @@
 // out.
 //
 // Policies:
-//  - kPacked (default): the objective of NVIDIA's go-gpuallocator best-effort
+//  - kPacked (the default, kDefaultPolicy): the objective of NVIDIA's go-gpuallocator best-effort
 //    policy, solved exactly. Split all available devices into groups of
 //    `size` (one smaller group holds the remainder) so that one full group
 //    holds must_include, maximise the sum of group scores, and return the best
@@ -43,6 +43,13 @@
 namespace kdm::topology {
 
 enum class Policy { kPacked, kBestSet, kFirstFit };
+
+// The policy every part of kdm takes when none is named: `kdm plugin
+// --policy`, `kdm topo --policy`, `kdm extender --policy` (as its ranking) and
+// the extender's prediction for a node whose annotation names no policy (what
+// an unconfigured kdm plugin answers). One value, so that a scheduler and a
+// node never disagree on what "best" is.
+inline constexpr Policy kDefaultPolicy = Policy::kPacked;
 
 // "packed", "best-set" or "first-fit"; INVALID_ARGUMENT naming the word
 // otherwise.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli_common.h"
+#include "cli_dialect.h"
 #include "commands.h"
 #include "kdm/checkpoint/kubelet_json.h"
 #include "kdm/checkpoint/kubelet_json_store.h"
@@ -24,6 +25,7 @@ struct CheckpointFlags {
   std::string output = "text";
   std::string file;
   bool no_verify = false;
+  int verbosity = 0;
 };
 
 int CheckpointUsage(const std::string& command, const std::string& message) {
@@ -125,6 +127,7 @@ int Show(const CheckpointFlags& flags) {
   if (flags.output != "text" && flags.output != "json") {
     return CheckpointUsage("show", "-o must be text or json, got \"" + flags.output + "\"");
   }
+  if (DryRun()) return kOk;
   StatusOr<std::unique_ptr<ckpt::Store>> store = OpenExisting(flags, kind);
   if (!store.ok()) return CheckpointFail("show", store.status());
   StatusOr<ckpt::CheckpointData> data = (*store)->Load();
@@ -143,6 +146,7 @@ int Export(const CheckpointFlags& flags) {
   if (!CommonFlags("export", flags, &kind, &code)) return code;
   if (flags.file.empty())
     return CheckpointUsage("export", "the output FILE is required ('-' for stdout)");
+  if (DryRun()) return kOk;
   StatusOr<std::unique_ptr<ckpt::Store>> store = OpenExisting(flags, kind);
   if (!store.ok()) return CheckpointFail("export", store.status());
   StatusOr<ckpt::CheckpointData> data = (*store)->Load();
@@ -167,6 +171,7 @@ int Import(const CheckpointFlags& flags) {
   if (!CommonFlags("import", flags, &kind, &code)) return code;
   if (flags.file.empty())
     return CheckpointUsage("import", "the kubelet checkpoint FILE is required");
+  if (DryRun()) return kOk;
   // Read and check the whole file first: a bad file changes nothing.
   StatusOr<ckpt::CheckpointData> data =
       ckpt::ReadKubeletCheckpointFile(flags.file, /*verify_checksum=*/!flags.no_verify);
@@ -194,6 +199,12 @@ void AddCommonFlags(CLI::App* cmd, CheckpointFlags& flags) {
       ->type_name("DIR");
   cmd->add_option("--checkpoint", flags.kind, "Which store: sqlite (default) or kubelet-json")
       ->type_name("KIND");
+  AddVerbosityFlag(cmd, &flags.verbosity);
+}
+
+// The store's own logs (a recovered or quarantined file) at -v.
+void SetUpCheckpointLogging(const CheckpointFlags& flags) {
+  SetUpStderrLogging("kdm-checkpoint", LogLevelFor(flags.verbosity, spdlog::level::warn));
 }
 
 }  // namespace
@@ -206,14 +217,20 @@ void AddCheckpointCommand(CLI::App& app, int& exit_code) {
   auto* show = cmd->add_subcommand("show", "Print the pods, containers, resources and devices");
   AddCommonFlags(show, *flags);
   show->add_option("-o,--output", flags->output, "text (default) or json")->type_name("FORMAT");
-  show->callback([flags, &exit_code] { exit_code = Show(*flags); });
+  show->callback([flags, &exit_code] {
+    SetUpCheckpointLogging(*flags);
+    exit_code = Show(*flags);
+  });
 
   auto* exp = cmd->add_subcommand("export",
                                   "Write the checkpoint as a "
                                   "kubelet_internal_checkpoint file ('-' for stdout)");
   AddCommonFlags(exp, *flags);
   exp->add_option("FILE", flags->file, "Output file, '-' for stdout");
-  exp->callback([flags, &exit_code] { exit_code = Export(*flags); });
+  exp->callback([flags, &exit_code] {
+    SetUpCheckpointLogging(*flags);
+    exit_code = Export(*flags);
+  });
 
   auto* imp =
       cmd->add_subcommand("import",
@@ -223,7 +240,10 @@ void AddCheckpointCommand(CLI::App& app, int& exit_code) {
   imp->add_option("FILE", flags->file, "The kubelet checkpoint file");
   imp->add_flag("--no-verify", flags->no_verify,
                 "Import even when the file's checksum does not verify");
-  imp->callback([flags, &exit_code] { exit_code = Import(*flags); });
+  imp->callback([flags, &exit_code] {
+    SetUpCheckpointLogging(*flags);
+    exit_code = Import(*flags);
+  });
 }
 
 }  // namespace kdm::cli

@@ -67,12 +67,6 @@ void RaiseFdLimit() {
   spdlog::info("event=fd_limit_raised from={} to={}", text(from), text(limit.rlim_cur));
 }
 
-std::string UnknownArgumentsMessage(const std::vector<std::string>& extras) {
-  std::string list;
-  for (const std::string& e : extras) list += (list.empty() ? "'" : ", '") + e + "'";
-  return std::string("unknown argument") + (extras.size() > 1 ? "s " : " ") + list;
-}
-
 StatusOr<std::string> AbsolutePathFlag(std::string_view flag, const std::string& value) {
   if (value.empty()) return std::string();
   std::error_code ec;
@@ -88,6 +82,17 @@ Status CheckSocketPathFlag(std::string_view flag, const std::string& socket) {
   StatusOr<std::string> abs = pluginapi::AbsoluteSocketPath(socket);
   if (!abs.ok()) return abs.status().WithPrefix(flag);
   return OkStatus();
+}
+
+StatusOr<http::ListenAddress> ParseListenFlag(std::string_view flag, const std::string& value) {
+  if (!value.empty() && value.size() <= 5 &&
+      value.find_first_not_of("0123456789") == std::string::npos) {
+    return InvalidArgumentError(std::string(flag) + " \"" + value +
+                                "\": a bare port; did you mean ':" + value +
+                                "'? (HOST:PORT, e.g. 127.0.0.1:" + value + ", [::1]:" + value +
+                                " or :" + value + " for every address)");
+  }
+  return http::ParseListenAddress(value, flag);
 }
 
 Status MakeDirectoryFlag(std::string_view flag, const std::string& dir) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kdm/base/status.h"
+#include "kdm/http/listen_address.h"
 #include "kdm/k8s/devices_annotation.h"
 
 namespace kdm::cli {
@@ -38,9 +39,6 @@ inline constexpr std::string_view kAgentLockName = ".kdm-kubelet.lock";
 // flushed at once) the default logger, at `level`.
 void SetUpStderrLogging(const std::string& name, spdlog::level::level_enum level);
 
-// "unknown argument 'x'" or "unknown arguments 'x', 'y'".
-std::string UnknownArgumentsMessage(const std::vector<std::string>& extras);
-
 // The absolute, lexically normal form of the value of the path flag `flag`
 // ("" stays ""). Error: "<flag>: cannot make <value> absolute: <reason>".
 StatusOr<std::string> AbsolutePathFlag(std::string_view flag, const std::string& value);
@@ -50,6 +48,12 @@ StatusOr<std::string> AbsolutePathFlag(std::string_view flag, const std::string&
 // "<flag>: <socket> ... is N bytes, longer than the 107 bytes a unix socket
 // path allows".
 Status CheckSocketPathFlag(std::string_view flag, const std::string& socket);
+
+// The listen address HOST:PORT of the flag `flag` (--metrics-addr,
+// --listen), read as http::ParseListenAddress reads it. A bare port ("9400")
+// is refused with a hint: "--metrics-addr \"9400\": a bare port; did you
+// mean ':9400'? ...". INVALID_ARGUMENT naming the flag (a usage error).
+StatusOr<http::ListenAddress> ParseListenFlag(std::string_view flag, const std::string& value);
 
 // Creates the directory `dir` (and its parents) for the path flag `flag`;
 // OK when it exists already. Error: "<flag>: cannot create directory <dir>:

@@ -7,10 +7,16 @@
 #define KDM_CMD_KDM_COMMANDS_H_
 
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace kdm::cli {
 
+// `kdm help [CMD...]`: listed among the subcommands; main.cc turns it into
+// `kdm [CMD...] --help` before parsing.
+void AddHelpCommand(CLI::App& app);
 void AddVersionCommand(CLI::App& app, int& exit_code);
+// What `kdm version` and `kdm --version` print.
+std::string VersionText();
 void AddTopoCommand(CLI::App& app, int& exit_code);
 void AddCheckpointCommand(CLI::App& app, int& exit_code);
 void AddGetCommand(CLI::App& app, int& exit_code);

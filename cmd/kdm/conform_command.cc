@@ -4,7 +4,8 @@
 //
 // Exit codes: 0 no check failed; 1 at least one check failed; 2 bad usage
 // (missing --resource, neither or both of --root and --plugin-socket, a
-// malformed --timeout, an unknown --only id, an unknown argument, a --root
+// malformed --timeout, an unknown --only id, an empty or oversized
+// --health-trigger, an unknown argument, a --root
 // whose agent is alive: its lock .kdm-kubelet.lock is held, so
 // --plugin-socket is the way); 3 the
 // plugin could not be checked at all (no plugin registered within
@@ -26,13 +27,13 @@
 
 #include <iostream>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "cli_common.h"
+#include "cli_dialect.h"
 #include "commands.h"
 #include "duration_flag.h"
 #include "kdm/base/file_lock.h"
@@ -54,17 +55,15 @@ struct ConformFlags {
   std::string timeout = "10s";
   std::string junit;
   std::string only;
-  bool verbose = false;
+  std::string health_trigger;
+  bool health_trigger_given = false;
+  int verbosity = 0;
 };
 
 int ConformFail(int code, const std::string& message) {
   std::cerr << "kdm conform: " << message << "\n";
   if (code == kUsageError) std::cerr << "Run 'kdm conform --help' for usage.\n";
   return code;
-}
-
-void SetUpLogging(bool verbose) {
-  SetUpStderrLogging("kdm-conform", verbose ? spdlog::level::debug : spdlog::level::warn);
 }
 
 // A check run has nothing to finish cleanly: on SIGINT or SIGTERM a watcher
@@ -126,10 +125,26 @@ int RunConform(const ConformFlags& f) {
   if (!timeout.ok()) return ConformFail(kUsageError, "--timeout: " + timeout.status().message());
   options.timeout = *timeout;
   options.only = SplitIds(f.only);
+  if (f.health_trigger_given) {
+    if (f.health_trigger.find_first_not_of(" \t\n") == std::string::npos) {
+      return ConformFail(kUsageError, "--health-trigger: the command is empty");
+    }
+    options.health_trigger = f.health_trigger;
+  }
   if (Status s = conformance::Runner::CheckOptions(options); !s.ok()) {
     return ConformFail(kUsageError, s.message());
   }
-  SetUpLogging(f.verbose);
+  if (!options.root.empty()) {
+    if (Status s = CheckSocketPathFlag("--root", options.root + "/device-plugins/kubelet.sock");
+        !s.ok()) {
+      return ConformFail(kCannotCheck, s.message());
+    }
+  } else if (Status s = CheckSocketPathFlag("--plugin-socket", options.plugin_socket); !s.ok()) {
+    return ConformFail(kCannotCheck, s.message());
+  }
+  // `kdm --dry-run conform`: every check above is pure; nothing below is.
+  if (DryRun()) return kOk;
+  SetUpStderrLogging("kdm-conform", LogLevelFor(f.verbosity, spdlog::level::warn));
   // A socket path that cannot work and a directory that cannot be made are
   // said here, naming their flag, before anything is served or dialled.
   // kubelet.sock.lock is held while the checks run: an agent started on the
@@ -208,18 +223,17 @@ void AddConformCommand(CLI::App& app, int& exit_code) {
                   "The extended resource name the plugin must register (required)");
   cmd->add_option("--timeout", flags->timeout,
                   "Deadline of every RPC and bound of every wait (e.g. 500ms, 10s, 2m)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--junit", flags->junit, "Also write the report as JUnit XML to FILE");
   cmd->add_option("--only", flags->only, "Run only these check ids (comma-separated)");
-  cmd->add_flag("-v,--verbose", flags->verbose, "Log every check and RPC event to stderr");
-  // Unknown arguments are a usage error (exit 2) like every other bad flag.
-  cmd->allow_extras();
+  cmd->add_option("--health-trigger", flags->health_trigger,
+                  "A shell command that makes one device unhealthy in the plugin; run with the "
+                  "device id as its last argument (and in KDM_DEVICE_ID) by the health.* checks")
+      ->type_name("CMD");
+  AddVerbosityFlag(cmd, &flags->verbosity);
   cmd->callback([&exit_code, flags, cmd] {
-    std::vector<std::string> extras = cmd->remaining();
-    if (!extras.empty()) {
-      exit_code = ConformFail(kUsageError, UnknownArgumentsMessage(extras));
-      return;
-    }
+    flags->health_trigger_given = cmd->get_option("--health-trigger")->count() > 0;
     exit_code = RunConform(*flags);
   });
 }

@@ -11,6 +11,9 @@ StatusOr<std::chrono::milliseconds> ParseDurationFlag(const std::string& text) {
                                 " (examples: 300ms, 10s, 5m, 1h30m)");
   };
   if (text.empty()) return bad("empty");
+  // Go's time.ParseDuration takes a bare "0"; any other bare number is
+  // refused, so that "5" is never read as 5 ms by one flag and 5 s by another.
+  if (text == "0") return std::chrono::milliseconds(0);
   int64_t total = 0;
   size_t i = 0;
   while (i < text.size()) {
@@ -34,6 +37,11 @@ StatusOr<std::chrono::milliseconds> ParseDurationFlag(const std::string& text) {
     } else if (unit == "h") {
       ms = 3'600'000;
     } else if (unit.empty()) {
+      if (unit_start == text.size() && text.find_first_not_of("0123456789") == std::string::npos) {
+        return InvalidArgumentError("invalid duration \"" + text +
+                                    "\": a number needs a unit (did you mean " + text +
+                                    "s? units: ms, s, m, h)");
+      }
       return bad("missing unit");
     } else {
       return bad("unknown unit \"" + unit + "\"");

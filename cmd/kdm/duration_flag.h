@@ -15,7 +15,11 @@
 namespace kdm::cli {
 
 // "300ms", "10s", "5m", "1h", "1m30s" (Go's time.ParseDuration units ms,
-// s, m, h, with whole numbers). INVALID_ARGUMENT naming the text.
+// s, m, h, with whole numbers), and "0". Every duration flag of every kdm
+// command is read here. A whole number without a unit is refused with a
+// hint ("5": "a number needs a unit (did you mean 5s? ...)"), as Go does:
+// no flag reads it as seconds and another as milliseconds. INVALID_ARGUMENT
+// naming the text.
 StatusOr<std::chrono::milliseconds> ParseDurationFlag(const std::string& text);
 
 }  // namespace kdm::cli

@@ -1,7 +1,7 @@
 // `kdm extender`: kube-scheduler's HTTP extender (docs/extender.md). Serves
 // POST /filter and POST /prioritize (plus /healthz and /metrics) on
 // --listen, scoring nodes from their kdm.io/devices annotation with
-// kdm::scheduler. With --kubeconfig or --in-cluster it also keeps a node
+// kdm::scheduler. With --kubeconfig, --context or --in-cluster it keeps a node
 // cache (LIST + WATCH), so that a scheduler configured with
 // nodeCacheCapable: true can send node names only, and watches bound pods to
 // assume their devices taken until their node publishes them
@@ -20,6 +20,7 @@
 #include <string>
 
 #include "cli_common.h"
+#include "cli_dialect.h"
 #include "commands.h"
 #include "duration_flag.h"
 #include "kdm/base/env.h"
@@ -42,7 +43,8 @@ struct ExtenderFlags {
   std::string listen;
   std::string tls_cert;
   std::string tls_key;
-  std::string policy = "best-set";
+  // topology::kDefaultPolicy, as every kdm command's.
+  std::string policy{scheduler::ScorePolicyName(scheduler::kDefaultScorePolicy)};
   KubeClientFlags kube;  // optional: without it, no node cache
   int threads = 2;
   uint64_t max_body_bytes = 128ull << 20;
@@ -64,19 +66,19 @@ std::string CheckByteCount(const std::string& v) {
 }
 
 int RunExtender(const ExtenderFlags& flags) {
-  SetUpStderrLogging("extender", flags.verbosity >= 1 ? spdlog::level::debug : spdlog::level::info);
+  SetUpStderrLogging("extender", LogLevelFor(flags.verbosity, spdlog::level::info));
   auto fail = [](int code, const std::string& m) {
     std::cerr << "kdm extender: " << m << "\n";
     return code;
   };
   if (flags.listen.empty()) return fail(kUsageError, "--listen is required");
-  StatusOr<http::ListenAddress> listen = http::ParseListenAddress(flags.listen, "--listen");
+  StatusOr<http::ListenAddress> listen = ParseListenFlag("--listen", flags.listen);
   if (!listen.ok()) return fail(kUsageError, std::string(listen.status().message()));
   const std::string& host = listen->host;
   if (flags.tls_cert.empty() != flags.tls_key.empty()) {
     return fail(kUsageError, "--tls-cert and --tls-key: give both or neither");
   }
-  if (Status s = CheckKubeClientFlags(flags.kube, /*required=*/false); !s.ok()) {
+  if (Status s = CheckKubeClientFlags(flags.kube); !s.ok()) {
     return fail(kUsageError, std::string(s.message()));
   }
   StatusOr<scheduler::ScorePolicy> policy = scheduler::ParseScorePolicy(flags.policy);
@@ -106,7 +108,8 @@ int RunExtender(const ExtenderFlags& flags) {
                 "--bind-wait: " + (bind_wait.ok() ? std::string("must be 0 (off) to 5s")
                                                   : std::string(bind_wait.status().message())));
   }
-  if (flags.verbosity < 0) return fail(kUsageError, "-v: must be 0 or more");
+  // `kdm --dry-run extender`: every check above is pure; nothing below is.
+  if (DryRun()) return kOk;
 
   scheduler::ExtenderServer::Options server_options;
   server_options.listen = flags.listen;
@@ -222,7 +225,7 @@ void AddExtenderCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--tls-cert", flags->tls_cert, "Serve HTTPS with this PEM certificate (chain)")
       ->type_name("FILE");
   cmd->add_option("--tls-key", flags->tls_key, "The PEM key of --tls-cert")->type_name("FILE");
-  cmd->add_option("--policy", flags->policy, "Scoring: best-set (the KEP's) or packed")
+  cmd->add_option("--policy", flags->policy, "Scoring: packed or best-set (the KEP's)")
       ->capture_default_str();
   // With either, the extender keeps a node cache from the API server.
   AddKubeClientFlags(cmd, &flags->kube);
@@ -241,15 +244,18 @@ void AddExtenderCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--request-budget", flags->request_budget,
                   "Time one request may spend on its nodes; the rest pass unjudged / score 0")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--assume-timeout", flags->assume_timeout,
                   "With --kubeconfig/--in-cluster: how long a bound pod's devices count as "
                   "taken while its node's annotation does not show it (0: off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--bind-wait", flags->bind_wait,
                   "How long a filter waits for the bind of the pod before it (0: not at all)")
-      ->capture_default_str();
-  cmd->add_option("-v", flags->verbosity, "Log verbosity: 0 info, 1 debug")->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
+  AddVerbosityFlag(cmd, &flags->verbosity);
   cmd->callback([flags, &exit_code] { exit_code = RunExtender(*flags); });
 }
 

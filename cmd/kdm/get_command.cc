@@ -27,7 +27,9 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "cli_dialect.h"
 #include "commands.h"
+#include "duration_flag.h"
 #include "kdm/base/log_value.h"
 #include "kdm/base/status.h"
 #include "kdm/devicemanager/pod_resources_client.h"
@@ -44,7 +46,9 @@ constexpr auto kWatchPollInterval = std::chrono::milliseconds(500);
 struct GetFlags {
   std::string root;
   std::string output = "table";
-  int timeout_seconds = 5;
+  std::string timeout = "5s";                   // --timeout, a duration
+  std::chrono::milliseconds rpc_timeout{5000};  // --timeout, parsed
+  int verbosity = 0;
   bool watch = false;
   std::string name;            // `pod NAME` / `device ID` (optional positional)
   std::string namespace_name;  // -n for `pod NAME` (default "default")
@@ -163,8 +167,7 @@ Status CheckRoot(const std::string& root) {
 StatusOr<std::unique_ptr<devicemanager::PodResourcesClient>> Connect(const GetFlags& flags) {
   KDM_RETURN_IF_ERROR(CheckRoot(flags.root));
   auto client = devicemanager::PodResourcesClient::Connect(
-      {.socket_path = SocketPath(flags.root),
-       .timeout = std::chrono::seconds(flags.timeout_seconds)});
+      {.socket_path = SocketPath(flags.root), .timeout = flags.rpc_timeout});
   if (client.ok()) return client;
   const Status& s = client.status();
   if (s.code() == StatusCode::kInvalidArgument) return s.WithPrefix("--root");
@@ -680,7 +683,7 @@ int GetUsage(const std::string& what, const std::string& message) {
   return kUsageError;
 }
 
-bool CheckFlags(const std::string& what, const GetFlags& flags, int* exit_code) {
+bool CheckFlags(const std::string& what, GetFlags& flags, int* exit_code) {
   if (flags.root.empty()) {
     *exit_code = GetUsage(what, "--root is required");
     return false;
@@ -690,19 +693,28 @@ bool CheckFlags(const std::string& what, const GetFlags& flags, int* exit_code) 
                                     QuoteLogValue(flags.output, kMaxLogValueBytes));
     return false;
   }
-  if (flags.timeout_seconds <= 0) {
+  StatusOr<std::chrono::milliseconds> timeout = ParseDurationFlag(flags.timeout);
+  if (!timeout.ok()) {
+    *exit_code = GetUsage(what, "--timeout: " + timeout.status().message());
+    return false;
+  }
+  if (timeout->count() <= 0) {
     *exit_code = GetUsage(what, "--timeout must be positive");
     return false;
   }
+  flags.rpc_timeout = *timeout;
   return true;
 }
 
 // Reads once and prints; with -w, reads again every kWatchPollInterval and
 // prints what changed until SIGINT or SIGTERM (exit 0). A read that fails
 // ends the watch (exit 1).
-int RunGet(const std::string& what, const GetFlags& flags, const Builder& build) {
+int RunGet(const std::string& what, const GetFlags& given, const Builder& build) {
   int code = kOk;
+  GetFlags flags = given;
   if (!CheckFlags(what, flags, &code)) return code;
+  if (DryRun()) return kOk;
+  SetUpStderrLogging("kdm-get", LogLevelFor(flags.verbosity, spdlog::level::warn));
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
@@ -760,18 +772,25 @@ void AddGetCommand(CLI::App& app, int& exit_code) {
         ->type_name("FORMAT");
     sub->add_flag("-w,--watch", flags->watch,
                   "After the first answer, print what changes (read every 500ms) until Ctrl-C");
+    AddVerbosityFlag(sub, &flags->verbosity);
   };
   // The same flags on `get` itself, so that `kdm get nodes --root DIR -o
   // json` is refused for its kind, not for its flags.
   add_common(cmd);
-  cmd->add_option("--timeout", flags->timeout_seconds, "RPC deadline in seconds (default 5)");
+  cmd->add_option("--timeout", flags->timeout,
+                  "Deadline of each pod-resources call (a duration: 500ms, 5s)")
+      ->capture_default_str()
+      ->type_name("DURATION");
   auto* pods =
       cmd->add_subcommand("pods",
                           "Every pod the agent knows: devices (pod-resources List), STATUS "
                           "(Admitted/Rejected/Pending) and REASON; `pod NAME` describes one");
   pods->alias("pod");
   add_common(pods);
-  pods->add_option("--timeout", flags->timeout_seconds, "RPC deadline in seconds (default 5)");
+  pods->add_option("--timeout", flags->timeout,
+                   "Deadline of each pod-resources call (a duration: 500ms, 5s)")
+      ->capture_default_str()
+      ->type_name("DURATION");
   pods->add_option("name", flags->name, "One pod to describe: NAME or NAMESPACE/NAME")
       ->type_name("NAME");
   pods->add_option("-n,--namespace", flags->namespace_name,
@@ -784,6 +803,12 @@ void AddGetCommand(CLI::App& app, int& exit_code) {
       }
       exit_code = RunGet("pods", *flags, BuildPods);
     } else {
+      if (flags->name.find('/') != std::string::npos && !flags->namespace_name.empty()) {
+        exit_code = GetUsage("pod", "give the namespace once: -n " +
+                                        QuoteLogValue(flags->namespace_name, kMaxLogValueBytes) +
+                                        " or NAMESPACE/NAME, not both");
+        return;
+      }
       exit_code = RunGet("pod", *flags, BuildPod);
     }
   });
@@ -792,7 +817,11 @@ void AddGetCommand(CLI::App& app, int& exit_code) {
       "devices", "Every device: health, free or allocated and to which pod/container");
   devices->alias("device");
   add_common(devices);
-  devices->add_option("--timeout", flags->timeout_seconds, "RPC deadline in seconds (default 5)");
+  devices
+      ->add_option("--timeout", flags->timeout,
+                   "Deadline of each pod-resources call (a duration: 500ms, 5s)")
+      ->capture_default_str()
+      ->type_name("DURATION");
   devices->add_option("id", flags->name, "Only this device id")->type_name("ID");
   devices->callback([flags, &exit_code] { exit_code = RunGet("devices", *flags, BuildDevices); });
 

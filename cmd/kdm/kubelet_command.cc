@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "cli_dialect.h"
 #include "commands.h"
 #include "duration_flag.h"
 #include "kdm/base/env.h"
@@ -60,12 +61,6 @@ struct KubeletFlags {
   bool publish = false;
   PublishLoopFlags publish_loop;
 };
-
-void SetUpLogging(int verbosity) {
-  SetUpStderrLogging("kdm-kubelet", verbosity >= 2   ? spdlog::level::trace
-                                    : verbosity == 1 ? spdlog::level::debug
-                                                     : spdlog::level::info);
-}
 
 int RunKubelet(const KubeletFlags& flags) {
   auto usage = [](const std::string& message) {
@@ -99,6 +94,10 @@ int RunKubelet(const KubeletFlags& flags) {
     return usage("--registration-grace: " + registration_grace.status().message());
   }
   options.registration_grace = *registration_grace;
+  if (!flags.metrics_addr.empty()) {
+    StatusOr<http::ListenAddress> metrics = ParseListenFlag("--metrics-addr", flags.metrics_addr);
+    if (!metrics.ok()) return usage(metrics.status().message());
+  }
   options.metrics_addr = flags.metrics_addr;
   auto restrictions = fakes::ParseRestrictions(flags.restrictions);
   if (!restrictions.ok()) return usage("--restrict " + restrictions.status().message());
@@ -106,13 +105,28 @@ int RunKubelet(const KubeletFlags& flags) {
   auto attributes = cli::ParseResourceAttributes(flags.attributes);
   if (!attributes.ok()) return usage(attributes.status().message());
   options.attributes = std::move(*attributes);
-  if (flags.verbosity < 0) return usage("-v: must be 0 or more");
   if (!flags.publish && flags.publish_loop.any_given()) {
     return usage(
         "--node-name, --topology, --ids, --plugin-policy, --nvml-library, --sysfs-root, "
-        "--kubeconfig, --in-cluster, --interval, --min-write-interval, --resync and --timeout "
+        "--kubeconfig, --context, --in-cluster, --interval, --min-write-interval, --resync and "
+        "--timeout "
         "need --publish");
   }
+  if (flags.publish) {
+    if (auto f = CheckPublishFlags(flags.publish_loop, flags.attributes, ClientFlags::kRequired)) {
+      if (f->code == kUsageError) return usage(f->message);
+      std::cerr << "kdm kubelet: " << f->message << "\n";
+      return 1;
+    }
+  }
+  for (const char* socket : {"/device-plugins/kubelet.sock", "/pod-resources/kubelet.sock"}) {
+    if (Status s = CheckSocketPathFlag("--root", options.root + socket); !s.ok()) {
+      std::cerr << "kdm kubelet: " << s.message() << "\n";
+      return 1;
+    }
+  }
+  // `kdm --dry-run kubelet`: every check above is pure; nothing below is.
+  if (DryRun()) return kOk;
   PublishSetup publish_setup;
   std::unique_ptr<kube::Client> kube_client;
   if (flags.publish) {
@@ -141,7 +155,7 @@ int RunKubelet(const KubeletFlags& flags) {
   StopSignals stop_signals("kdm kubelet");
   signal(SIGPIPE, SIG_IGN);
 
-  SetUpLogging(flags.verbosity);
+  SetUpStderrLogging("kdm-kubelet", LogLevelFor(flags.verbosity, spdlog::level::info));
   auto cannot_start = [](const Status& s) {
     spdlog::error("event=start_failed error=\"{}\"", s.message());
     std::cerr << "kdm kubelet: " << s.message() << "\n";
@@ -239,17 +253,21 @@ void AddKubeletCommand(CLI::App& app, int& exit_code) {
       "Serve /metrics and /healthz on HOST:PORT (port 0: any free port); off by default");
   cmd->add_option("--grace", flags->grace,
                   "How long a resource whose plugin went away stays before it is deleted (e.g. 5m)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--rpc-timeout", flags->rpc_timeout,
                   "Deadline of every device plugin RPC but PreStartContainer (e.g. 300ms, 10s)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--pre-start-timeout", flags->pre_start_timeout,
                   "Deadline of PreStartContainer (the kubelet's: 30s)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--registration-grace", flags->registration_grace,
                   "At start, how long a pod admitted before the restart waits for its plugins "
                   "to register before it is judged (e.g. 30s; 0: not at all)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--restrict", flags->restrictions,
                   "RESOURCE=NS1,NS2: only pods of these namespaces may use RESOURCE; others are "
                   "rejected (repeatable, e.g. --restrict nvidia.com/gpu=ml,research)")
@@ -260,11 +278,11 @@ void AddKubeletCommand(CLI::App& app, int& exit_code) {
                   "they do not meet are rejected (repeatable, e.g. --attributes "
                   "nvidia.com/gpu=cuda=12.4,driver=550.54.15,brand=tesla)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("-v", flags->verbosity, "Log verbosity: 0 info, 1 debug, 2 trace")
-      ->capture_default_str();
+  AddVerbosityFlag(cmd, &flags->verbosity);
   cmd->add_flag("--publish", flags->publish,
                 "Also publish the node's devices as the kdm.io/devices annotation of Node "
-                "--node-name, as `kdm publish` does (needs --kubeconfig or --in-cluster)");
+                "--node-name, as `kdm publish` does (the API server from --kubeconfig, "
+                "KUBECONFIG, ~/.kube/config or --in-cluster)");
   AddPublishLoopFlags(cmd, &flags->publish_loop);
   cmd->callback([flags, &exit_code] { exit_code = RunKubelet(*flags); });
 }

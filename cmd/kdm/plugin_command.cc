@@ -14,7 +14,7 @@
 // bound, a socket whose lock <socket>.lock another live plugin holds: one
 // line naming its pid); 2 bad usage (missing or conflicting flags, a malformed number, an
 // unknown preset, policy or fault, an empty or malformed resource name,
-// --fault together with --health-file, a flag that does not apply to --nvml
+// a flag that does not apply to --nvml
 // or needs it, a bad DP_DISABLE_HEALTHCHECKS, a bad value of one of NVIDIA's
 // flags or environment variables (named), --nvml on a machine without
 // libnvidia-ml: one line "NVML not found: ...; is the NVIDIA driver
@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "cli_dialect.h"
 #include "commands.h"
 #include "duration_flag.h"
 #include "kdm/base/file_lock.h"
@@ -57,6 +58,7 @@
 #include "kdm/pluginapi/api_rules.h"
 #include "kdm/pluginapi/constants.h"
 #include "kdm/pluginapi/sdk/plugin_server.h"
+#include "kdm/topology/allocator.h"
 #include "kdm/topology/presets.h"
 
 namespace kdm::cli {
@@ -85,14 +87,14 @@ struct PluginFlags {
   std::string preset;
   std::string topology_file;
   std::string count;
-  std::string policy = "packed";
+  std::string policy{topology::PolicyName(topology::kDefaultPolicy)};
   std::string socket_name;
   std::string health_file;
   std::string fault;
   bool fault_given = false;  // --fault "" is a usage error, not healthy mode
   bool pre_start = false;
   bool cdi = false;
-  bool verbose = false;
+  int verbosity = 0;
   // --nvml and the flags only it takes.
   bool nvml = false;
   std::string nvml_library;
@@ -120,10 +122,6 @@ int PluginFail(int code, const std::string& message) {
   std::cerr << "kdm plugin: " << message << "\n";
   if (code == kUsageError) std::cerr << "Run 'kdm plugin --help' for usage.\n";
   return code;
-}
-
-void SetUpLogging(bool verbose) {
-  SetUpStderrLogging("kdm-plugin", verbose ? spdlog::level::debug : spdlog::level::info);
 }
 
 const char* SignalName(int sig) {
@@ -315,10 +313,6 @@ std::optional<std::string> CheckUsage(const PluginFlags& f, fakes::PluginConfig*
   if (Status s = pluginapi::ValidateResourceName(f.resource); !s.ok()) return s.message();
   if (f.fault_given) {
     if (Status s = fakes::CheckFaultName(f.fault); !s.ok()) return "--fault: " + s.message();
-    if (!f.health_file.empty()) {
-      return "--health-file is not supported together with --fault (a faulty plugin's devices "
-             "stay healthy)";
-    }
   }
   config->resource_name = f.resource;
   if (!f.count.empty()) {
@@ -403,6 +397,45 @@ int ServeUntilSignal(StopSignals& stop_signals, const fakes::PluginConfig& confi
 }
 
 // Runs a FaultyPlugin until SIGTERM or SIGINT (see RunPlugin).
+// Follows --health-file (`path`), applying each version through `apply`.
+// Errors: INVALID_ARGUMENT for a file that cannot be watched (exit 2), the
+// watch's start error otherwise (exit 1); see StatusExitCode.
+StatusOr<std::unique_ptr<fakes::HealthFileWatcher>> StartHealthFile(
+    const std::string& path, const std::string& resource,
+    std::function<fakes::HealthUpdate(const fakes::HealthMap&)> apply) {
+  auto w = fakes::HealthFileWatcher::Create(
+      path,
+      [apply, path, resource](const fakes::HealthMap& health) {
+        fakes::HealthUpdate u = apply(health);
+        spdlog::info(
+            "event=health_file_applied resource={} path={} healthy={} unhealthy={} "
+            "unknown_ids={}",
+            resource, path, u.healthy, u.unhealthy, u.unknown_ids.size());
+      },
+      [path, resource](const Status& error) {
+        if (error.code() == StatusCode::kNotFound) {
+          spdlog::info(
+              "event=health_file_missing resource={} path={} detail={} "
+              "action=keep_last_state",
+              resource, path, QuoteLogValue(error.message()));
+        } else {
+          spdlog::warn(
+              "event=health_file_rejected resource={} path={} error={} "
+              "action=keep_last_state",
+              resource, path, QuoteLogValue(error.message()));
+        }
+      });
+  if (!w.ok()) return InvalidArgumentError(w.status().message());
+  std::unique_ptr<fakes::HealthFileWatcher> watcher = std::move(*w);
+  if (Status s = watcher->Start(); !s.ok()) return InternalError(s.message());
+  return watcher;
+}
+
+// kUsageError for INVALID_ARGUMENT, kRuntimeError otherwise.
+int StatusExitCode(const Status& s) {
+  return s.code() == StatusCode::kInvalidArgument ? kUsageError : kRuntimeError;
+}
+
 int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
                     StopSignals& stop_signals) {
   spdlog::info("event=fault_mode fault={}", f.fault);
@@ -411,8 +444,19 @@ int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
   if (!created.ok()) return PluginFail(kRuntimeError, created.status().message());
   std::unique_ptr<fakes::FaultyPlugin> plugin = std::move(*created);
   const std::string& resource = config.resource_name;
+  std::unique_ptr<fakes::HealthFileWatcher> watcher;
+  if (!f.health_file.empty()) {
+    fakes::FaultyPlugin* p = plugin.get();
+    StatusOr<std::unique_ptr<fakes::HealthFileWatcher>> w = StartHealthFile(
+        f.health_file, resource, [p](const fakes::HealthMap& h) { return p->ApplyHealth(h); });
+    if (!w.ok()) return PluginFail(StatusExitCode(w.status()), w.status().message());
+    watcher = std::move(*w);
+  }
   RaiseFdLimit();
-  if (Status s = plugin->Start(); !s.ok()) return PluginFail(kRuntimeError, s.message());
+  if (Status s = plugin->Start(); !s.ok()) {
+    if (watcher) watcher->Stop();
+    return PluginFail(kRuntimeError, s.message());
+  }
   spdlog::info("event=serving resource={} socket={} devices={} source={} fault={}", resource,
                plugin->SocketPath(), plugin->healthy().topology().size(),
                QuoteLogValue(plugin->healthy().source()), f.fault);
@@ -423,6 +467,7 @@ int RunFaultyPlugin(const PluginFlags& f, const fakes::PluginConfig& config,
       stop_signals, config, [&] { return plugin->RegistrationCount(); },
       [&] { return plugin->LastRegistrationError(); }, f.fault);
   spdlog::info("event=stopping resource={} signal={}", resource, SignalName(sig));
+  if (watcher) watcher->Stop();
   plugin->Stop();
   spdlog::info("event=stopped resource={}", resource);
   return 0;
@@ -549,8 +594,22 @@ int RunPlugin(const PluginFlags& given) {
   NvidiaSettings nvidia;
   if (auto usage = CheckNvidiaFlags(&f, &nvidia)) return PluginFail(kUsageError, *usage);
   if (auto usage = CheckUsage(f, &config)) return PluginFail(kUsageError, *usage);
+  // --health-recovery is checked here too: `kdm --dry-run plugin` stops below.
+  if (!f.health_recovery.empty()) {
+    StatusOr<std::chrono::milliseconds> d = ParseDurationFlag(f.health_recovery);
+    if (!d.ok()) return PluginFail(kUsageError, "--health-recovery: " + d.status().message());
+    if (d->count() <= 0) {
+      return PluginFail(kUsageError, "--health-recovery must be a positive duration, got '" +
+                                         f.health_recovery + "' (leave it out for no recovery)");
+    }
+  }
+  if (f.nvml) {
+    const char* disable = std::getenv(nvml::kDisableHealthChecksEnv);
+    StatusOr<nvml::HealthChecks> checks = nvml::ParseDisableHealthChecks(disable ? disable : "");
+    if (!checks.ok()) return PluginFail(kUsageError, checks.status().message());
+  }
   config.register_with_kubelet = nvidia.register_with_kubelet;
-  SetUpLogging(f.verbose);
+  SetUpStderrLogging("kdm-plugin", LogLevelFor(f.verbosity, spdlog::level::info));
   // Both sockets in the plugin directory must fit a unix socket path: said
   // here, naming the flag that gave the directory.
   const char* dir_flag = !f.root.empty()    ? "--root"
@@ -564,6 +623,8 @@ int RunPlugin(const PluginFlags& given) {
       return PluginFail(kRuntimeError, s.message());
     }
   }
+  // `kdm --dry-run plugin`: every check above is pure; nothing below is.
+  if (DryRun()) return kOk;
   if (!f.root.empty()) {
     // The agent may not have made its directory yet; the plugin waits for
     // kubelet.sock there either way.
@@ -599,32 +660,10 @@ int RunPlugin(const PluginFlags& given) {
   std::unique_ptr<fakes::HealthFileWatcher> watcher;
   if (!f.health_file.empty()) {
     fakes::FakeDevicePlugin* p = plugin.get();
-    std::string path = f.health_file;
-    auto w = fakes::HealthFileWatcher::Create(
-        path,
-        [p, path, resource](const fakes::HealthMap& health) {
-          fakes::HealthUpdate u = p->ApplyHealth(health);
-          spdlog::info(
-              "event=health_file_applied resource={} path={} healthy={} unhealthy={} "
-              "unknown_ids={}",
-              resource, path, u.healthy, u.unhealthy, u.unknown_ids.size());
-        },
-        [path, resource](const Status& error) {
-          if (error.code() == StatusCode::kNotFound) {
-            spdlog::info(
-                "event=health_file_missing resource={} path={} detail={} "
-                "action=keep_last_state",
-                resource, path, QuoteLogValue(error.message()));
-          } else {
-            spdlog::warn(
-                "event=health_file_rejected resource={} path={} error={} "
-                "action=keep_last_state",
-                resource, path, QuoteLogValue(error.message()));
-          }
-        });
-    if (!w.ok()) return PluginFail(kUsageError, w.status().message());
+    StatusOr<std::unique_ptr<fakes::HealthFileWatcher>> w = StartHealthFile(
+        f.health_file, resource, [p](const fakes::HealthMap& h) { return p->ApplyHealth(h); });
+    if (!w.ok()) return PluginFail(StatusExitCode(w.status()), w.status().message());
     watcher = std::move(*w);
-    if (Status s = watcher->Start(); !s.ok()) return PluginFail(kRuntimeError, s.message());
   }
 
   RaiseFdLimit();
@@ -660,8 +699,9 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--topology", flags->topology_file,
                   "A topology file (nvidia-smi topo -m text or kdm JSON)");
   cmd->add_option("--count", flags->count, "N generic devices <name>-0 ... <name>-(N-1)");
-  cmd->add_option("--policy", flags->policy,
-                  "GetPreferredAllocation: packed (default), best-set, first-fit or none");
+  cmd->add_option(
+      "--policy", flags->policy,
+      "GetPreferredAllocation: packed, best-set, first-fit or none; default " + flags->policy);
   cmd->add_option("--socket-name", flags->socket_name,
                   "Socket file name in the plugin directory (default from the resource)");
   cmd->add_option("--health-file", flags->health_file,
@@ -686,7 +726,8 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
                   "With --nvml: where the host's /dev is seen, for the control nodes (default /)");
   cmd->add_option("--health-recovery", flags->health_recovery,
                   "With --nvml: mark a GPU healthy again after DURATION (e.g. 10m) without a new "
-                  "critical event (default: never)");
+                  "critical event (default: never)")
+      ->type_name("DURATION");
   // NVIDIA's plugin's flags under NVIDIA's names and environment variables
   // (docs/nvml.md, "NVIDIA's flags and variables"). CLI11 takes one
   // variable per option, so these are not also read as KDM_<FLAG>.
@@ -744,11 +785,8 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
     e.env = o.env;
     nvidia_registered->push_back({e, opt});
   }
-  cmd->add_flag("-v,--verbose", flags->verbose, "Debug logging");
-  // Unknown arguments are a usage error (exit 2) like every other bad flag,
-  // not CLI11's own exit code.
-  cmd->allow_extras();
-  cmd->callback([&exit_code, flags, cmd, fault, nvidia_registered] {
+  AddVerbosityFlag(cmd, &flags->verbosity);
+  cmd->callback([&exit_code, flags, fault, nvidia_registered] {
     flags->fault_given = fault->count() > 0;
     flags->nvidia_flags.clear();
     for (auto [e, opt] : *nvidia_registered) {
@@ -761,11 +799,6 @@ void AddPluginCommand(CLI::App& app, int& exit_code) {
                  : (env != nullptr && *env != '\0' && value == env) ? Source::kEnv
                                                                     : Source::kFlag;
       flags->nvidia_flags.push_back(e);
-    }
-    std::vector<std::string> extras = cmd->remaining();
-    if (!extras.empty()) {
-      exit_code = PluginFail(kUsageError, UnknownArgumentsMessage(extras));
-      return;
     }
     exit_code = RunPlugin(*flags);
   });

@@ -2,8 +2,8 @@
 // kdm.io/devices annotation (docs/publish.md), read from a pod-resources
 // socket (a real kubelet's or `kdm kubelet`'s). `--dry-run` prints the
 // annotation once and exits; otherwise kube::Publisher polls and writes it to
-// the Node object through the API server client (--kubeconfig or
-// --in-cluster) until SIGTERM/SIGINT. An API server that is down or refuses
+// the Node object through the API server client (kubectl's loading rules,
+// kube_flags.h) until SIGTERM/SIGINT. An API server that is down or refuses
 // never stops it: writes are retried. A value over the API server's 256 KiB
 // is never printed nor sent (docs/publish.md, "How large the annotation may
 // be").
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "cli_dialect.h"
 #include "commands.h"
 #include "kdm/devicemanager/pod_resources_client.h"
 #include "kdm/k8s/devices_annotation.h"
@@ -48,7 +49,7 @@ struct PublishFlags {
 };
 
 int RunPublish(const PublishFlags& flags) {
-  SetUpStderrLogging("publish", flags.verbosity >= 1 ? spdlog::level::debug : spdlog::level::info);
+  SetUpStderrLogging("publish", LogLevelFor(flags.verbosity, spdlog::level::info));
   auto fail = [](const PublishFailure& f) {
     std::cerr << "kdm publish: " << f.message << "\n";
     return f.code;
@@ -56,11 +57,20 @@ int RunPublish(const PublishFlags& flags) {
   auto usage = [&](const std::string& m) { return fail({kPublishUsageError, m}); };
   if (flags.loop.node_name.empty()) return usage("--node-name is required");
   if (flags.socket.empty()) return usage("--pod-resources-socket is required");
-  if (flags.verbosity < 0) return usage("-v: must be 0 or more");
   auto socket = AbsolutePathFlag("--pod-resources-socket", flags.socket);
   if (!socket.ok()) return usage(socket.status().message());
   if (Status s = CheckSocketPathFlag("--pod-resources-socket", *socket); !s.ok()) {
     return usage(s.message());
+  }
+  // `kdm --dry-run publish`: the pure checks only (not the annotation
+  // `kdm publish --dry-run` prints, which reads the socket).
+  if (DryRun()) {
+    if (auto f = CheckPublishFlags(
+            flags.loop, flags.attributes,
+            flags.dry_run ? ClientFlags::kOptional : ClientFlags::kRequiredUnlessDryRun)) {
+      return fail(*f);
+    }
+    return kOk;
   }
   PublishSetup setup;
   if (auto f = LoadPublishFlags(
@@ -90,6 +100,18 @@ int RunPublish(const PublishFlags& flags) {
   if (flags.dry_run) {
     StatusOr<kube::NodeDevices> devices = source->Read();
     if (!devices.ok()) return fail({kPublishRuntimeError, devices.status().message()});
+    // A --topology for a resource the node does not have would publish an
+    // entry with no devices: said instead, naming it (the loop waits for
+    // it: a plugin may register after the publisher starts).
+    for (const auto& [resource, _] : setup.options.topologies) {
+      if (devices->allocatable.count(resource) || devices->in_use.count(resource)) continue;
+      std::string known;
+      for (const auto& [r, ids] : devices->allocatable) known += (known.empty() ? "" : ", ") + r;
+      return fail({kPublishRuntimeError,
+                   "--topology " + resource + ": the node has no resource " + resource +
+                       " (its resources: " + (known.empty() ? "none" : known) +
+                       "; is its device plugin registered?)"});
+    }
     std::vector<std::string> warnings;
     k8s::DevicesAnnotation a = kube::BuildDevicesAnnotation(
         setup.options.node, k8s::FormatRfc3339(std::chrono::system_clock::now()), *devices,
@@ -138,7 +160,7 @@ void AddPublishCommand(CLI::App& app, int& exit_code) {
                   "memory_mib, driver, cuda, arch, brand); wins over NVML's (repeatable)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--dry-run", flags->dry_run, "Print the annotation JSON once and exit");
-  cmd->add_option("-v", flags->verbosity, "Log verbosity: 0 info, 1 debug")->capture_default_str();
+  AddVerbosityFlag(cmd, &flags->verbosity);
   cmd->callback([flags, &exit_code] { exit_code = RunPublish(*flags); });
 }
 

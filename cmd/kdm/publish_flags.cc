@@ -1,6 +1,7 @@
 #include "publish_flags.h"
 
 #include <algorithm>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -118,6 +119,41 @@ std::optional<PublishFailure> ParsePluginPolicies(const std::vector<std::string>
   return std::nullopt;
 }
 
+// --node-name, the client flags, the durations (into out->options),
+// --plugin-policy (into out->options.policies) and --attributes' shape.
+std::optional<PublishFailure> CheckDurationsAndNames(
+    const PublishLoopFlags& flags, const std::vector<std::string>& attribute_values,
+    ClientFlags client, PublishSetup* out) {
+  auto usage = [](std::string m) { return PublishFailure{kPublishUsageError, std::move(m)}; };
+  if (flags.node_name.empty()) return usage("--node-name is required");
+  if (!k8s::IsDns1123Subdomain(flags.node_name)) {
+    return usage("--node-name " + Show(flags.node_name) +
+                 " is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most "
+                 "253 characters)");
+  }
+  // Without --kubeconfig or --in-cluster, the loading rules find the
+  // config when the client is made (kube_flags.h).
+  (void)client;
+  if (Status s = CheckKubeClientFlags(flags.kube); !s.ok()) return usage(s.message());
+  for (const auto& [name, text, field] :
+       std::vector<std::tuple<std::string, std::string, std::chrono::milliseconds*>>{
+           {"--interval", flags.interval, &out->options.interval},
+           {"--min-write-interval", flags.min_write_interval, &out->options.min_write_interval},
+           {"--resync", flags.resync, &out->options.resync},
+           {"--timeout", flags.timeout, &out->options.timeout}}) {
+    auto d = ParseDurationFlag(text);
+    if (!d.ok()) return usage(name + ": " + d.status().message());
+    if (d->count() <= 0 && name != "--min-write-interval") {
+      return usage(name + ": must be more than 0");
+    }
+    *field = *d;
+  }
+  if (auto f = ParsePluginPolicies(flags.plugin_policies, &out->options.policies)) return f;
+  auto attributes = ParseResourceAttributes(attribute_values);
+  if (!attributes.ok()) return usage(attributes.status().message());
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool PublishLoopFlags::any_given() const {
@@ -154,47 +190,72 @@ void AddPublishLoopFlags(CLI::App* cmd, PublishLoopFlags* flags) {
       ->type_name("DIR");
   AddKubeClientFlags(cmd, &flags->kube);
   cmd->add_option("--interval", flags->interval, "How often the node's devices are read")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--min-write-interval", flags->min_write_interval,
                   "At most one write per this interval (0: no limit)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--resync", flags->resync, "Rewrite an unchanged value this long after the last")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_option("--timeout", flags->timeout,
                   "Deadline of each pod-resources call and of each write to the API server")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
+}
+
+std::optional<PublishFailure> CheckPublishFlags(const PublishLoopFlags& flags,
+                                                const std::vector<std::string>& attribute_values,
+                                                ClientFlags client) {
+  PublishSetup scratch;
+  if (auto f = CheckDurationsAndNames(flags, attribute_values, client, &scratch)) return f;
+  std::set<std::string> ids, topologies;
+  bool nvml = false;
+  for (const std::string& value : flags.ids) {
+    std::string resource, file;
+    if (auto f = SplitResource("--ids", value, &resource, &file)) return f;
+    if (!ids.insert(resource).second) {
+      return PublishFailure{kPublishUsageError, "--ids: resource " + resource + " given twice"};
+    }
+  }
+  for (const std::string& value : flags.topologies) {
+    std::string resource, source;
+    if (auto f = SplitResource("--topology", value, &resource, &source)) return f;
+    if (!topologies.insert(resource).second) {
+      return PublishFailure{kPublishUsageError,
+                            "--topology: resource " + resource + " given twice"};
+    }
+    publish::TopologySource parsed = publish::ParseTopologySource(source);
+    if (parsed.kind == publish::TopologySource::Kind::kNvml) nvml = true;
+    if (parsed.kind == publish::TopologySource::Kind::kPreset) {
+      bool usage = false;
+      StatusOr<publish::LoadedTopology> preset = publish::LoadTopology(parsed, {}, &usage);
+      if (!preset.ok()) {
+        return PublishFailure{usage ? kPublishUsageError : kPublishRuntimeError,
+                              "--topology " + Show(value) + ": " + preset.status().message()};
+      }
+    }
+  }
+  for (const std::string& resource : ids) {
+    if (!topologies.count(resource)) {
+      return PublishFailure{kPublishUsageError,
+                            "--ids " + resource + ": no --topology for this resource"};
+    }
+  }
+  if ((!flags.nvml_library.empty() || !flags.sysfs_root.empty()) && !nvml) {
+    return PublishFailure{kPublishUsageError,
+                          "--nvml-library and --sysfs-root need a --topology RESOURCE=nvml"};
+  }
+  return std::nullopt;
 }
 
 std::optional<PublishFailure> LoadPublishFlags(const PublishLoopFlags& flags,
                                                const std::vector<std::string>& attribute_values,
                                                ClientFlags client, PublishSetup* out) {
+  if (auto f = CheckPublishFlags(flags, attribute_values, client)) return f;
+  if (auto f = CheckDurationsAndNames(flags, attribute_values, client, out)) return f;
   auto usage = [](std::string m) { return PublishFailure{kPublishUsageError, std::move(m)}; };
-  if (flags.node_name.empty()) return usage("--node-name is required");
-  if (!k8s::IsDns1123Subdomain(flags.node_name)) {
-    return usage("--node-name " + Show(flags.node_name) +
-                 " is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most "
-                 "253 characters)");
-  }
-  if (Status s = CheckKubeClientFlags(flags.kube, client != ClientFlags::kOptional); !s.ok()) {
-    const bool missing = !flags.kube.given();
-    return usage(s.message() + (missing && client == ClientFlags::kRequiredUnlessDryRun
-                                    ? " (or --dry-run)"
-                                    : ""));
-  }
-  for (const auto& [name, text, field] :
-       std::vector<std::tuple<std::string, std::string, std::chrono::milliseconds*>>{
-           {"--interval", flags.interval, &out->options.interval},
-           {"--min-write-interval", flags.min_write_interval, &out->options.min_write_interval},
-           {"--resync", flags.resync, &out->options.resync},
-           {"--timeout", flags.timeout, &out->options.timeout}}) {
-    auto d = ParseDurationFlag(text);
-    if (!d.ok()) return usage(name + ": " + d.status().message());
-    if (d->count() <= 0 && name != "--min-write-interval") {
-      return usage(name + ": must be more than 0");
-    }
-    *field = *d;
-  }
-  if (auto f = ParsePluginPolicies(flags.plugin_policies, &out->options.policies)) return f;
   auto attributes = ParseResourceAttributes(attribute_values);
   if (!attributes.ok()) return usage(attributes.status().message());
   std::map<std::string, k8s::DeviceAttributes> nvml_attributes;

@@ -58,7 +58,7 @@ struct PublishLoopFlags {
 };
 
 // Adds --node-name, --topology, --ids, --plugin-policy, --nvml-library, --sysfs-root,
-// --kubeconfig, --in-cluster, --interval, --min-write-interval, --resync and --timeout.
+// --kubeconfig, --context, --in-cluster, --interval, --min-write-interval, --resync and --timeout.
 void AddPublishLoopFlags(CLI::App* cmd, PublishLoopFlags* flags);
 
 // Everything the loop runs with, checked and loaded.
@@ -72,10 +72,22 @@ struct PublishSetup {
 };
 
 // Checks the flags (and the --attributes values of the command) and loads
-// the topologies, ids files and NVML. `client`: whether --kubeconfig or
-// --in-cluster is required, and whether the command could do without
-// (`kdm publish --dry-run`); both flags are always an error.
+// the topologies, ids files and NVML. `client`: whether the command needs
+// an API server client (`kdm publish --dry-run` does not); without
+// --kubeconfig or --in-cluster the loading rules find its config later
+// (kube_flags.h), so only conflicting client flags are an error here.
 enum class ClientFlags { kOptional, kRequiredUnlessDryRun, kRequired };
+
+// The pure part of LoadPublishFlags (what `kdm --dry-run publish` and
+// `kdm --dry-run kubelet --publish` check): --node-name, the client flags,
+// the durations, every RESOURCE=VALUE's shape and duplicates, a --topology
+// preset's name, --plugin-policy, --attributes, and --nvml-library /
+// --sysfs-root without a RESOURCE=nvml. Reads no file, NVML nor network.
+std::optional<PublishFailure> CheckPublishFlags(const PublishLoopFlags& flags,
+                                                const std::vector<std::string>& attribute_values,
+                                                ClientFlags client);
+
+// CheckPublishFlags, then loads the topologies, ids files and NVML.
 std::optional<PublishFailure> LoadPublishFlags(const PublishLoopFlags& flags,
                                                const std::vector<std::string>& attribute_values,
                                                ClientFlags client, PublishSetup* out);

@@ -24,7 +24,9 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "cli_dialect.h"
 #include "commands.h"
+#include "duration_flag.h"
 #include "kdm/base/log_value.h"
 #include "kdm/k8s/attributes.h"
 #include "kdm/nvml/discovery.h"
@@ -117,6 +119,24 @@ std::variant<Topology, Failure> LoadNvml(const Source& src, std::string* label, 
   return std::move(t->topology);
 }
 
+// The pure checks of --preset, --topology and --nvml (exactly one; a known
+// preset): what `kdm --dry-run topo` checks. nullopt when fine.
+std::optional<Failure> CheckSource(const Source& src) {
+  if (!src.nvml && (!src.nvml_library.empty() || !src.sysfs_root.empty())) {
+    return Failure{kUsageError, "--nvml-library and --sysfs-root need --nvml"};
+  }
+  if (src.nvml ? (!src.preset.empty() || !src.file.empty())
+               : src.preset.empty() == src.file.empty()) {
+    return Failure{kUsageError, "give exactly one of --preset NAME, --topology FILE or --nvml"};
+  }
+  if (!src.preset.empty()) {
+    if (auto t = topology::Preset(src.preset); !t.ok()) {
+      return Failure{kUsageError, t.status().message()};
+    }
+  }
+  return std::nullopt;
+}
+
 // Loads the topology named by --preset, --topology or --nvml (exactly one).
 std::variant<Topology, Failure> LoadSource(const Source& src, std::string* label,
                                            NvmlFacts* facts = nullptr) {
@@ -203,15 +223,19 @@ struct AllocateFlags {
   std::string size;
   std::string available;
   std::string must_include;
-  std::string policy = "packed";
-  std::string budget_ms = "50";
+  std::string policy{topology::PolicyName(topology::kDefaultPolicy)};
+  std::string budget = "50ms";
+  std::string budget_ms;  // the old --budget-ms MS, still taken
   bool json = false;
+  int verbosity = 0;
 };
 
 int RunNvmlShow(const Source& source, bool json);
 
 int RunAllocate(const AllocateFlags& f) {
   if (f.size.empty() && f.source.nvml && f.available.empty() && f.must_include.empty()) {
+    if (auto e = CheckSource(f.source)) return TopoFail(*e);
+    if (DryRun()) return kOk;
     return RunNvmlShow(f.source, f.json);
   }
   if (f.size.empty()) return TopoFail({kUsageError, "--size N is required"});
@@ -220,8 +244,15 @@ int RunAllocate(const AllocateFlags& f) {
   if (*size < 1) return TopoFail({kUsageError, "--size must be at least 1, got " + f.size});
   auto policy = topology::ParsePolicy(f.policy);
   if (!policy.ok()) return TopoFail({kUsageError, policy.status().message()});
-  auto budget = ParseNonNegative(f.budget_ms);
-  if (!budget) return TopoFail({kUsageError, "--budget-ms '" + f.budget_ms + "' is not a number"});
+  StatusOr<std::chrono::milliseconds> budget = ParseDurationFlag(f.budget);
+  if (!budget.ok()) return TopoFail({kUsageError, "--budget: " + budget.status().message()});
+  if (!f.budget_ms.empty()) {
+    auto ms = ParseNonNegative(f.budget_ms);
+    if (!ms) return TopoFail({kUsageError, "--budget-ms '" + f.budget_ms + "' is not a number"});
+    budget = std::chrono::milliseconds(*ms);
+  }
+  if (auto e = CheckSource(f.source)) return TopoFail(*e);
+  if (DryRun()) return kOk;
 
   std::string label;
   auto loaded = LoadSource(f.source, &label);
@@ -244,7 +275,7 @@ int RunAllocate(const AllocateFlags& f) {
   }
 
   topology::AllocateOptions options;
-  options.budget = std::chrono::milliseconds(*budget);
+  options.budget = *budget;
   auto chosen = topology::Allocate(t, available, must, *size, *policy, options);
   if (!chosen.ok()) return TopoFail({kRuntimeError, chosen.status().message()});
   auto first_fit =
@@ -293,6 +324,8 @@ int RunPresets() {
 }
 
 int RunShow(const Source& source, bool json) {
+  if (auto e = CheckSource(source)) return TopoFail(*e);
+  if (DryRun()) return kOk;
   std::string label;
   auto loaded = LoadSource(source, &label);
   if (auto* e = std::get_if<Failure>(&loaded)) return TopoFail(*e);
@@ -375,9 +408,14 @@ void AddTopoCommand(CLI::App& app, int& exit_code) {
       "The free devices: indices, ranges (0-3) or ids, comma-separated (default: all)");
   topo->add_option("--must-include", flags->must_include,
                    "Devices the set must keep: indices, ranges or ids, comma-separated");
-  topo->add_option("--policy", flags->policy, "packed (default), best-set or first-fit");
-  topo->add_option("--budget-ms", flags->budget_ms,
-                   "Search time before settling for the best set found (default 50)");
+  topo->add_option("--policy", flags->policy,
+                   "packed, best-set or first-fit; default " + flags->policy);
+  topo->add_option("--budget", flags->budget,
+                   "Search time before settling for the best set found (a duration: 50ms, 1s)")
+      ->capture_default_str()
+      ->type_name("DURATION");
+  // The old spelling, a number of milliseconds: still taken, not shown.
+  topo->add_option("--budget-ms", flags->budget_ms, "Deprecated: --budget")->group("");
   topo->add_flag("--json", flags->json, "Print the answer as JSON");
   topo->add_flag("--nvml", flags->source.nvml,
                  "Read this node's GPUs through NVML: without --size print their matrix and "
@@ -394,13 +432,22 @@ void AddTopoCommand(CLI::App& app, int& exit_code) {
   show->add_option("--preset", show_source->preset, "A built-in topology");
   show->add_option("--topology", show_source->file, "A topology file");
   show->add_flag("--json", *show_json, "Print kdm's topology JSON instead");
+  AddVerbosityFlag(topo, &flags->verbosity);
+  AddVerbosityFlag(presets, &flags->verbosity);
+  AddVerbosityFlag(show, &flags->verbosity);
   topo->require_subcommand(0, 1);
 
-  presets->callback([&exit_code] { exit_code = RunPresets(); });
-  show->callback(
-      [&exit_code, show_source, show_json] { exit_code = RunShow(*show_source, *show_json); });
+  presets->callback([&exit_code, flags] {
+    SetUpStderrLogging("kdm-topo", LogLevelFor(flags->verbosity, spdlog::level::warn));
+    exit_code = DryRun() ? kOk : RunPresets();
+  });
+  show->callback([&exit_code, flags, show_source, show_json] {
+    SetUpStderrLogging("kdm-topo", LogLevelFor(flags->verbosity, spdlog::level::warn));
+    exit_code = RunShow(*show_source, *show_json);
+  });
   topo->callback([&exit_code, flags, presets, show] {
     if (presets->parsed() || show->parsed()) return;
+    SetUpStderrLogging("kdm-topo", LogLevelFor(flags->verbosity, spdlog::level::warn));
     exit_code = RunAllocate(*flags);
   });
 }

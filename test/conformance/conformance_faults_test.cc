@@ -14,6 +14,7 @@
 
 #include "kdm/conformance/runner.h"
 #include "kdm/fakes/faulty_plugin.h"
+#include "kdm/fakes/health_file.h"
 #include "kdm/test/pluginapi/fake_registration_server.h"
 
 namespace kdm::conformance {
@@ -35,6 +36,7 @@ const std::map<std::string, std::string>& BrokenCheck() {
       {"lw-duplicate-ids", "lw.ids"},
       {"lw-bad-health", "lw.health"},
       {"lw-negative-numa", "lw.numa"},
+      {"health-not-sent", "health.trigger"},
       {"lw-delta-updates", "lw.full-snapshots"},
       {"alloc-two-responses", "alloc.one-response"},
       {"alloc-accept-unknown", "alloc.unknown-id"},
@@ -51,9 +53,19 @@ const std::map<std::string, std::string>& BrokenCheck() {
       {"pref-slow", "pref.deadline"},
       {"prestart-unimplemented", "prestart.answered"},
       {"lw-drop-breaks", "lw.stream-drop"},
+      {"health-stale-streams", "health.reconnect"},
       {"no-reregister", "reg.restart"},
   };
   return kTable;
+}
+
+// A --health-trigger that adds its device ($1) to the Unhealthy ones of the
+// health file `path` (written whole, then renamed into place).
+std::string UnhealthyTrigger(const std::string& path) {
+  return "f='" + path + "'; echo \"$1\" >> \"$f.ids\"; " +
+         "{ printf '{'; s=''; while read -r id; do printf '%s\"%s\":\"Unhealthy\"' \"$s\" " +
+         "\"$id\"; s=','; done < \"$f.ids\"; printf '}'; } > \"$f.tmp\" && mv \"$f.tmp\" " +
+         "\"$f\"; :";
 }
 
 TEST(FaultMatrixTest, EveryFaultHasACheckAndEveryCheckAFault) {
@@ -91,6 +103,14 @@ TEST_P(FaultMatrixTest, BreaksExactlyItsCheck) {
   std::filesystem::create_directories(c.plugin_dir);
   auto plugin = fakes::FaultyPlugin::Create(c, fault);
   ASSERT_TRUE(plugin.ok()) << plugin.status();
+  // The health trigger marks its device in a health file that the plugin
+  // follows (as `kdm plugin --fault F --health-file FILE` does).
+  const std::string health = dir.path() + "/health.json";
+  fakes::FaultyPlugin* p = plugin->get();
+  auto watcher = fakes::HealthFileWatcher::Create(
+      health, [p](const fakes::HealthMap& h) { p->ApplyHealth(h); }, [](const Status&) {});
+  ASSERT_TRUE(watcher.ok()) << watcher.status();
+  ASSERT_TRUE((*watcher)->Start().ok());
   ASSERT_TRUE((*plugin)->Start().ok());
 
   Runner::Options o;
@@ -101,7 +121,9 @@ TEST_P(FaultMatrixTest, BreaksExactlyItsCheck) {
   // 2-core machine, so the healthy parts get the runner's full 5 s.
   o.timeout = 5s;
   o.snapshot_window = 500ms;  // > the 200 ms of lw-delta-updates
+  o.health_trigger = UnhealthyTrigger(health);
   StatusOr<Report> report = Runner::Run(o);
+  (*watcher)->Stop();
   (*plugin)->Stop();
   ASSERT_TRUE(report.ok()) << report.status();
   std::string text = RenderText(*report);

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "kdm/fakes/gpu_plugin.h"
+#include "kdm/fakes/health_file.h"
 #include "kdm/test/pluginapi/fake_registration_server.h"
 
 namespace kdm::conformance {
@@ -59,7 +60,10 @@ Runner::Options Options(const std::string& root, const std::string& resource) {
 std::string Text(const Report& r) { return RenderText(r); }
 
 // Every check ran, in catalogue order; those in `skipped` SKIP, the rest PASS.
-void ExpectVerdicts(const Report& report, const std::set<std::string>& skipped) {
+// Without a health trigger (these runs) the health.* checks SKIP too.
+void ExpectVerdicts(const Report& report, std::set<std::string> skipped,
+                    bool health_trigger = false) {
+  if (!health_trigger) skipped.insert({"health.trigger", "health.reconnect"});
   ASSERT_EQ(report.results.size(), Catalogue().size()) << Text(report);
   for (size_t i = 0; i < report.results.size(); ++i) {
     const CheckResult& r = report.results[i];
@@ -83,7 +87,7 @@ TEST(RunnerTest, HealthyCountPluginWithCdiAndPreStartPassesEveryCheck) {
   StatusOr<Report> report = Runner::Run(o);
   ASSERT_TRUE(report.ok()) << report.status();
   ExpectVerdicts(*report, {});
-  EXPECT_EQ(SummaryLine(*report), "25 passed, 0 failed, 0 skipped");
+  EXPECT_EQ(SummaryLine(*report), "25 passed, 0 failed, 2 skipped");
   EXPECT_THAT(report->Find("alloc.cdi-names")->reason, HasSubstr("CDI device names"));
   // reg.restart made it register again (the plugin counts it once the
   // Register call has returned to it, which may be after the Runner is done).
@@ -251,6 +255,110 @@ TEST(RunnerTest, CheckOptionsRefusesBadInput) {
   o = good;
   o.snapshot_window = -1ms;
   refused(o, "window");
+  o = good;
+  o.health_trigger = std::string("echo a\0b", 8);
+  refused(o, "--health-trigger must be a shell command of at most 4096 bytes without NUL bytes");
+  o.health_trigger = std::string(4097, 'x');
+  refused(o, "--health-trigger must be");
+  o.health_trigger = std::string(4096, 'x');
+  EXPECT_TRUE(Runner::CheckOptions(o).ok());
+  o = good;
+  o.health_reconnects = 0;
+  refused(o, "health reconnects must be between 1 and 100");
+  o.health_reconnects = 101;
+  refused(o, "health reconnects");
+}
+
+// --- health.trigger and health.reconnect ------------------------------------
+
+// A --health-trigger that adds its device ($1) to the Unhealthy ones of the
+// health file `path` (written whole, then renamed into place).
+std::string MarkUnhealthy(const std::string& path) {
+  return "f='" + path + "'; echo \"$1\" >> \"$f.ids\"; " +
+         "{ printf '{'; s=''; while read -r id; do printf '%s\"%s\":\"Unhealthy\"' \"$s\" " +
+         "\"$id\"; s=','; done < \"$f.ids\"; printf '}'; } > \"$f.tmp\" && mv \"$f.tmp\" " +
+         "\"$f\"; :";
+}
+
+// A healthy plugin whose health follows a file, as `kdm plugin --health-file`.
+class HealthFilePlugin {
+ public:
+  explicit HealthFilePlugin(const std::string& root) : health_(root + "/health.json") {
+    fakes::PluginConfig c = Config(root, kFpga);
+    c.count = 8;
+    plugin_ = StartPlugin(std::move(c));
+    if (plugin_ == nullptr) return;
+    fakes::FakeDevicePlugin* p = plugin_.get();
+    auto w = fakes::HealthFileWatcher::Create(
+        health_, [p](const fakes::HealthMap& h) { p->ApplyHealth(h); }, [](const Status&) {});
+    EXPECT_TRUE(w.ok()) << w.status();
+    if (!w.ok()) return;
+    watcher_ = std::move(*w);
+    EXPECT_TRUE(watcher_->Start().ok());
+  }
+  ~HealthFilePlugin() {
+    if (watcher_) watcher_->Stop();
+    if (plugin_) plugin_->Stop();
+  }
+  bool ok() const { return watcher_ != nullptr; }
+  const std::string& health() const { return health_; }
+  int Unhealthy() const {
+    int n = 0;
+    for (const plugin::Device& d : plugin_->server().Devices()) n += d.healthy ? 0 : 1;
+    return n;
+  }
+
+ private:
+  const std::string health_;
+  std::unique_ptr<fakes::FakeDevicePlugin> plugin_;
+  std::unique_ptr<fakes::HealthFileWatcher> watcher_;
+};
+
+TEST(RunnerHealthTest, ATriggeredDeviceReachesTheOpenStreamAndTheStreamAfterReconnects) {
+  TempSocketDir dir;
+  HealthFilePlugin p(dir.path());
+  ASSERT_TRUE(p.ok());
+  Runner::Options o = Options(dir.path(), kFpga);
+  o.health_trigger = MarkUnhealthy(p.health());
+  StatusOr<Report> report = Runner::Run(o);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ExpectVerdicts(*report, {"prestart.answered"}, /*health_trigger=*/true);
+  EXPECT_THAT(report->Find("health.trigger")->reason,
+              HasSubstr("reported Unhealthy on the open stream"));
+  EXPECT_EQ(report->Find("health.reconnect")->reason,
+            "2 of 2 health changes reached the stream opened after 3 cancelled streams");
+  // One device by health.trigger, two by health.reconnect.
+  EXPECT_EQ(p.Unhealthy(), 3);
+}
+
+// The trigger's own failures are the check's FAIL, naming the device and
+// what the command did; health.reconnect then SKIPs.
+TEST(RunnerHealthTest, ATriggerThatFailsHangsOrDoesNothingFailsSayingWhat) {
+  struct Case {
+    std::string trigger;
+    std::string reason;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"echo 'no such device' >&2; exit 4; :", "exited 4: no such device"},
+           {"sleep 60; :", "ran past --timeout 1s and was killed"},
+           {"true", "was not reported Unhealthy on the open stream within 1s of the trigger"}}) {
+    SCOPED_TRACE(c.trigger);
+    TempSocketDir dir;
+    HealthFilePlugin p(dir.path());
+    ASSERT_TRUE(p.ok());
+    Runner::Options o = Options(dir.path(), kFpga);
+    o.timeout = 1s;
+    o.only = {"health.trigger", "health.reconnect"};
+    o.health_trigger = c.trigger;
+    StatusOr<Report> report = Runner::Run(o);
+    ASSERT_TRUE(report.ok()) << report.status();
+    const CheckResult* trigger = report->Find("health.trigger");
+    ASSERT_NE(trigger, nullptr);
+    EXPECT_EQ(trigger->verdict, Verdict::kFail);
+    EXPECT_THAT(trigger->reason, HasSubstr(c.reason));
+    EXPECT_EQ(report->Find("health.reconnect")->verdict, Verdict::kSkip);
+    EXPECT_THAT(report->Find("health.reconnect")->reason, HasSubstr("health.trigger did not pass"));
+  }
 }
 
 }  // namespace

@@ -150,10 +150,10 @@ class ApiServerHardeningE2eTest : public KubeletE2eTest {
   }
 
   void StartExtender() {
-    extender_ =
-        std::make_unique<Process>(std::vector<std::string>{"extender", "--listen", "127.0.0.1:0",
-                                                           "--kubeconfig", Kubeconfig()},
-                                  root_ + "/extender.out", root_ + "/extender.err");
+    extender_ = std::make_unique<Process>(
+        std::vector<std::string>{"extender", "--listen", "127.0.0.1:0", "--kubeconfig",
+                                 Kubeconfig(), "--policy", "best-set"},
+        root_ + "/extender.out", root_ + "/extender.err");
     std::smatch m;
     ASSERT_TRUE(WaitUntil(
         [&] {

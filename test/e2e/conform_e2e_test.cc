@@ -75,20 +75,30 @@ class ConformE2eTest : public ::testing::Test {
   std::unique_ptr<Process> plugin_;
 };
 
+// docs/conformance.md's trigger for `kdm plugin --health-file FILE`: the
+// device, as JSON, into the file.
+std::string HealthFileTrigger(const std::string& file) {
+  return "printf '{\"%s\":\"Unhealthy\"}' \"$KDM_DEVICE_ID\" > '" + file + "'; :";
+}
+
 TEST_F(ConformE2eTest, HealthyPluginPassesWithJUnit) {
-  StartPlugin({"--cdi", "--pre-start"});
+  const std::string health = root_ + "/health.json";
+  StartPlugin({"--cdi", "--pre-start", "--health-file", health});
   std::string out, err, junit = root_ + "/junit.xml";
-  int code =
-      Conform({"--root", root_, "--resource", kConformFpga, "--timeout", "10s", "--junit", junit},
-              &out, &err);
+  int code = Conform({"--root", root_, "--resource", kConformFpga, "--timeout", "10s", "--junit",
+                      junit, "--health-trigger", HealthFileTrigger(health)},
+                     &out, &err);
   EXPECT_EQ(code, 0) << out << err;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"((^|\n)\d+ passed, 0 failed, \d+ skipped\n$)")))
       << out;
-  EXPECT_THAT(out, HasSubstr("25 passed, 0 failed, 0 skipped"));
+  EXPECT_THAT(out, HasSubstr("27 passed, 0 failed, 0 skipped"));
   EXPECT_TRUE(std::regex_search(out, std::regex(R"((^|\n)PASS  reg\.version +version)"))) << out;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex(R"((^|\n)PASS  health\.reconnect +2 of 2 health changes reached)")))
+      << out;
   std::string xml = ReadFile(junit);
   EXPECT_THAT(xml, HasSubstr("<testsuite name=\"kdm-conform\""));
-  EXPECT_EQ(CountOf(xml, "<testcase "), 25u) << xml;
+  EXPECT_EQ(CountOf(xml, "<testcase "), 27u) << xml;
   EXPECT_EQ(CountOf(xml, "<failure "), 0u) << xml;
   EXPECT_THAT(xml, HasSubstr("</testsuite>"));
 }
@@ -104,9 +114,41 @@ TEST_F(ConformE2eTest, BadPermissionsFaultFailsThatCheck) {
       << out;
   EXPECT_THAT(out, HasSubstr(" passed, 1 failed, "));
   std::string xml = ReadFile(junit);
-  EXPECT_EQ(CountOf(xml, "<testcase "), 25u) << xml;
+  EXPECT_EQ(CountOf(xml, "<testcase "), 27u) << xml;
   EXPECT_EQ(CountOf(xml, "<failure "), 1u) << xml;
   EXPECT_THAT(xml, HasSubstr("name=\"alloc.permissions\""));
+}
+
+// NVIDIA's v0.13 stale streams, as `kdm plugin --fault health-stale-streams`:
+// the change on the open stream arrives, the ones after 3 cancelled streams
+// are lost, and conform says so.
+TEST_F(ConformE2eTest, StaleStreamsFaultFailsHealthReconnectOnly) {
+  const std::string health = root_ + "/health.json";
+  StartPlugin({"--fault", "health-stale-streams", "--health-file", health});
+  std::string out, err;
+  int code = Conform({"--root", root_, "--resource", kConformFpga, "--timeout", "2s", "--only",
+                      "health.trigger,lw.stream-drop,health.reconnect", "--health-trigger",
+                      HealthFileTrigger(health)},
+                     &out, &err);
+  EXPECT_EQ(code, 1) << out << err;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"((^|\n)PASS  health\.trigger )"))) << out;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex(R"((^|\n)FAIL  health\.reconnect +0 of 2 health changes reached the )"
+                      R"(stream opened after 3 cancelled streams)")))
+      << out;
+  EXPECT_THAT(out, HasSubstr("2 passed, 1 failed, 0 skipped"));
+}
+
+// Bad --health-trigger values are usage errors naming the flag.
+TEST_F(ConformE2eTest, BadHealthTriggersAreUsageErrors) {
+  for (const std::string& bad : {std::string(""), std::string("  "), std::string(5000, 'x')}) {
+    std::string out, err;
+    int code = Conform({"--root", root_, "--resource", kConformFpga, "--health-trigger", bad},
+                       &out, &err);
+    EXPECT_EQ(code, 2) << bad.size() << ": " << err;
+    EXPECT_THAT(err, HasSubstr("--health-trigger")) << err;
+    EXPECT_TRUE(out.empty()) << out;
+  }
 }
 
 TEST_F(ConformE2eTest, OnlyAndAnUnwritableJUnitPath) {

@@ -221,7 +221,9 @@ TEST_F(ExtenderE2eTest, ChoosesTheNvlinkNodeAsTheNodesPublishTheirGpus) {
       << kubelet_->Log() << publish_b_->Log();
 
   extender_ = std::make_unique<Process>(
-      std::vector<std::string>{"extender", "--listen", "127.0.0.1:0", "--kubeconfig", Kubeconfig()},
+      // best-set: the scores below (10 vs 1) are its; the default is packed.
+      std::vector<std::string>{"extender", "--listen", "127.0.0.1:0", "--kubeconfig", Kubeconfig(),
+                               "--policy", "best-set"},
       root_ + "/extender.out", root_ + "/extender.err");
   std::smatch m;
   ASSERT_TRUE(WaitUntil(

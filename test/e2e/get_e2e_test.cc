@@ -342,7 +342,7 @@ TEST_F(GetE2eTest, AStaleSocketNobodyServesIsExit1NamingIt) {
   std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
   ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   ::close(fd);  // bound, never listened: connections are refused
-  Result r = Kdm({"get", "pods", "--root", root_, "--timeout", "2"});
+  Result r = Kdm({"get", "pods", "--root", root_, "--timeout", "2s"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("List on " + socket + " failed"));
 }

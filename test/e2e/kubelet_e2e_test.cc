@@ -344,7 +344,8 @@ TEST_F(KubeletE2eTest, UsageErrorsExitTwo) {
       {{"kubelet"}, "--root is required"},
       {{"kubelet", "--root", root_, "--checkpoint", "xml"}, "--checkpoint"},
       {{"kubelet", "--root", root_, "--grace", "5 minutes"}, "--grace: invalid duration"},
-      {{"kubelet", "--root", root_, "--rpc-timeout", "10"}, "missing unit"},
+      {{"kubelet", "--root", root_, "--rpc-timeout", "10"},
+       "a number needs a unit (did you mean 10s?"},
       {{"kubelet", "--root", root_, "--rpc-timeout", "3d"}, "unknown unit \"d\""},
   };
   for (size_t i = 0; i < cases.size(); ++i) {

@@ -511,7 +511,7 @@ TEST_F(PublishApiServerE2eTest, BadClientFlagsAndFilesAreClearErrors) {
     std::string message;
   };
   std::vector<Case> cases = {
-      {{}, 2, "one of --kubeconfig FILE or --in-cluster is required (or --dry-run)"},
+      {{"--context", "c1", "--in-cluster"}, 2, "--context and --in-cluster"},
       {{"--kubeconfig", Kubeconfig(), "--in-cluster"}, 2, "give one, not both"},
       {{"--kubeconfig", Kubeconfig(), "--in-cluster", "--dry-run"}, 2, "give one, not both"},
       {{"--kubeconfig", root_ + "/missing.yaml"},
@@ -547,7 +547,9 @@ TEST_F(PublishApiServerE2eTest, BadClientFlagsAndFilesAreClearErrors) {
       {{"--node-name", kNode}, 2, "need --publish"},
       {{"--kubeconfig", Kubeconfig()}, 2, "need --publish"},
       {{"--publish", "--kubeconfig", Kubeconfig()}, 2, "--node-name is required"},
-      {{"--publish", "--node-name", kNode}, 2, "one of --kubeconfig FILE or --in-cluster"},
+      {{"--publish", "--node-name", kNode, "--context", "c", "--in-cluster"},
+       2,
+       "--context and --in-cluster"},
       {{"--publish", "--node-name", kNode, "--kubeconfig", Kubeconfig(), "--in-cluster"},
        2,
        "give one, not both"},

@@ -218,7 +218,7 @@ TEST_F(PublishE2eTest, BadFlagsAreClearErrors) {
       {{"--attributes", "nvidia.com/gpu=cuda=twelve", "--dry-run"}, 2, "not a version"},
       {{"--interval", "soon", "--dry-run"}, 2, "--interval"},
       {{"--resync", "0s", "--dry-run"}, 2, "--resync: must be more than 0"},
-      {{}, 2, "one of --kubeconfig FILE or --in-cluster is required (or --dry-run)"},
+      {{"--context", "c1", "--in-cluster"}, 2, "--context and --in-cluster"},
       {{"--kubeconfig", root_ + "/kc", "--in-cluster"}, 2, "give one, not both"},
       {{"--kubeconfig", root_ + "/kc"}, 1, "--kubeconfig: kubeconfig " + root_ + "/kc"},
   };

@@ -164,7 +164,10 @@ TEST_F(PublishHardeningE2eTest, DriverTextWithNewlinesAndEscapesForgesNoLine) {
   ASSERT_EQ(Run(topo), 0) << err_;
   ExpectNoForgedLine("kdm topo --nvml --size stdout", out_);
 
-  // `kdm publish --dry-run`: warnings on stderr, the annotation on stdout.
+  // `kdm publish --dry-run`: warnings on stderr, the annotation on stdout
+  // (with the node's GPUs registered: a --topology for a resource the node
+  // does not have is an error, issue 30).
+  StartNvmlPlugin(2);
   ASSERT_EQ(Run(PublishArgs({"--dry-run"})), 0) << err_;
   ExpectNoForgedLine("kdm publish stdout", out_);
   ExpectNoForgedLine("kdm publish stderr", err_);

@@ -197,6 +197,7 @@ TEST(FaultyPluginTest, FaultNamesAreTheCataloguesInOrder) {
                                              "lw-duplicate-ids",
                                              "lw-bad-health",
                                              "lw-negative-numa",
+                                             "health-not-sent",
                                              "lw-delta-updates",
                                              "alloc-two-responses",
                                              "alloc-accept-unknown",
@@ -213,6 +214,7 @@ TEST(FaultyPluginTest, FaultNamesAreTheCataloguesInOrder) {
                                              "pref-slow",
                                              "prestart-unimplemented",
                                              "lw-drop-breaks",
+                                             "health-stale-streams",
                                              "no-reregister"};
   EXPECT_EQ(FaultNames(), expected);
   for (const std::string& name : FaultNames()) EXPECT_TRUE(CheckFaultName(name).ok()) << name;

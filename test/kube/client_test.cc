@@ -2,16 +2,24 @@
 // TCP on 127.0.0.1, certificates made at test time.
 #include "kdm/kube/client.h"
 
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <thread>
 
+#include "kdm/base/sync.h"
 #include "kdm/test/kube/test_api_server.h"
 #include "kdm/test/kube/test_pki.h"
 #include "kdm/test/sanitizer_bounds.h"
@@ -570,6 +578,285 @@ TEST_F(KubeClientTest, PatchReadsNoSuccessBodyAndAPrefixOfAnErrorBody) {
               HasSubstr("422 Unprocessable Entity: {\"kind\":\"Status\",\"message\":\"bad yyy"));
   Status whole = client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout);
   EXPECT_THAT(whole.message(), HasSubstr("422 Unprocessable Entity: short"));
+}
+
+// A proxy on 127.0.0.1 for the proxy-url tests: it tunnels each HTTP
+// CONNECT (or, with `socks5`, each SOCKS5 CONNECT) to 127.0.0.1:<port
+// asked>, counting the tunnels and keeping each CONNECT line (for SOCKS5,
+// "SOCKS5 <address type> <port>"); with `refuse` it refuses instead (407, or
+// SOCKS5's "connection refused").
+class ConnectProxy {
+ public:
+  explicit ConnectProxy(bool refuse = false, bool socks5 = false)
+      : refuse_(refuse), socks5_(socks5) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(listen_fd_, 16) != 0 ||
+        ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      ADD_FAILURE() << "proxy: cannot listen";
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~ConnectProxy() {
+    stop_ = true;
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  uint16_t port() const { return port_; }
+  int tunnels() const { return tunnels_; }
+  std::vector<std::string> lines() const {
+    MutexLock lock(&mu_);
+    return lines_;
+  }
+
+ private:
+  void Loop() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      Serve(fd);
+      ::close(fd);
+    }
+  }
+  bool ReadExactly(int fd, unsigned char* out, size_t n) {
+    for (size_t got = 0; got < n;) {
+      ssize_t k = ::read(fd, out + got, n - got);
+      if (k <= 0) return false;
+      got += static_cast<size_t>(k);
+    }
+    return true;
+  }
+  // The SOCKS5 handshake: the port asked for, or 0 after refusing.
+  uint16_t Socks5(int fd) {
+    unsigned char b[262];
+    if (!ReadExactly(fd, b, 2) || b[0] != 5 || !ReadExactly(fd, b + 2, b[1])) return 0;
+    if (::write(fd, "\x05\x00", 2) != 2) return 0;
+    if (!ReadExactly(fd, b, 4)) return 0;
+    const int type = b[3];
+    size_t len = type == 1 ? 4 : type == 4 ? 16 : 0;
+    if (type == 3) {
+      if (!ReadExactly(fd, b + 4, 1)) return 0;
+      len = b[4];
+    }
+    if (!ReadExactly(fd, b + 5, len + 2)) return 0;
+    const uint16_t port = static_cast<uint16_t>((b[5 + len] << 8) | b[6 + len]);
+    {
+      MutexLock lock(&mu_);
+      lines_.push_back("SOCKS5 " + std::to_string(type) + " " + std::to_string(port));
+    }
+    const unsigned char answer[10] = {5, static_cast<unsigned char>(refuse_ ? 5 : 0), 0, 1};
+    if (::write(fd, answer, sizeof answer) != sizeof answer || refuse_) return 0;
+    return port;
+  }
+  void Serve(int fd) {
+    if (socks5_) {
+      const uint16_t port = Socks5(fd);
+      if (port != 0) Splice(fd, port);
+      return;
+    }
+    std::string head;
+    char c;
+    while (head.size() < 8192 && head.find("\r\n\r\n") == std::string::npos) {
+      if (::read(fd, &c, 1) != 1) return;
+      head.push_back(c);
+    }
+    std::string line = head.substr(0, head.find("\r\n"));
+    {
+      MutexLock lock(&mu_);
+      lines_.push_back(line);
+    }
+    auto reply = [fd](const std::string& text) {
+      return ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    };
+    size_t colon = line.rfind(':');
+    if (refuse_ || line.rfind("CONNECT 127.0.0.1:", 0) != 0 || colon == std::string::npos) {
+      reply("HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n");
+      return;
+    }
+    if (reply("HTTP/1.1 200 Connection established\r\n\r\n")) {
+      Splice(fd, static_cast<uint16_t>(std::stoi(line.substr(colon + 1))));
+    }
+  }
+  // Copies bytes both ways between `fd` and 127.0.0.1:port until one ends.
+  void Splice(int fd, uint16_t port) {
+    int upstream = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to.sin_port = htons(port);
+    if (::connect(upstream, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+      ::close(upstream);
+      return;
+    }
+    ++tunnels_;
+    {
+      char buf[16384];
+      for (bool open = true; open && !stop_;) {
+        pollfd p[2] = {{fd, POLLIN, 0}, {upstream, POLLIN, 0}};
+        if (::poll(p, 2, 50) <= 0) continue;
+        for (int i = 0; i < 2 && open; ++i) {
+          if (p[i].revents == 0) continue;
+          ssize_t n = ::read(p[i].fd, buf, sizeof buf);
+          open = n > 0 && ::write(p[1 - i].fd, buf, static_cast<size_t>(n)) == n;
+        }
+      }
+    }
+    ::close(upstream);
+  }
+
+  const bool refuse_;
+  const bool socks5_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> tunnels_{0};
+  mutable Mutex mu_;
+  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+TEST_F(KubeClientTest, TlsServerNameIsVerifiedAndSentAsSni) {
+  // The certificate names only elsewhere.example; the client reaches it by
+  // 127.0.0.1, so only tls-server-name makes the handshake pass.
+  auto other = StartServer(pki_->wrong_name_server, "");
+  ASSERT_NE(other, nullptr);
+  other->SetHandler([](const test::RecordedRequest&) { return Reply{.body = "{}"}; });
+  ClientConfig config = Config(other->port());
+  config.tls_server_name = "elsewhere.example";
+  auto client = NewClient(config);
+  StatusOr<std::string> r = client->Get("/api/v1/nodes", kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<test::RecordedRequest> seen = other->Requests();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].sni, "elsewhere.example");
+  // The Host header still names the server URL's host.
+  EXPECT_EQ(seen[0].headers["host"], "127.0.0.1:" + std::to_string(other->port()));
+  other->Stop();
+}
+
+TEST_F(KubeClientTest, AWrongTlsServerNameFailsNamingIt) {
+  ClientConfig config = Config(server_->port());  // names 127.0.0.1 and localhost
+  config.tls_server_name = "api.wrong.example";
+  auto client = NewClient(config);
+  StatusOr<std::string> r = client->Get("/api/v1/nodes", kTimeout);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("certificate was refused: hostname mismatch (verified against "
+                        "tls-server-name \"api.wrong.example\")"));
+  EXPECT_EQ(server_->RequestCount(), 0u);
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return server_->FailedHandshakes() == 1; }));
+  EXPECT_EQ(server_->Requests().size(), 0u);
+}
+
+TEST_F(KubeClientTest, ProxyUrlTunnelsEveryRequestThroughConnect) {
+  ConnectProxy proxy;
+  server_->SetHandler([](const test::RecordedRequest&) { return Reply{.body = "{}"}; });
+  ClientConfig config = Config(server_->port());
+  config.proxy = ProxyConfig{.url = "http://127.0.0.1:" + std::to_string(proxy.port()),
+                             .host = "127.0.0.1",
+                             .port = proxy.port()};
+  auto client = NewClient(config);
+  ASSERT_TRUE(client->Get("/api/v1/nodes", kTimeout).ok());
+  ASSERT_TRUE(client->MergePatch("/api/v1/nodes/n1", "{}", kTimeout).ok());
+  EXPECT_EQ(proxy.tunnels(), 2);
+  EXPECT_EQ(server_->RequestCount(), 2u);
+  const std::string target = "127.0.0.1:" + std::to_string(server_->port());
+  EXPECT_THAT(proxy.lines(),
+              ElementsAre("CONNECT " + target + " HTTP/1.1", "CONNECT " + target + " HTTP/1.1"));
+  // TLS is end to end: the server's certificate was verified through it.
+  EXPECT_EQ(server_->Requests()[0].headers["authorization"], "Bearer t0");
+}
+
+TEST_F(KubeClientTest, AProxyThatRefusesIsNamedAndNotRetried) {
+  ConnectProxy proxy(/*refuse=*/true);
+  ClientConfig config = Config(server_->port());
+  const std::string url = "http://127.0.0.1:" + std::to_string(proxy.port());
+  config.proxy = ProxyConfig{.url = url, .host = "127.0.0.1", .port = proxy.port()};
+  auto client = NewClient(config);
+  StatusOr<std::string> r = client->Get("/api/v1/nodes", kTimeout);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("GET /api/v1/nodes: proxy " + url + ": CONNECT 127.0.0.1:" +
+                        std::to_string(server_->port()) + ": 407 Proxy Authentication Required"));
+  EXPECT_EQ(proxy.lines().size(), 1u);
+  EXPECT_EQ(server_->RequestCount(), 0u);
+}
+
+TEST_F(KubeClientTest, Socks5ProxyUrlTunnelsEveryRequest) {
+  ConnectProxy proxy(/*refuse=*/false, /*socks5=*/true);
+  server_->SetHandler([](const test::RecordedRequest&) { return Reply{.body = "{}"}; });
+  ClientConfig config = Config(server_->port());
+  config.proxy = ProxyConfig{.url = "socks5://127.0.0.1:" + std::to_string(proxy.port()),
+                             .host = "127.0.0.1",
+                             .port = proxy.port()};
+  auto client = NewClient(config);
+  ASSERT_TRUE(client->Get("/api/v1/nodes", kTimeout).ok());
+  config.host = "localhost";  // a name goes to the proxy as a name (type 3)
+  client = NewClient(config);
+  ASSERT_TRUE(client->Get("/api/v1/nodes", kTimeout).ok());
+  EXPECT_EQ(proxy.tunnels(), 2);
+  EXPECT_EQ(server_->RequestCount(), 2u);
+  const std::string port = std::to_string(server_->port());
+  EXPECT_THAT(proxy.lines(), ElementsAre("SOCKS5 1 " + port, "SOCKS5 3 " + port));
+  EXPECT_EQ(server_->Requests()[1].sni, "localhost");
+
+  ConnectProxy refusing(/*refuse=*/true, /*socks5=*/true);
+  config.proxy.port = refusing.port();
+  config.proxy.url = "socks5://127.0.0.1:" + std::to_string(refusing.port());
+  client = NewClient(config);
+  StatusOr<std::string> r = client->Get("/x", kTimeout);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("proxy " + config.proxy.url + ": SOCKS5 CONNECT localhost:" + port +
+                        ": connection refused"));
+  EXPECT_EQ(server_->RequestCount(), 2u);
+}
+
+TEST_F(KubeClientTest, ExecPluginTokenIsSentAndRunAgainAfterA401) {
+  // The plugin prints token-<run number>.
+  const std::string plugin =
+      Write("plugin", "#!/bin/sh\necho x >> " + dir_ + "/runs\nn=$(wc -l < " + dir_ +
+                          "/runs)\nprintf '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
+                          "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"token-%d\"}}' "
+                          "\"$n\"\n");
+  ::chmod(plugin.c_str(), 0755);
+  ClientConfig config = Config(server_->port());
+  config.token.clear();
+  config.exec = ExecConfig{.who = "user \"u\"",
+                           .command = plugin,
+                           .api_version = "client.authentication.k8s.io/v1",
+                           .exec_info_json = "{}"};
+  server_->Enqueue(Reply{.body = "{}"});
+  server_->Enqueue(Reply{.status = 401, .body = "{\"message\":\"expired\"}"});
+  server_->Enqueue(Reply{.body = "{}"});
+  server_->Enqueue(Reply{.status = 401});
+  server_->Enqueue(Reply{.status = 401});
+  auto client = NewClient(config);
+  ASSERT_TRUE(client->Get("/a", kTimeout).ok());
+  ASSERT_TRUE(client->Get("/b", kTimeout).ok());          // 401, the plugin again, 200
+  StatusOr<std::string> r = client->Get("/c", kTimeout);  // 401 twice: given up
+  EXPECT_EQ(r.status().code(), StatusCode::kUnauthenticated);
+  std::vector<std::string> tokens;
+  for (const auto& q : server_->Requests()) tokens.push_back(q.headers.at("authorization"));
+  EXPECT_THAT(tokens, ElementsAre("Bearer token-1", "Bearer token-1", "Bearer token-2",
+                                  "Bearer token-2", "Bearer token-3"));
+  // A plugin that fails fails the request, naming the user; nothing is sent.
+  ClientConfig broken = config;
+  broken.exec->command = dir_ + "/missing-plugin";
+  auto failing = NewClient(broken);
+  r = failing->Get("/d", kTimeout);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("GET /d: exec plugin of user \"u\": command"));
+  EXPECT_EQ(server_->RequestCount(), 5u);
 }
 
 }  // namespace

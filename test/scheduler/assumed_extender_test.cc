@@ -41,6 +41,7 @@ class AssumedExtenderTest : public ::testing::Test {
     assumptions_ = std::make_unique<Assumptions>(
         Assumptions::Options{.timeout = milliseconds(30'000), .bind_wait = milliseconds(0)});
     Extender::Options o;
+    o.policy = ScorePolicy::kBestSet;  // what these tests were written for
     o.assumptions = assumptions_.get();
     o.bind = [this](const BindArgs& a) {
       binds_.push_back(a);
@@ -140,7 +141,7 @@ TEST_F(AssumedExtenderTest, BadBindingArgsAreRefusedNamingTheField) {
 }
 
 TEST(AssumedExtenderNoClientTest, BindWithoutAnApiServerSaysWhatIsMissing) {
-  Extender extender(Extender::Options{});
+  Extender extender(Extender::Options{.policy = ScorePolicy::kBestSet});
   HttpAnswer a = extender.Bind(BindBody("a", "n1"));
   EXPECT_EQ(a.status, 200);
   EXPECT_THAT(json::parse(a.body)["Error"].get<std::string>(), HasSubstr("--kubeconfig"));

@@ -93,6 +93,8 @@ TEST_F(AssumptionsTest, AnAssumedPodTakesTheDevicesThePluginsPolicyWouldChoose) 
 }
 
 TEST_F(AssumptionsTest, WithoutAPublishedPolicyTheKdmPluginsDefaultPackedIsAssumed) {
+  // The one default every kdm command takes (issue 30): kdm plugin's too.
+  static_assert(topology::kDefaultPolicy == topology::Policy::kPacked);
   const topology::Topology t = *topology::Preset("dgx1-v100");
   const std::vector<int> free = {0, 1, 2, 3, 4, 5, 6, 7};
   Assumptions a(Opts());

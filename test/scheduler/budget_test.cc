@@ -119,8 +119,10 @@ class BudgetExtenderTest : public ::testing::Test {
 // scored, the rest get 0 and are counted; every node is in the answer.
 TEST_F(BudgetExtenderTest, NodesPastTheRequestBudgetScoreZeroAndAreCounted) {
   SteppingClock clock(milliseconds(10));
-  Extender extender(
-      {.metrics = metrics_.get(), .request_budget = milliseconds(100), .clock = &clock});
+  Extender extender({.policy = ScorePolicy::kBestSet,
+                     .metrics = metrics_.get(),
+                     .request_budget = milliseconds(100),
+                     .clock = &clock});
   std::mt19937 rng(1);
   HttpAnswer a = extender.Prioritize(Nodes(30, 8, rng));
   ASSERT_EQ(a.status, 200) << a.body;
@@ -173,7 +175,7 @@ TEST_F(BudgetExtenderTest, HostilePackedNodeCostsAtMostItsShare) {
 }
 
 TEST_F(BudgetExtenderTest, AfterStopEveryNodeIsPassedUnscored) {
-  Extender extender({.metrics = metrics_.get()});
+  Extender extender({.policy = ScorePolicy::kBestSet, .metrics = metrics_.get()});
   extender.Stop();
   std::mt19937 rng(3);
   HttpAnswer a = extender.Prioritize(Nodes(5, 8, rng));

@@ -102,7 +102,7 @@ TEST(ExtenderInputTest, RequirementReasonsStayProportionalToTheRequest) {
       test::MakeArgs(test::MakePod(1, {{"NVIDIA_REQUIRE_CUDA", value}}), nodes);
   // Every node judged, however slow the machine (a sanitizer build, a busy
   // CI): the default 500 ms budget would pass the rest unjudged.
-  Extender extender({.request_budget = std::chrono::hours(1)});
+  Extender extender({.policy = ScorePolicy::kBestSet, .request_budget = std::chrono::hours(1)});
   HttpAnswer a = extender.Filter(body);
   ASSERT_EQ(a.status, 200) << a.body.substr(0, 300);
   json doc = json::parse(a.body);
@@ -121,7 +121,7 @@ TEST(ExtenderInputTest, AContainerNameIsCutInReasons) {
   std::string pod = test::MakePod(1, {{"NVIDIA_REQUIRE_CUDA", "cuda>=99"}});
   const std::string long_name(100000, 'c');
   pod.replace(pod.find("\"name\":\"main\""), 13, "\"name\":\"" + long_name + "\"");
-  Extender extender({});
+  Extender extender({.policy = ScorePolicy::kBestSet});
   HttpAnswer a = extender.Filter(test::MakeArgs(
       pod, {test::MakeNode(
                "n", test::MakeAnnotation("n", t, {0}, k8s::DeviceAttributes{.cuda = "12.4"}))}));
@@ -134,7 +134,7 @@ TEST(ExtenderInputTest, AContainerNameIsCutInReasons) {
 
 TEST(ExtenderInputTest, UnreadableAnnotationLinesAreRateLimitedWithCounts) {
   InputLogCapture log;
-  Extender extender({});
+  Extender extender({.policy = ScorePolicy::kBestSet});
   const std::string body = test::MakeArgs(test::MakePod(1), {test::MakeNode("bad", "{\"x\":")});
   const auto start = std::chrono::steady_clock::now();
   constexpr int kRequests = 10000;
@@ -279,7 +279,7 @@ TEST(ExtenderInputTest, DeeplyNestedBodiesAreRefusedOrSkippedWithoutRecursion) {
       EXPECT_THAT(std::string(args.status().message()), HasSubstr(c.expect));
     }
     // Through the Extender: a 400 naming the field, or an answer.
-    Extender extender({});
+    Extender extender({.policy = ScorePolicy::kBestSet});
     EXPECT_EQ(extender.Filter(cases[1].body).status, 400);
     EXPECT_EQ(extender.Prioritize(cases.back().body).status, 200);
   }
@@ -301,7 +301,7 @@ TEST(ExtenderInputTest, ABrokenNullIsA400NotACrash) {
       {"{\"Pod\":" + pod + R"(,"Nodes":{"items":[{"metadata":{"name":"n","annotations":nulx}}]}})",
        "Nodes.items[0].metadata.annotations: must be an object"},
   };
-  Extender extender({});
+  Extender extender({.policy = ScorePolicy::kBestSet});
   for (const Case& c : cases) {
     StatusOr<ExtenderArgs> args = DecodeExtenderArgs(c.body);
     ASSERT_FALSE(args.ok()) << c.body;

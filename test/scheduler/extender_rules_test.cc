@@ -93,7 +93,7 @@ TEST(ExtenderRulesTest, AnAnnotationsVerdictDoesNotDependOnReadOrder) {
   const std::string bad_node = MakeNode("bad", bad);
   for (const auto& order :
        std::vector<std::vector<std::string>>{{good_node, bad_node}, {bad_node, good_node}}) {
-    Extender extender({});
+    Extender extender({.policy = ScorePolicy::kBestSet});
     FilterResult r = RunFilter(extender, pod, order);
     EXPECT_THAT(r.passed, ::testing::UnorderedElementsAre("good", "bad"));
     EXPECT_TRUE(r.unresolvable.empty()) << r.unresolvable.begin()->second;
@@ -106,7 +106,7 @@ TEST(ExtenderRulesTest, AnAnnotationsVerdictDoesNotDependOnReadOrder) {
   k8s::TopologyCache full(1);
   ASSERT_TRUE(
       k8s::DecodeNodeDevices(MakeAnnotation("x", *topology::Preset("dgx-a100"), {0}), &full).ok());
-  Extender extender({.topologies = &full});
+  Extender extender({.policy = ScorePolicy::kBestSet, .topologies = &full});
   FilterResult r = RunFilter(extender, pod, {good_node, bad_node});
   EXPECT_THAT(r.passed, ::testing::UnorderedElementsAre("good", "bad"));
   EXPECT_TRUE(r.unresolvable.empty());
@@ -121,7 +121,7 @@ TEST(ExtenderRulesTest, HugeRequestsFailTheNodeAndNeverWrap) {
            ten,
            {{"9223372036854775807", ""}, {"9223372036854775807", ""}},
            {{"1000000000000000000", "1000000000000000000"}}}) {
-    Extender extender({});
+    Extender extender({.policy = ScorePolicy::kBestSet});
     FilterResult r = RunFilter(extender, PodWith(containers), nodes);
     ASSERT_EQ(r.unresolvable.count("gpu"), 1u) << containers[0].first;
     EXPECT_THAT(r.unresolvable["gpu"], HasSubstr("kdm: pod refused: container \"c0\" resource "
@@ -141,13 +141,13 @@ TEST(ExtenderRulesTest, QuantitiesAreReadAsTheLedgerReadsThem) {
   const std::vector<std::string> nodes = {MakeNode("gpu", MakeAnnotation("gpu", t, {0, 1, 2}))};
   for (const auto& [text, count] :
        std::map<std::string, std::string>{{"2k", "2000"}, {"1e3", "1000"}, {"4000m", "4"}}) {
-    Extender extender({});
+    Extender extender({.policy = ScorePolicy::kBestSet});
     FilterResult r = RunFilter(extender, PodWith({{text, ""}}), nodes);
     ASSERT_EQ(r.failed.count("gpu"), 1u) << text;
     EXPECT_EQ(r.failed["gpu"], "kdm: 3 nvidia.com/gpu free, pod needs " + count) << text;
   }
   // Fractions are refused as the device manager refuses them.
-  Extender extender({});
+  Extender extender({.policy = ScorePolicy::kBestSet});
   FilterResult r = RunFilter(extender, PodWith({{"1500m", ""}}), nodes);
   EXPECT_THAT(r.unresolvable["gpu"], HasSubstr("is not a whole number"));
   // What is not a quantity at all is a bad request, naming the field.
@@ -159,7 +159,7 @@ TEST(ExtenderRulesTest, QuantitiesAreReadAsTheLedgerReadsThem) {
 TEST(ExtenderRulesTest, LimitsAndRequestsAsTheLedgerHandlesThem) {
   auto t = *topology::Preset("dgx1-v100");
   const std::vector<std::string> nodes = {MakeNode("gpu", MakeAnnotation("gpu", t, {0, 1, 2}))};
-  Extender extender({});
+  Extender extender({.policy = ScorePolicy::kBestSet});
   // A limit without a request is the request.
   FilterResult r = RunFilter(extender, PodWith({{"2", ""}}), nodes);
   EXPECT_THAT(r.passed, ::testing::ElementsAre("gpu"));

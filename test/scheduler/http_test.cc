@@ -75,7 +75,8 @@ class HttpTest : public ::testing::Test {
  protected:
   void StartServer(uint64_t max_body = 128ull << 20, int threads = 2) {
     metrics_ = ExtenderMetrics::Create();
-    extender_ = std::make_unique<Extender>(Extender::Options{.metrics = metrics_.get()});
+    extender_ = std::make_unique<Extender>(
+        Extender::Options{.policy = ScorePolicy::kBestSet, .metrics = metrics_.get()});
     auto s = ExtenderServer::Start({.listen = "127.0.0.1:0",
                                     .threads = threads,
                                     .max_body_bytes = max_body,
@@ -227,7 +228,8 @@ TEST_F(HttpTest, ServesHttpsWithTheGivenCertificate) {
   auto pki = kube::test::MakeTestPki();
   ASSERT_TRUE(pki.ok()) << pki.status().message();
   metrics_ = ExtenderMetrics::Create();
-  extender_ = std::make_unique<Extender>(Extender::Options{.metrics = metrics_.get()});
+  extender_ = std::make_unique<Extender>(
+      Extender::Options{.policy = ScorePolicy::kBestSet, .metrics = metrics_.get()});
   auto s = ExtenderServer::Start({.listen = "127.0.0.1:0",
                                   .tls_cert_pem = pki->server.cert_pem,
                                   .tls_key_pem = pki->server.key_pem,
@@ -261,7 +263,7 @@ TEST_F(HttpTest, ServesHttpsWithTheGivenCertificate) {
 
 TEST(ExtenderServerStart, RefusesBadOptions) {
   auto metrics = ExtenderMetrics::Create();
-  Extender extender({});
+  Extender extender({.policy = ScorePolicy::kBestSet});
   for (const std::string listen : {"", "8080", "host:80", "127.0.0.1:99999", "127.0.0.1:x"}) {
     auto s = ExtenderServer::Start({.listen = listen, .extender = &extender});
     ASSERT_FALSE(s.ok()) << listen;

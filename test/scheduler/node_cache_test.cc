@@ -57,8 +57,10 @@ class NodeCacheTest : public ::testing::Test {
     topology_ = std::make_unique<topology::Topology>(*topology::Preset("dgx1-v100"));
     cache_ = std::make_unique<NodeCache>(&topologies_);
     metrics_ = ExtenderMetrics::Create();
-    extender_ = std::make_unique<Extender>(Extender::Options{
-        .cache = cache_.get(), .metrics = metrics_.get(), .topologies = &topologies_});
+    extender_ = std::make_unique<Extender>(Extender::Options{.policy = ScorePolicy::kBestSet,
+                                                             .cache = cache_.get(),
+                                                             .metrics = metrics_.get(),
+                                                             .topologies = &topologies_});
   }
   void TearDown() override {
     if (cache_) cache_->Stop();

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "kdm/k8s/devices_annotation.h"
+#include "kdm/scheduler/extender.h"
 #include "kdm/topology/allocator.h"
 #include "kdm/topology/node_score.h"
 #include "kdm/topology/presets.h"
@@ -36,7 +37,7 @@ TEST(ScorerFilter, FailsTooFewFreeAndUnmetRequirementsPassesUnknown) {
   k8s::TopologyCache cache;
   auto node = *k8s::DecodeNodeDevices(
       MakeAnnotation("n", t, {2}, k8s::DeviceAttributes{.cuda = "11.8"}), &cache);
-  Scorer scorer({});
+  Scorer scorer({.policy = ScorePolicy::kBestSet});
   Verdict v = scorer.Filter(Pod(2), &node);
   EXPECT_EQ(v.kind, Verdict::Kind::kFailed);
   EXPECT_EQ(v.reason, "kdm: 1 nvidia.com/gpu free, pod needs 2");
@@ -189,7 +190,7 @@ TEST(ScorerScore, NoTopologyOrNoResourceScoresZero) {
   auto t = *topology::Preset("dgx1-v100");
   k8s::TopologyCache cache;
   auto counts = *k8s::DecodeNodeDevices(MakeAnnotation("n", t, {0, 1}, {}, false), &cache);
-  Scorer scorer({});
+  Scorer scorer({.policy = ScorePolicy::kBestSet});
   EXPECT_EQ(scorer.Score(Pod(2), &counts), 0.0);
   EXPECT_EQ(scorer.Score(Pod(2), nullptr), 0.0);
   auto full = *k8s::DecodeNodeDevices(MakeAnnotation("n", t, {0, 1}), &cache);
@@ -210,6 +211,17 @@ TEST(ScorePolicy, ParsesItsNames) {
   auto bad = ParseScorePolicy("first-fit");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("'first-fit'"));
+}
+
+// Issue 30: the extender's ranking by default is topology's default policy,
+// the one kdm plugin allocates with and the extender assumes for a node that
+// publishes none, so a scheduler and a node agree on what "best" is.
+TEST(ScorerDefaults, TheDefaultPolicyIsTopologysDefaultPacked) {
+  EXPECT_EQ(kDefaultScorePolicy, ScorePolicy::kPacked);
+  EXPECT_EQ(ScorePolicyName(kDefaultScorePolicy), topology::PolicyName(topology::kDefaultPolicy));
+  EXPECT_EQ(Scorer::Options{}.policy, kDefaultScorePolicy);
+  EXPECT_EQ(Extender::Options{}.policy, kDefaultScorePolicy);
+  EXPECT_EQ(Scorer({}).policy(), ScorePolicy::kPacked);
 }
 
 }  // namespace
