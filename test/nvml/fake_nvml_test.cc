@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <vector>
 
 #include "kdm/nvml/discovery.h"
 #include "kdm/nvml/library.h"
@@ -232,6 +233,76 @@ TEST_F(FakeNvmlEventsTest, LostGpuEndsTheWaitAndAnswersLostAfterwards) {
   char uuid[kUuidBufferSize];
   EXPECT_EQ(api().DeviceGetUUID(node_.gpus[1].handle, uuid, sizeof uuid), kErrorGpuIsLost);
   EXPECT_EQ(api().DeviceGetUUID(node_.gpus[0].handle, uuid, sizeof uuid), kSuccess);
+}
+
+TEST_F(FakeNvmlEventsTest, OnlyEventsInjectedAfterTheRegistrationAreDelivered) {
+  // As real NVML: what happened before a GPU joined the set never reaches
+  // it (a restarted plugin must not see the Xids of its predecessor).
+  Append("xid GPU-aaaa 79\nxid GPU-bbbb 79\n");
+  ASSERT_EQ(Register(0, kEventTypeXidCriticalError), kSuccess);
+  EventData data{};
+  EXPECT_EQ(api().EventSetWait_v2(set_, &data, 5), kErrorTimeout);
+  // GPU 1 joins later: the Xid on it injected in between is not delivered
+  // either; the one on GPU 0 is, and so is GPU 1's after its registration.
+  Append("xid GPU-bbbb 48\nxid GPU-aaaa 31\n");
+  ASSERT_EQ(Register(1, kEventTypeXidCriticalError), kSuccess);
+  // Registering again for more types keeps the first registration's start.
+  ASSERT_EQ(Register(0, kEventTypeXidCriticalError | kEventTypeDoubleBitEccError), kSuccess);
+  Append("xid GPU-bbbb 94\n");
+  ASSERT_EQ(api().EventSetWait_v2(set_, &data, 10000), kSuccess);
+  EXPECT_EQ(data.device, node_.gpus[0].handle);
+  EXPECT_EQ(data.event_data, 31u);
+  ASSERT_EQ(api().EventSetWait_v2(set_, &data, 10000), kSuccess);
+  EXPECT_EQ(data.device, node_.gpus[1].handle);
+  EXPECT_EQ(data.event_data, 94u);
+  EXPECT_EQ(api().EventSetWait_v2(set_, &data, 5), kErrorTimeout);
+}
+
+TEST_F(FakeNvmlEventsTest, TheReplaySwitchDeliversEarlierEvents) {
+  Append("xid GPU-aaaa 79\n");
+  setenv("KDM_FAKE_NVML_REPLAY_EVENTS", "1", 1);
+  Return r = Register(0, kEventTypeXidCriticalError);
+  unsetenv("KDM_FAKE_NVML_REPLAY_EVENTS");
+  ASSERT_EQ(r, kSuccess);
+  EventData data{};
+  ASSERT_EQ(api().EventSetWait_v2(set_, &data, 10000), kSuccess);
+  EXPECT_EQ(data.event_data, 79u);
+  // Any other value is off.
+  EventSetHandle other = nullptr;
+  ASSERT_EQ(api().EventSetCreate(&other), kSuccess);
+  setenv("KDM_FAKE_NVML_REPLAY_EVENTS", "yes", 1);
+  r = api().DeviceRegisterEvents(node_.gpus[0].handle, kEventTypeXidCriticalError, other);
+  unsetenv("KDM_FAKE_NVML_REPLAY_EVENTS");
+  ASSERT_EQ(r, kSuccess);
+  EXPECT_EQ(api().EventSetWait_v2(other, &data, 5), kErrorTimeout);
+  EXPECT_EQ(api().EventSetFree(other), kSuccess);
+}
+
+TEST(FakeNvmlOptionalDataTest, BadValuesNameTheField) {
+  TempDir dir;
+  struct Case {
+    std::string gpu_extra;
+    std::string want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {R"(, "serial": "0123456789012345678901234567890")",
+            "$.gpus[0].serial: longer than 29 bytes"},
+           {R"(, "serial": 7)", "$.gpus[0].serial: expected a string, got number"},
+           {R"(, "power_limit_mw": -1)", "$.gpus[0].power_limit_mw: -1 is out of range"},
+           {R"(, "bar1_mib": "big")", "$.gpus[0].bar1_mib: expected an integer, got string"},
+           {R"(, "pcie_link": {"gen": 4, "lanes": 16})",
+            "$.gpus[0].pcie_link: unknown key \"lanes\""},
+           {R"(, "pcie_link": [4])", "$.gpus[0].pcie_link: expected an object, got array"},
+           {R"(, "clocks_mhz": {"sm": 99999999})",
+            "$.gpus[0].clocks_mhz.sm: 99999999 is out of range"},
+           {R"(, "max_clocks_mhz": {"shader": 1})",
+            "$.gpus[0].max_clocks_mhz: unknown key \"shader\""}}) {
+    UseNode(dir.Write("node.json", TwoGpuNode("", c.gpu_extra)));
+    auto lib = Library::Load(kFakeLibrary);
+    ASSERT_FALSE(lib.ok()) << c.gpu_extra;
+    EXPECT_NE(lib.status().message().find(c.want), std::string::npos)
+        << c.gpu_extra << ": " << lib.status().message();
+  }
 }
 
 TEST(FakeNvmlEventsFailTest, RegistrationFailureSwitch) {

@@ -205,6 +205,38 @@ TEST_F(NvmlPluginTest, AHealthEventReplacesTheDeviceSetAtOnce) {
   }
 }
 
+TEST_F(NvmlPluginTest, ARestartedPluginDoesNotSeeTheXidsOfItsPredecessor) {
+  // The fake delivers only events injected after a set's registration, as
+  // NVML does: seven Xids that made the first plugin drop seven GPUs leave a
+  // restarted plugin with all eight; a new Xid reaches it.
+  fs::create_directories(root_ + "/dp");
+  CreatePlugin(Config());
+  Status started = plugin_->Start();
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  for (int i = 0; i < 7; ++i) Inject("xid " + uuids_[i] + " 79");
+  auto unhealthy = [&] {
+    size_t n = 0;
+    for (const plugin::Device& d : plugin_->server().Devices()) n += d.healthy ? 0 : 1;
+    return n;
+  };
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return unhealthy() == 7; }));
+  plugin_->Stop();
+  plugin_.reset();
+
+  CreatePlugin(Config());
+  started = plugin_->Start();
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  EXPECT_EQ(unhealthy(), 0u);
+  // Events are read in order: once GPU 7 is unhealthy, the seven earlier
+  // lines were passed over, never delivered.
+  Inject("xid " + uuids_[7] + " 79");
+  ASSERT_TRUE(kdm::test::WaitUntil([&] { return unhealthy() == 1; }));
+  for (const plugin::Device& d : plugin_->server().Devices()) {
+    EXPECT_EQ(d.healthy, d.id != uuids_[7]) << d.id;
+  }
+  EXPECT_EQ(plugin_->health_monitor()->EventsSeenForTest(), 1u);
+}
+
 TEST_F(NvmlPluginTest, AGpuThatCannotRegisterStaysHealthyAndEccOffRegistersXidsOnly) {
   // GPU 0 refuses nvmlDeviceRegisterEvents; GPU 1 has ECC off (Xid only).
   nlohmann::json doc = nlohmann::json::parse(std::ifstream(node_));
