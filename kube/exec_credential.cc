@@ -21,10 +21,8 @@
 #include "kdm/base/subprocess.h"
 #include "kdm/base/sync.h"
 
-
 namespace kdm::kube {
 namespace {
-
 
 // An ExecCredential is 3 levels deep.
 constexpr int kMaxExecCredentialDepth = 16;

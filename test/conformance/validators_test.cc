@@ -29,10 +29,15 @@ TEST(CatalogueTest, IdsAreUniqueAndInTheAgreedOrder) {
     EXPECT_THAT(c.spec_clause, HasSubstr("docs/")) << c.id;
   }
   EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), ids.size());
-  ASSERT_EQ(ids.size(), 25u);
+  ASSERT_EQ(ids.size(), 27u);
   EXPECT_EQ(ids.front(), "reg.version");
   EXPECT_EQ(ids[4], "lw.first-snapshot");
-  EXPECT_EQ(ids[23], "lw.stream-drop");
+  // health.trigger watches stream 1 before lw.full-snapshots ends it.
+  EXPECT_EQ(ids[8], "health.trigger");
+  EXPECT_EQ(ids[9], "lw.full-snapshots");
+  EXPECT_EQ(ids[24], "lw.stream-drop");
+  // health.reconnect after lw.stream-drop (whose failure it defers to).
+  EXPECT_EQ(ids[25], "health.reconnect");
   EXPECT_EQ(ids.back(), "reg.restart");
 }
 

@@ -143,8 +143,8 @@ TEST_F(ConformE2eTest, StaleStreamsFaultFailsHealthReconnectOnly) {
 TEST_F(ConformE2eTest, BadHealthTriggersAreUsageErrors) {
   for (const std::string& bad : {std::string(""), std::string("  "), std::string(5000, 'x')}) {
     std::string out, err;
-    int code = Conform({"--root", root_, "--resource", kConformFpga, "--health-trigger", bad},
-                       &out, &err);
+    int code =
+        Conform({"--root", root_, "--resource", kConformFpga, "--health-trigger", bad}, &out, &err);
     EXPECT_EQ(code, 2) << bad.size() << ": " << err;
     EXPECT_THAT(err, HasSubstr("--health-trigger")) << err;
     EXPECT_TRUE(out.empty()) << out;

@@ -110,20 +110,22 @@ class NvmlPluginE2eTest : public KubeletE2eTest {
 // the trigger injects an Xid 79 for the GPU, and the change reaches the
 // open stream and, after 3 cancelled streams, a new one (2 of 2).
 TEST_F(NvmlPluginE2eTest, ConformHealthChecksPassWithAnXidTrigger) {
-  Process conform({"conform", "--root", root_, "--resource", kGpu, "--timeout", "10s", "--only",
-                   "lw.first-snapshot,health.trigger,lw.stream-drop,health.reconnect",
-                   "--health-trigger", "echo \"xid $KDM_DEVICE_ID 79\" >> \"$KDM_FAKE_NVML_EVENTS\"; :"},
-                  root_ + "/conform.out", root_ + "/conform.err");
+  Process conform(
+      {"conform", "--root", root_, "--resource", kGpu, "--timeout", "10s", "--only",
+       "lw.first-snapshot,health.trigger,lw.stream-drop,health.reconnect", "--health-trigger",
+       "echo \"xid $KDM_DEVICE_ID 79\" >> \"$KDM_FAKE_NVML_EVENTS\"; :"},
+      root_ + "/conform.out", root_ + "/conform.err");
   ASSERT_TRUE(conform.started());
-  ASSERT_TRUE(WaitUntil([&] { return fs::exists(root_ + "/device-plugins/kubelet.sock"); },
-                        kWaitBound))
+  ASSERT_TRUE(
+      WaitUntil([&] { return fs::exists(root_ + "/device-plugins/kubelet.sock"); }, kWaitBound))
       << conform.Err();
   StartNvmlPlugin();
   std::optional<int> code = conform.Wait();
   EXPECT_EQ(code, 0) << conform.Out() << conform.Err() << plugins_.back()->Log();
   EXPECT_THAT(conform.Out(), ::testing::HasSubstr("4 passed, 0 failed, 0 skipped"));
-  EXPECT_THAT(conform.Out(), ::testing::HasSubstr("2 of 2 health changes reached the stream opened after 3 "
-                                       "cancelled streams"));
+  EXPECT_THAT(conform.Out(),
+              ::testing::HasSubstr("2 of 2 health changes reached the stream opened after 3 "
+                                   "cancelled streams"));
   // Three GPUs got their Xid, each named by its UUID.
   std::string events = ReadFile(events_);
   int xids = 0;
