@@ -78,25 +78,15 @@ std::string DirName(const std::string& path) {
   return path.substr(0, slash);
 }
 
-// Parses "https://host[:port][/base]" into config. Errors name `field`.
-Status ParseServer(std::string_view server, const std::string& field, ClientConfig& config) {
-  auto bad = [&](std::string why) {
-    return InvalidArgumentError(field + ": " + Quoted(server) + ": " + why);
-  };
-  constexpr std::string_view kHttps = "https://";
-  if (server.substr(0, kHttps.size()) != kHttps) {
-    if (server.substr(0, 7) == "http://") return bad("plain http is not supported; use https://");
-    return bad("not an https:// URL");
-  }
-  std::string_view rest = server.substr(kHttps.size());
-  size_t slash = rest.find('/');
-  std::string_view authority = rest.substr(0, slash);
-  std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
-  if (path.find_first_of("?#") != std::string_view::npos) {
-    return bad("a query or fragment is not allowed");
-  }
-  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
-  if (authority.find('@') != std::string_view::npos) return bad("user info is not allowed");
+// "host", "host:port", "[v6]" or "[v6]:port" split into host and port
+// (`default_port` when none is given). The error is the reason alone, for
+// the caller to prefix with the field and URL.
+struct Authority {
+  std::string host;
+  uint16_t port = 0;
+};
+StatusOr<Authority> ParseAuthority(std::string_view authority, uint16_t default_port) {
+  auto bad = [](const char* why) { return InvalidArgumentError(why); };
   std::string_view host;
   std::string_view port;
   if (!authority.empty() && authority.front() == '[') {
@@ -120,16 +110,41 @@ Status ParseServer(std::string_view server, const std::string& field, ClientConf
       return bad("bad character in the host");
     }
   }
-  config.port = 443;
-  if (!port.empty() || authority.back() == ':') {
+  Authority out{std::string(host), default_port};
+  if (!port.empty() || (!authority.empty() && authority.back() == ':')) {
     unsigned value = 0;
     auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
     if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535) {
       return bad("port is not a number in 1..65535");
     }
-    config.port = static_cast<uint16_t>(value);
+    out.port = static_cast<uint16_t>(value);
   }
-  config.host = std::string(host);
+  return out;
+}
+
+// Parses "https://host[:port][/base]" into config. Errors name `field`.
+Status ParseServer(std::string_view server, const std::string& field, ClientConfig& config) {
+  auto bad = [&](std::string why) {
+    return InvalidArgumentError(field + ": " + Quoted(server) + ": " + why);
+  };
+  constexpr std::string_view kHttps = "https://";
+  if (server.substr(0, kHttps.size()) != kHttps) {
+    if (server.substr(0, 7) == "http://") return bad("plain http is not supported; use https://");
+    return bad("not an https:// URL");
+  }
+  std::string_view rest = server.substr(kHttps.size());
+  size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
+  if (path.find_first_of("?#") != std::string_view::npos) {
+    return bad("a query or fragment is not allowed");
+  }
+  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+  if (authority.find('@') != std::string_view::npos) return bad("user info is not allowed");
+  StatusOr<Authority> parsed = ParseAuthority(authority, 443);
+  if (!parsed.ok()) return bad(std::string(parsed.status().message()));
+  config.port = parsed->port;
+  config.host = std::move(parsed->host);
   config.base_path = std::string(path);
   return OkStatus();
 }
@@ -291,38 +306,11 @@ Status ParseProxy(const Reader& r, std::string_view url, const std::string& fiel
   if (authority.find('@') != std::string_view::npos) {
     return bad("proxy credentials are not supported by kdm");
   }
-  std::string_view host, port;
-  if (!authority.empty() && authority.front() == '[') {
-    size_t close = authority.find(']');
-    if (close == std::string_view::npos) return bad("unclosed [ in the host");
-    host = authority.substr(1, close - 1);
-    std::string_view after = authority.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') return bad("junk after the IPv6 address");
-      port = after.substr(1);
-    }
-  } else {
-    size_t colon = authority.rfind(':');
-    host = authority.substr(0, colon);
-    if (colon != std::string_view::npos) port = authority.substr(colon + 1);
-    if (host.find(':') != std::string_view::npos) return bad("an IPv6 host needs [brackets]");
-  }
-  if (host.empty()) return bad("no host");
-  for (char c : host) {
-    if (static_cast<unsigned char>(c) <= ' ' || c == '/' || c == '\\' || c == 0x7f) {
-      return bad("bad character in the host");
-    }
-  }
-  unsigned value = scheme == "socks5" ? 1080 : 80;
-  if (!port.empty() || (!authority.empty() && authority.back() == ':')) {
-    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-    if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535) {
-      return bad("port is not a number in 1..65535");
-    }
-  }
+  StatusOr<Authority> parsed = ParseAuthority(authority, scheme == "socks5" ? 1080 : 80);
+  if (!parsed.ok()) return bad(std::string(parsed.status().message()));
   proxy.url = std::string(url);
-  proxy.host = std::string(host);
-  proxy.port = static_cast<uint16_t>(value);
+  proxy.host = std::move(parsed->host);
+  proxy.port = parsed->port;
   return OkStatus();
 }
 
