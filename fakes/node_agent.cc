@@ -516,6 +516,9 @@ std::vector<NodeDevice> NodeAgentImpl::NodeDevices() {
     if (attributes != options_.attributes.end() && attributes->second.model) {
       device.model = *attributes->second.model;
     }
+    if (auto r = options_.gpu_indexes.find(key.first); r != options_.gpu_indexes.end()) {
+      if (auto i = r->second.find(key.second); i != r->second.end()) device.index = i->second;
+    }
     out.push_back(std::move(device));
   }
   return out;

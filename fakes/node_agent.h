@@ -136,6 +136,9 @@ class NodeAgent {
     // rejected with reason "UnmetDeviceRequirement" before any device is
     // allocated (CheckDeviceRequirements).
     std::map<std::string, k8s::DeviceAttributes> attributes;
+    // Resource -> device id -> NVML's index of that GPU (from `--publish
+    // --topology RESOURCE=nvml`), written with the device in node.json.
+    std::map<std::string, std::map<std::string, int>> gpu_indexes;
   };
 
   // Creates the directories, opens the checkpoint, starts the Manager, the

@@ -313,6 +313,11 @@ StatusOr<NodeStatus> ParseNodeStatus(std::string_view text) {
         device.numa_nodes.push_back(n);
       }
       KDM_ASSIGN_OR_RETURN(device.model, StringAt(d, at, "model"));
+      if (d.contains("index")) {
+        KDM_ASSIGN_OR_RETURN(int64_t index, CountOf(d["index"], KeyPath(at, "index")));
+        if (index > 1'000'000) return Problem(KeyPath(at, "index"), "is past 1000000");
+        device.index = static_cast<int>(index);
+      }
       node.devices->push_back(std::move(device));
     }
   }
@@ -420,6 +425,7 @@ std::string RenderNodeStatus(const NodeStatus& status) {
                                  {"healthy", d.healthy},
                                  {"numa_nodes", d.numa_nodes},
                                  {"model", d.model}});
+      if (d.index) root["devices"].back()["index"] = *d.index;
     }
   }
   if (status.pending_pods) {

@@ -96,6 +96,9 @@ struct NodeDevice {
   bool healthy = false;
   std::vector<int64_t> numa_nodes;  // sorted; empty when unknown or none
   std::string model;                // "" when the agent does not know it
+  // NVML's index of the GPU (what nvidia-smi shows), when the agent read
+  // the node's GPUs through NVML (`--publish --topology RESOURCE=nvml`).
+  std::optional<int> index;
   friend bool operator==(const NodeDevice&, const NodeDevice&) = default;
 };
 

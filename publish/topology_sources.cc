@@ -44,7 +44,8 @@ StatusOr<LoadedTopology> ReadNvml(const nvml::Library& library, const NvmlOption
   if (!options.sysfs_root.empty()) discovery.sysfs_root = options.sysfs_root;
   KDM_ASSIGN_OR_RETURN(nvml::NodeInfo node, nvml::Discover(library, discovery));
   KDM_ASSIGN_OR_RETURN(nvml::NvmlTopology t, nvml::DiscoverTopology(library, node));
-  LoadedTopology out{std::move(t.topology), k8s::DeviceAttributes{}, std::move(t.ignored)};
+  LoadedTopology out{std::move(t.topology), k8s::DeviceAttributes{}, std::move(t.ignored), {}};
+  for (const nvml::GpuInfo& gpu : node.gpus) out.nvml_indexes[gpu.uuid] = gpu.index;
   if (node.gpus.empty()) return out;
   // Discovery already put each value through the attribute checks.
   out.nvml_attributes = node.gpus.front().attributes;
@@ -80,13 +81,13 @@ StatusOr<LoadedTopology> LoadTopology(const TopologySource& source, const NvmlOp
         *usage = true;
         return t.status();
       }
-      return LoadedTopology{*std::move(t), std::nullopt, {}};
+      return LoadedTopology{*std::move(t), std::nullopt, {}, {}};
     }
     case TopologySource::Kind::kFile:
       break;
   }
   KDM_ASSIGN_OR_RETURN(topology::Topology t, topology::LoadTopologyFile(source.name));
-  return LoadedTopology{std::move(t), std::nullopt, {}};
+  return LoadedTopology{std::move(t), std::nullopt, {}, {}};
 }
 
 StatusOr<std::vector<std::string>> ParseIdsCsv(const std::string& text, int rows) {

@@ -50,6 +50,8 @@ struct LoadedTopology {
   std::optional<k8s::DeviceAttributes> nvml_attributes;
   // NVML only: what could not be published (ignored links, attributes).
   std::vector<std::string> warnings;
+  // NVML only: each GPU's UUID -> its NVML index.
+  std::map<std::string, int> nvml_indexes;
 };
 
 // Loads one topology. NVML's device ids are the GPUs' UUIDs, as NVIDIA's

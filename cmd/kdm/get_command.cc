@@ -489,6 +489,7 @@ std::optional<GetFailure> BuildDevices(const GetFlags& flags, bool first, View* 
     bool healthy = false;  // pod-resources lists it as allocatable
     std::string owner;     // "namespace/name/container"
     std::string model;
+    std::optional<int> index;  // NVML's GPU index, where the agent knows it
   };
   std::map<std::pair<std::string, std::string>, DeviceRow> devices;  // (resource, id)
   for (const auto& d : *allocatable) {
@@ -505,6 +506,7 @@ std::optional<GetFailure> BuildDevices(const GetFlags& flags, bool first, View* 
       DeviceRow& row = devices[{d.resource, d.id}];
       row.numa.insert(d.numa_nodes.begin(), d.numa_nodes.end());
       row.model = d.model;
+      row.index = d.index;
     }
   }
   for (const auto& pod : *list) {
@@ -546,6 +548,7 @@ std::optional<GetFailure> BuildDevices(const GetFlags& flags, bool first, View* 
                      {"allocated_to", r.owner},
                      {"healthy", r.healthy},
                      {"model", r.model}});
+      if (r.index) out.back()["index"] = *r.index;
     }
     view->text = ordered_json{{"devices", out}}.dump(2) + "\n";
     return std::nullopt;
@@ -559,6 +562,7 @@ std::optional<GetFailure> BuildDevices(const GetFlags& flags, bool first, View* 
   view->rows = {{"RESOURCE", "DEVICE", "NUMA", "STATE", "POD/CONTAINER"}};
   if (wide) {
     view->rows[0].push_back("HEALTH");
+    view->rows[0].push_back("GPU");
     view->rows[0].push_back("MODEL");
   }
   for (const auto& [key, r] : devices) {
@@ -566,6 +570,7 @@ std::optional<GetFailure> BuildDevices(const GetFlags& flags, bool first, View* 
         {key.first, key.second, JoinNuma(r.numa), state(r), r.owner.empty() ? "-" : r.owner});
     if (wide) {
       view->rows.back().push_back(r.healthy ? "Healthy" : "Unhealthy");
+      view->rows.back().push_back(r.index ? std::to_string(*r.index) : "-");
       view->rows.back().push_back(Cell(r.model));
     }
   }

@@ -142,6 +142,7 @@ int RunKubelet(const KubeletFlags& flags) {
       std::cerr << "kdm kubelet: warning: " << w << "\n";
     }
     options.attributes = publish_setup.options.attributes;
+    options.gpu_indexes = publish_setup.gpu_indexes;
     auto made = MakeKubeClient(flags.publish_loop.kube);
     if (!made.ok()) {
       std::cerr << "kdm kubelet: " << made.status().message() << "\n";

@@ -40,7 +40,8 @@ std::optional<PublishFailure> SplitResource(const std::string& flag, const std::
 std::optional<PublishFailure> LoadTopologies(
     const PublishLoopFlags& flags, std::map<std::string, topology::Topology>* out,
     std::map<std::string, k8s::DeviceAttributes>* nvml_attributes,
-    std::vector<std::string>* warnings) {
+    std::vector<std::string>* warnings,
+    std::map<std::string, std::map<std::string, int>>* gpu_indexes) {
   std::map<std::string, std::string> ids_files;
   for (const std::string& value : flags.ids) {
     std::string resource, file;
@@ -78,6 +79,7 @@ std::optional<PublishFailure> LoadTopologies(
     }
     for (const std::string& line : loaded->warnings) warnings->push_back(resource + ": " + line);
     if (loaded->nvml_attributes) (*nvml_attributes)[resource] = *loaded->nvml_attributes;
+    if (!loaded->nvml_indexes.empty()) (*gpu_indexes)[resource] = loaded->nvml_indexes;
     StatusOr<topology::Topology> t = std::move(loaded->topology);
     if (auto it = ids_files.find(resource); it != ids_files.end()) {
       t = publish::ApplyIdsFile(*t, it->second);
@@ -259,7 +261,8 @@ std::optional<PublishFailure> LoadPublishFlags(const PublishLoopFlags& flags,
   auto attributes = ParseResourceAttributes(attribute_values);
   if (!attributes.ok()) return usage(attributes.status().message());
   std::map<std::string, k8s::DeviceAttributes> nvml_attributes;
-  if (auto f = LoadTopologies(flags, &out->options.topologies, &nvml_attributes, &out->warnings))
+  if (auto f = LoadTopologies(flags, &out->options.topologies, &nvml_attributes, &out->warnings,
+                              &out->gpu_indexes))
     return f;
   if ((!flags.nvml_library.empty() || !flags.sysfs_root.empty()) && nvml_attributes.empty()) {
     return usage("--nvml-library and --sysfs-root need a --topology RESOURCE=nvml");

@@ -69,6 +69,8 @@ struct PublishSetup {
   publish::PublishOptions options;
   // Lines to print as warnings (NVML attributes that could not be published).
   std::vector<std::string> warnings;
+  // Resource -> GPU UUID -> NVML index, for each --topology RESOURCE=nvml.
+  std::map<std::string, std::map<std::string, int>> gpu_indexes;
 };
 
 // Checks the flags (and the --attributes values of the command) and loads

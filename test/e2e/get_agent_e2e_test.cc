@@ -211,9 +211,10 @@ TEST_F(GetAgentE2eTest, GetDevicesShowsEveryDeviceWithHealthAndHolder) {
   r = Get({"device", "--root", root_, "-o", "wide"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(Cells(GetLines(r.out)[0]), ElementsAre("RESOURCE", "DEVICE", "NUMA", "STATE",
-                                                     "POD/CONTAINER", "HEALTH", "MODEL"));
+                                                     "POD/CONTAINER", "HEALTH", "GPU", "MODEL"));
+  // No NVML in this agent: no GPU index.
   EXPECT_THAT(Cells(RowStartingWith(r.out, {kGpu, "GPU3"})),
-              ElementsAre(kGpu, "GPU3", Numa("GPU3"), "unhealthy", "-", "Unhealthy", "-"));
+              ElementsAre(kGpu, "GPU3", Numa("GPU3"), "unhealthy", "-", "Unhealthy", "-", "-"));
 
   r = Get({"devices", "--root", root_, "-o", "json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

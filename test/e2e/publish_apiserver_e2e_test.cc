@@ -497,6 +497,49 @@ TEST_F(PublishApiServerE2eTest, NvmlTopologyAndAttributesFromTheFakeLibrary) {
   EXPECT_FALSE(a->resources[kGpu].attributes->model.has_value());
 }
 
+// Issue 30: `kdm get devices` shows each GPU's NVML index and model where
+// the agent reads the node's GPUs through NVML (`kdm kubelet --publish
+// --topology RESOURCE=nvml`): index i is the node's GPU i, by UUID.
+TEST_F(PublishApiServerE2eTest, GetDevicesShowsNvmlIndexAndModelOfAnNvmlAgent) {
+  const std::string node = kNodes + "/dgx1-v100.json";
+  ASSERT_EQ(nvml::test::WriteFakeSysfs(node, root_ + "/sys"), "");
+  fs::create_directories(root_ + "/host/dev");
+  for (const char* n : {"nvidiactl", "nvidia-uvm"}) std::ofstream(root_ + "/host/dev/" + n).flush();
+  ::setenv("KDM_FAKE_NVML_NODE", node.c_str(), 1);
+  StartKubelet({"--publish", "--node-name", kNode, "--topology", "nvidia.com/gpu=nvml",
+                "--nvml-library", kFakeLibrary, "--sysfs-root", root_ + "/sys", "--kubeconfig",
+                Kubeconfig(), "--interval", "100ms", "--min-write-interval", "200ms"});
+  StartPlugin({"--nvml", "--nvml-library", kFakeLibrary, "--sysfs-root", root_ + "/sys",
+               "--dev-root", root_ + "/host"});
+  json doc = json::parse(ReadFile(node));
+  json devices;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        if (Run({"get", "devices", "--root", root_, "-o", "json"}) != 0) return false;
+        devices = json::parse(out_)["devices"];
+        return devices.size() == 8 && devices[0].contains("index");
+      },
+      kWaitBound))
+      << out_ << err_ << kubelet_->Log();
+  for (const json& d : devices) {
+    ASSERT_TRUE(d.contains("index")) << d.dump();
+    const int i = d["index"].get<int>();
+    ASSERT_GE(i, 0);
+    ASSERT_LT(i, 8);
+    EXPECT_EQ(d["id"], doc["gpus"][i]["uuid"]) << d.dump();
+    EXPECT_EQ(d["model"], "Tesla V100-SXM2-32GB") << d.dump();
+  }
+  ASSERT_EQ(Run({"get", "devices", "--root", root_, "-o", "wide"}), 0) << err_;
+  EXPECT_THAT(out_, HasSubstr("GPU"));
+  const std::string uuid3 = doc["gpus"][3]["uuid"].get<std::string>();
+  size_t row = out_.find(uuid3);
+  ASSERT_NE(row, std::string::npos) << out_;
+  const std::string line = out_.substr(row, out_.find('\n', row) - row);
+  EXPECT_THAT(line, HasSubstr(" 3 ")) << line;
+  EXPECT_THAT(line, HasSubstr("Tesla V100-SXM2-32GB")) << line;
+  ::unsetenv("KDM_FAKE_NVML_NODE");
+}
+
 TEST_F(PublishApiServerE2eTest, BadClientFlagsAndFilesAreClearErrors) {
   StartKubelet();
   std::ofstream(root_ + "/garbage.yaml") << "clusters: [\n  {name: x\n";

@@ -261,14 +261,17 @@ TEST(StatusFileTest, ParseNodeStatusGivesBackWhatWasRendered) {
 TEST(StatusFileTest, NodeDevicesAndPendingPodsRoundTrip) {
   NodeStatus n = FullNodeStatus();
   n.devices =
-      std::vector<NodeDevice>{{"nvidia.com/gpu", "GPU0", true, {0}, "NVIDIA H100 80GB HBM3"},
-                              {"nvidia.com/gpu", "GPU1", false, {}, ""}};
+      std::vector<NodeDevice>{{"nvidia.com/gpu", "GPU0", true, {0}, "NVIDIA H100 80GB HBM3", 0},
+                              {"nvidia.com/gpu", "GPU1", false, {}, "", 7},
+                              {"example.com/fpga", "fpga-0", true, {}, "", std::nullopt}};
   n.pending_pods = std::vector<PendingPod>{{"ml", "train", kReasonWaitingForPlugins}};
   const std::string text = RenderNodeStatus(n);
   EXPECT_TRUE(text.ends_with("}\n"));
   json j = json::parse(text);
   EXPECT_EQ(j["devices"][0]["model"], "NVIDIA H100 80GB HBM3");
   EXPECT_EQ(j["devices"][1]["healthy"], false);
+  EXPECT_EQ(j["devices"][1]["index"], 7);
+  EXPECT_EQ(j["devices"][2].count("index"), 0u);  // only where the agent knows it
   EXPECT_EQ(j["pending_pods"][0]["reason"], "WaitingForPlugins");
   StatusOr<NodeStatus> parsed = ParseNodeStatus(text);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -301,6 +304,15 @@ TEST(StatusFileTest, BadDevicesAndPendingPodsAreNamed) {
        R"("devices"[0]["numa_nodes"][0] is negative)"},
       {R"("devices": [{"resource": "a/b", "id": "x", "healthy": true, "numa_nodes": []}])",
        R"("devices"[0]["model"] is missing)"},
+      {R"("devices": [{"resource": "a/b", "id": "x", "healthy": true, "numa_nodes": [],)"
+       R"( "model": "", "index": -1}])",
+       R"("devices"[0]["index"] is negative)"},
+      {R"("devices": [{"resource": "a/b", "id": "x", "healthy": true, "numa_nodes": [],)"
+       R"( "model": "", "index": "0"}])",
+       R"("devices"[0]["index"] is not a whole number)"},
+      {R"("devices": [{"resource": "a/b", "id": "x", "healthy": true, "numa_nodes": [],)"
+       R"( "model": "", "index": 99999999999}])",
+       R"("devices"[0]["index"] is past 1000000)"},
       {R"("pending_pods": [{"namespace": "a", "name": 3, "reason": ""}])",
        R"("pending_pods"[0]["name"] is not a string)"},
   };
