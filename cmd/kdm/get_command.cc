@@ -252,9 +252,18 @@ std::map<PodKey, KnownPod> KnownPods(const std::string& what, const GetFlags& fl
     pod.file = std::move(*status);
   }
   // A pod the agent has not judged yet (or judges again) is Pending, whatever
-  // its old status file says.
+  // its old status file says. node.json is a snapshot rewritten every 250 ms,
+  // a status file is written at the decision: a status file newer than the
+  // snapshot is that decision, and the snapshot's pending entry is stale.
+  std::error_code node_ec;
+  const auto node_written = std::filesystem::last_write_time(NodeStatusPath(flags.root), node_ec);
   if (node && node->pending_pods) {
     for (const fakes::PendingPod& p : *node->pending_pods) {
+      auto decided = out.find({p.namespace_name, p.name});
+      if (decided != out.end() && decided->second.written && !node_ec &&
+          *decided->second.written > node_written) {
+        continue;
+      }
       KnownPod& pod = out[{p.namespace_name, p.name}];
       pod.status = "Pending";
       pod.reason = p.reason;
