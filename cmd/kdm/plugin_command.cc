@@ -199,21 +199,21 @@ std::optional<std::string> CheckNvidiaFlags(PluginFlags* f, NvidiaSettings* out)
              " is not none, single or mixed";
     }
   }
-  if (given("--fail-on-init-error")) {
-    std::optional<bool> b = ParseGoBool(f->fail_on_init_error);
-    if (!b) {
-      return name("--fail-on-init-error") + ": " +
-             QuoteLogValue(f->fail_on_init_error, kMaxLogValueBytes) + " is not true or false";
-    }
-    out->fail_on_init_error = *b;
+  // A boolean of NVIDIA's: Go's spellings; the error names flag or variable.
+  auto boolean = [&](std::string_view flag, const std::string& value,
+                     bool* to) -> std::optional<std::string> {
+    if (!given(flag)) return std::nullopt;
+    std::optional<bool> b = ParseGoBool(value);
+    if (!b)
+      return name(flag) + ": " + QuoteLogValue(value, kMaxLogValueBytes) + " is not true or false";
+    *to = *b;
+    return std::nullopt;
+  };
+  if (auto e = boolean("--fail-on-init-error", f->fail_on_init_error, &out->fail_on_init_error)) {
+    return *e;
   }
-  if (given("--pass-device-specs")) {
-    std::optional<bool> b = ParseGoBool(f->pass_device_specs);
-    if (!b) {
-      return name("--pass-device-specs") + ": " +
-             QuoteLogValue(f->pass_device_specs, kMaxLogValueBytes) + " is not true or false";
-    }
-    out->pass_device_specs = *b;
+  if (auto e = boolean("--pass-device-specs", f->pass_device_specs, &out->pass_device_specs)) {
+    return *e;
   }
   if (given("--device-list-strategy")) {
     StatusOr<nvml::DeviceListStrategies> l =
